@@ -1,0 +1,119 @@
+//! `sealstream-server`: flags → logging → config → [`sealstream::server::run`]; nothing else.
+//!
+//! Flags and the config file follow nats-server's, so an operator's command line and
+//! `nats-server.conf` work unchanged.
+
+use std::process::ExitCode;
+
+use sealstream::config::cli::{CliArgs, USAGE};
+use sealstream::config::{self, ServerOptions};
+use sealstream::server::{self, log_format::NatsFormat};
+use tracing::{error, warn, Level};
+use tracing_subscriber::fmt::writer::MakeWriterExt;
+
+const NAME: &str = "sealstream-server";
+
+fn main() -> ExitCode {
+    let args = match CliArgs::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.show_help || args.show_tls_help {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if args.show_version {
+        println!("{NAME}: v{} (sealstream {})", server::NATS_COMPAT_VERSION, env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    if let Some(req) = &args.signal {
+        return match server::signal_command::send(req) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{NAME}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let mut opts = match &args.config_file {
+        Some(path) => match config::load_file(path) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("{NAME}: Parse error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => ServerOptions::default(),
+    };
+    if args.check_config {
+        return match opts.check() {
+            Ok(()) => {
+                let shown = args.config_file.as_ref().map_or("<none>".into(), |p| p.display().to_string());
+                println!("{NAME}: configuration file {shown} is valid");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{NAME}: Parse error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    opts.apply_cli(&args);
+    if let Err(e) = opts.validate() {
+        eprintln!("{NAME}: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = init_logging(&opts) {
+        eprintln!("{NAME}: {e}");
+        return ExitCode::FAILURE;
+    }
+    for flag in &args.unsupported {
+        warn!("flag {flag} is not supported (no clustering) and is ignored");
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{NAME}: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(server::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs the nats-style log formatter on stderr, and on the `-l` file too when given.
+fn init_logging(opts: &ServerOptions) -> Result<(), String> {
+    let level = if opts.trace {
+        Level::TRACE
+    } else if opts.debug {
+        Level::DEBUG
+    } else {
+        Level::INFO
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(level)
+        .event_format(NatsFormat::new(opts.logtime));
+    match &opts.log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("could not open log file {}: {e}", path.display()))?;
+            let writer = std::io::stderr.and(std::sync::Mutex::new(file));
+            builder.with_writer(writer).init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}

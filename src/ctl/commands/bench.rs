@@ -1,0 +1,360 @@
+//! `sealctl bench`: the end-to-end load tool.
+//!
+//! It speaks the raw NATS protocol through our own [`proto`](crate::proto) codec (so the tool's
+//! own overhead is small and identical for every server it measures) and reports:
+//! - throughput: one publisher → N subscribers (fan-out) or a queue group of N, messages per
+//!   second published and delivered;
+//! - latency: sequential request/reply round trips, p50/p90/p99;
+//! - the server's CPU time per delivered message when `--server-pid` is given, read from
+//!   `/proc/<pid>/stat` before and after — steadier than msgs/s on a noisy machine.
+//!
+//! The publisher sends a PING after every batch and keeps at most [`PONG_WINDOW`] batches
+//! unacknowledged, so it never pushes a healthy subscriber into slow-consumer territory.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use bytes::{Bytes, BytesMut};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::ctl::args::BenchArgs;
+use crate::proto::encode::encode_client_op;
+use crate::proto::parser::{Limits, Parser};
+use crate::proto::{ClientOp, ServerOp};
+
+/// Messages per publish batch (one write, one PING).
+const BATCH: u64 = 1000;
+/// Batches in flight before the publisher waits for a PONG.
+const PONG_WINDOW: u64 = 32;
+/// Give up if a run makes no progress for this long.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connection speaking the raw protocol.
+struct RawConn {
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    buf: BytesMut,
+    parser: Parser,
+}
+
+impl RawConn {
+    async fn connect(addr: &str, name: &str) -> anyhow::Result<Self> {
+        let s = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
+        s.set_nodelay(true)?;
+        let (rd, wr) = s.into_split();
+        let limits = Limits { max_control_line: 1 << 20, max_payload: usize::MAX };
+        let mut c = RawConn { rd, wr, buf: BytesMut::with_capacity(256 * 1024), parser: Parser::new(limits) };
+        match c.next().await? {
+            ServerOp::Info(_) => {}
+            other => bail!("expected INFO, got {other:?}"),
+        }
+        let connect = format!(
+            "{{\"verbose\":false,\"pedantic\":false,\"protocol\":1,\"headers\":true,\"no_responders\":true,\"name\":\"{name}\",\"lang\":\"sealctl\",\"version\":\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        );
+        let mut out = BytesMut::new();
+        encode_client_op(&mut out, &ClientOp::Connect(Bytes::from(connect)));
+        out.extend_from_slice(b"PING\r\n");
+        c.wr.write_all(&out).await?;
+        c.until_pong().await?;
+        Ok(c)
+    }
+
+    async fn next(&mut self) -> anyhow::Result<ServerOp> {
+        loop {
+            if let Some(op) = self.parser.next_server_op(&mut self.buf)? {
+                if let ServerOp::Err(e) = &op {
+                    bail!("server error: {}", String::from_utf8_lossy(e));
+                }
+                return Ok(op);
+            }
+            if self.buf.capacity() - self.buf.len() < 16 * 1024 {
+                self.buf.reserve(256 * 1024);
+            }
+            let n = tokio::time::timeout(STALL_TIMEOUT, self.rd.read_buf(&mut self.buf))
+                .await
+                .map_err(|_| anyhow!("no data from server for {STALL_TIMEOUT:?}"))??;
+            if n == 0 {
+                bail!("server closed the connection");
+            }
+        }
+    }
+
+    async fn until_pong(&mut self) -> anyhow::Result<()> {
+        loop {
+            match self.next().await? {
+                ServerOp::Pong => return Ok(()),
+                ServerOp::Ping => self.wr.write_all(b"PONG\r\n").await?,
+                _ => {}
+            }
+        }
+    }
+
+    async fn send(&mut self, op: &ClientOp) -> anyhow::Result<()> {
+        let mut out = BytesMut::new();
+        encode_client_op(&mut out, op);
+        self.wr.write_all(&out).await?;
+        Ok(())
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    /// Scenario label, e.g. `1 pub -> 4 subs`.
+    pub scenario: String,
+    /// Payload size in bytes.
+    pub size: usize,
+    /// Messages published.
+    pub msgs: u64,
+    /// Messages delivered to subscribers in total.
+    pub delivered: u64,
+    /// Wall time from first publish to last delivery, seconds.
+    pub seconds: f64,
+    /// Published messages per second.
+    pub pub_msgs_per_sec: f64,
+    /// Delivered messages per second.
+    pub delivered_msgs_per_sec: f64,
+    /// Server CPU microseconds per delivered message, when `--server-pid` was given.
+    pub server_cpu_us_per_msg: Option<f64>,
+    /// Latency percentiles in microseconds (request mode).
+    pub latency_us: Option<Latency>,
+}
+
+/// Round-trip percentiles, microseconds.
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Host:port from a NATS URL (`nats://h:p`, `h:p`, comma lists use the first).
+pub fn addr_of(url: &str) -> String {
+    let first = url.split(',').next().unwrap_or(url).trim();
+    let no_scheme = first.split_once("://").map_or(first, |(_, r)| r);
+    let host = no_scheme.rsplit_once('@').map_or(no_scheme, |(_, h)| h);
+    if host.contains(':') && !host.ends_with(']') {
+        host.to_owned()
+    } else {
+        format!("{host}:4222")
+    }
+}
+
+/// Total CPU seconds (user + system) of a process, from `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ut: f64 = f.get(11)?.parse().ok()?;
+    let st: f64 = f.get(12)?.parse().ok()?;
+    Some((ut + st) / 100.0)
+}
+
+/// Runs `sealctl bench`.
+///
+/// # Errors
+/// Connection failures, server errors, or a run that stalls.
+pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
+    let addr = addr_of(server);
+    let report = if a.request { latency(&addr, &a).await? } else { throughput(&addr, &a).await? };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn print_table(r: &BenchReport) {
+    println!("{:<28} {:>8} {:>10} {:>14} {:>14} {:>12}", "scenario", "size", "msgs", "pub msgs/s", "recv msgs/s", "cpu µs/msg");
+    let cpu = r.server_cpu_us_per_msg.map_or("-".to_owned(), |c| format!("{c:.3}"));
+    println!(
+        "{:<28} {:>8} {:>10} {:>14.0} {:>14.0} {:>12}",
+        r.scenario, r.size, r.msgs, r.pub_msgs_per_sec, r.delivered_msgs_per_sec, cpu
+    );
+    if let Some(l) = &r.latency_us {
+        println!("latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}", l.p50, l.p90, l.p99);
+    }
+}
+
+/// One publisher, `a.subs` subscribers (or a queue group of them).
+pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+    let subs = a.subs.max(1);
+    let total_expected = if a.queue.is_some() { a.msgs } else { a.msgs * subs as u64 };
+    let received = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for i in 0..subs {
+        let mut c = RawConn::connect(addr, &format!("bench-sub-{i}")).await?;
+        c.send(&ClientOp::Sub {
+            subject: Bytes::from(a.subject.clone()),
+            queue: a.queue.clone().map(Bytes::from),
+            sid: Bytes::from_static(b"1"),
+        })
+        .await?;
+        c.send(&ClientOp::Ping).await?;
+        c.until_pong().await?;
+        let received = Arc::clone(&received);
+        handles.push(tokio::spawn(async move {
+            let mut local = 0u64;
+            loop {
+                if received.load(Ordering::Relaxed) >= total_expected {
+                    return Ok::<u64, anyhow::Error>(local);
+                }
+                match c.next().await? {
+                    ServerOp::Msg { .. } => {
+                        local += 1;
+                        if received.fetch_add(1, Ordering::Relaxed) + 1 >= total_expected {
+                            return Ok(local);
+                        }
+                    }
+                    ServerOp::Ping => c.wr.write_all(b"PONG\r\n").await?,
+                    _ => {}
+                }
+            }
+        }));
+    }
+    let mut publisher = RawConn::connect(addr, "bench-pub").await?;
+    let payload = Bytes::from(vec![b'x'; a.size]);
+    let mut frame = BytesMut::new();
+    encode_client_op(
+        &mut frame,
+        &ClientOp::Pub { subject: Bytes::from(a.subject.clone()), reply: None, headers: None, payload },
+    );
+    let cpu0 = a.server_pid.and_then(cpu_seconds);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut batches = 0u64;
+    let mut pongs = 0u64;
+    let mut out = BytesMut::with_capacity(frame.len() * BATCH as usize + 8);
+    while sent < a.msgs {
+        let n = BATCH.min(a.msgs - sent);
+        out.clear();
+        for _ in 0..n {
+            out.extend_from_slice(&frame);
+        }
+        out.extend_from_slice(b"PING\r\n");
+        publisher.wr.write_all(&out).await?;
+        sent += n;
+        batches += 1;
+        while batches - pongs > PONG_WINDOW {
+            match publisher.next().await? {
+                ServerOp::Pong => pongs += 1,
+                ServerOp::Ping => publisher.wr.write_all(b"PONG\r\n").await?,
+                _ => {}
+            }
+        }
+    }
+    let pub_secs = start.elapsed().as_secs_f64();
+    let mut delivered = 0;
+    for h in handles {
+        delivered += h.await.map_err(|e| anyhow!("subscriber task failed: {e}"))??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu1 = a.server_pid.and_then(cpu_seconds);
+    let cpu = match (cpu0, cpu1) {
+        (Some(c0), Some(c1)) if delivered > 0 => Some((c1 - c0) * 1e6 / delivered as f64),
+        _ => None,
+    };
+    let scenario = match &a.queue {
+        Some(_) => format!("1 pub -> queue of {subs}"),
+        None => format!("1 pub -> {subs} sub{}", if subs == 1 { "" } else { "s" }),
+    };
+    Ok(BenchReport {
+        scenario,
+        size: a.size,
+        msgs: a.msgs,
+        delivered,
+        seconds: secs,
+        pub_msgs_per_sec: a.msgs as f64 / pub_secs.max(1e-9),
+        delivered_msgs_per_sec: delivered as f64 / secs.max(1e-9),
+        server_cpu_us_per_msg: cpu,
+        latency_us: None,
+    })
+}
+
+/// Sequential request/reply round trips through one responder.
+pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+    let mut responder = RawConn::connect(addr, "bench-responder").await?;
+    responder
+        .send(&ClientOp::Sub { subject: Bytes::from(a.subject.clone()), queue: None, sid: Bytes::from_static(b"1") })
+        .await?;
+    responder.send(&ClientOp::Ping).await?;
+    responder.until_pong().await?;
+    let size = a.size;
+    let serve = tokio::spawn(async move {
+        let payload = Bytes::from(vec![b'r'; size]);
+        loop {
+            match responder.next().await {
+                Ok(ServerOp::Msg { reply: Some(reply), .. }) => {
+                    let op = ClientOp::Pub { subject: reply, reply: None, headers: None, payload: payload.clone() };
+                    if responder.send(&op).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(ServerOp::Ping) => {
+                    if responder.wr.write_all(b"PONG\r\n").await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    });
+    let mut req = RawConn::connect(addr, "bench-requester").await?;
+    let inbox = Bytes::from_static(b"_INBOX.sealctl.bench");
+    req.send(&ClientOp::Sub { subject: inbox.clone(), queue: None, sid: Bytes::from_static(b"1") }).await?;
+    req.send(&ClientOp::Ping).await?;
+    req.until_pong().await?;
+    let payload = Bytes::from(vec![b'q'; a.size]);
+    let op = ClientOp::Pub { subject: Bytes::from(a.subject.clone()), reply: Some(inbox), headers: None, payload };
+    let mut frame = BytesMut::new();
+    encode_client_op(&mut frame, &op);
+    let mut samples = Vec::with_capacity(a.msgs as usize);
+    let cpu0 = a.server_pid.and_then(cpu_seconds);
+    let start = Instant::now();
+    for _ in 0..a.msgs {
+        let t0 = Instant::now();
+        req.wr.write_all(&frame).await?;
+        loop {
+            match req.next().await? {
+                ServerOp::Msg { .. } => break,
+                ServerOp::Ping => req.wr.write_all(b"PONG\r\n").await?,
+                _ => {}
+            }
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu1 = a.server_pid.and_then(cpu_seconds);
+    serve.abort();
+    samples.sort_by(|x, y| x.total_cmp(y));
+    let pct = |p: f64| -> f64 {
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples.get(i).copied().unwrap_or(0.0)
+    };
+    let cpu = match (cpu0, cpu1) {
+        (Some(c0), Some(c1)) if a.msgs > 0 => Some((c1 - c0) * 1e6 / (2 * a.msgs) as f64),
+        _ => None,
+    };
+    Ok(BenchReport {
+        scenario: "request/reply".to_owned(),
+        size: a.size,
+        msgs: a.msgs,
+        delivered: a.msgs,
+        seconds: secs,
+        pub_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
+        delivered_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
+        server_cpu_us_per_msg: cpu,
+        latency_us: Some(Latency { p50: pct(0.50), p90: pct(0.90), p99: pct(0.99) }),
+    })
+}

@@ -1,0 +1,3 @@
+//! One module per `sealctl` command.
+
+pub mod bench;

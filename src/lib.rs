@@ -1,0 +1,30 @@
+//! # sealstream
+//!
+//! A message broker that speaks the NATS protocol — existing NATS clients connect unchanged —
+//! built for tenants who do not trust the disk.
+//!
+//! ## Layout
+//!
+//! Follow one message: socket → [`server`] (connection reader) → [`proto`] (parser) →
+//! [`server`] (account router, using [`subject`]) → subscribers' outbound queues → socket.
+//!
+//! - [`proto`]: the NATS wire protocol; bytes to ops and back. No I/O.
+//! - [`subject`]: subject rules, the subscription tree with `*`/`>` and queue groups, the
+//!   match cache.
+//! - [`config`]: the nats-server configuration language and command-line flags → options.
+//! - [`auth`]: who may connect, and as whom.
+//! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
+//!   [`ctl`]) that knows about tokio.
+//! - [`ctl`]: the `sealctl` admin and load tool; talks to a server as a NATS client.
+//!
+//! Dependencies point downwards only: `proto`, `subject` and `config` use none of our other
+//! modules; `auth` uses `subject`; `server` uses everything.
+#![forbid(unsafe_code)]
+#![recursion_limit = "256"]
+
+pub mod auth;
+pub mod config;
+pub mod ctl;
+pub mod proto;
+pub mod server;
+pub mod subject;

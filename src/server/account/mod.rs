@@ -1,0 +1,167 @@
+//! Live accounts: each one is an isolated subject space with its own subscription tree.
+//!
+//! Core NATS without configured accounts binds every client to the global account `$G`. The
+//! [`Registry`] maps names to [`Account`]s so later work (config accounts, JWT accounts) only
+//! adds entries; routing never looks past the publisher's account.
+//!
+//! The subscription tree is read-mostly: publishers take the read lock only on a match-cache
+//! miss, and the tree's generation is mirrored in an atomic so a reader can validate its cache
+//! without locking at all. Writers (SUB/UNSUB/close) hold the write lock for one insert or
+//! remove, never across I/O or `.await`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use crate::subject::{MatchResult, SubjectTree};
+
+use super::conn::ClientHandle;
+
+/// Name of the default global account.
+pub(crate) const GLOBAL_ACCOUNT: &str = "$G";
+
+/// One subscription, shared between its connection's sid table and the account's tree.
+pub(crate) struct Subscription {
+    /// The subscribing connection.
+    pub(crate) client: Arc<ClientHandle>,
+    /// Client-chosen id, echoed in MSG.
+    pub(crate) sid: Bytes,
+    /// The subject filter.
+    pub(crate) subject: Bytes,
+    /// Queue group, if any.
+    pub(crate) queue: Option<Bytes>,
+    /// Messages delivered since SUB (what `UNSUB <sid> <max>` counts).
+    pub(crate) delivered: AtomicU64,
+    /// Auto-unsubscribe limit; 0 = none.
+    pub(crate) max: AtomicU64,
+    /// Set once removed; a match that races a removal skips it.
+    pub(crate) closed: AtomicBool,
+}
+
+impl Subscription {
+    /// Counts one delivery against the auto-unsubscribe limit. Returns `(deliver, expired)`:
+    /// whether to deliver this message, and whether this delivery used up the limit.
+    pub(crate) fn count_delivery(&self) -> (bool, bool) {
+        let n = self.delivered.fetch_add(1, Ordering::Relaxed) + 1;
+        let max = self.max.load(Ordering::Relaxed);
+        if max == 0 {
+            (true, false)
+        } else {
+            (n <= max, n == max)
+        }
+    }
+}
+
+/// A subscription as stored in the tree: compared by identity, cloned by reference.
+#[derive(Clone)]
+pub(crate) struct SubRef(pub(crate) Arc<Subscription>);
+
+impl PartialEq for SubRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The match result type routing works with.
+pub(crate) type Matches = MatchResult<SubRef>;
+
+/// An account: a name and an isolated subject space.
+pub(crate) struct Account {
+    /// Account name (`$G`, a config name, or an account public key).
+    pub(crate) name: String,
+    tree: RwLock<SubjectTree<SubRef>>,
+    generation: AtomicU64,
+}
+
+impl Account {
+    /// A new, empty account.
+    pub(crate) fn new(name: &str) -> Self {
+        Account {
+            name: name.to_owned(),
+            tree: RwLock::new(SubjectTree::new()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The tree's generation, readable without a lock; changes on every insert or remove.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Adds a subscription.
+    ///
+    /// # Errors
+    /// When the subject is not a valid subscription subject.
+    pub(crate) fn subscribe(&self, sub: &Arc<Subscription>) -> Result<(), crate::subject::InvalidSubject> {
+        let mut t = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        t.insert(&sub.subject, sub.queue.as_deref(), SubRef(Arc::clone(sub)))?;
+        self.generation.store(t.generation(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Removes a subscription; true if it was present.
+    pub(crate) fn unsubscribe(&self, sub: &Arc<Subscription>) -> bool {
+        sub.closed.store(true, Ordering::Release);
+        let mut t = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let removed = t.remove(&sub.subject, sub.queue.as_deref(), &SubRef(Arc::clone(sub)));
+        self.generation.store(t.generation(), Ordering::Release);
+        removed
+    }
+
+    /// Every subscription matching `subject`, with the generation it was computed at.
+    pub(crate) fn matches(&self, subject: &[u8]) -> (Matches, u64) {
+        let t = self.tree.read().unwrap_or_else(|p| p.into_inner());
+        (t.matches(subject), t.generation())
+    }
+
+    /// Number of subscriptions in the account.
+    pub(crate) fn subscription_count(&self) -> usize {
+        self.tree.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// All accounts known to the server.
+pub(crate) struct Registry {
+    accounts: RwLock<HashMap<String, Arc<Account>>>,
+}
+
+impl Registry {
+    /// A registry holding only the global account.
+    pub(crate) fn new() -> Self {
+        let mut m = HashMap::new();
+        m.insert(GLOBAL_ACCOUNT.to_owned(), Arc::new(Account::new(GLOBAL_ACCOUNT)));
+        Registry { accounts: RwLock::new(m) }
+    }
+
+    /// Looks up an account by name.
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Account>> {
+        self.accounts.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    /// The global account `$G`.
+    pub(crate) fn global(&self) -> Arc<Account> {
+        self.get(GLOBAL_ACCOUNT).unwrap_or_else(|| {
+            let acc = Arc::new(Account::new(GLOBAL_ACCOUNT));
+            self.accounts
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(GLOBAL_ACCOUNT.to_owned(), Arc::clone(&acc));
+            acc
+        })
+    }
+
+    /// Total subscriptions over all accounts.
+    pub(crate) fn subscription_count(&self) -> usize {
+        self.accounts.read().unwrap_or_else(|p| p.into_inner()).values().map(|a| a.subscription_count()).sum()
+    }
+}
+
+impl Registry {
+    /// Creates the named account if it does not exist yet.
+    pub(crate) fn create(&self, name: &str) -> Arc<Account> {
+        let mut m = self.accounts.write().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(m.entry(name.to_owned()).or_insert_with(|| Arc::new(Account::new(name))))
+    }
+}

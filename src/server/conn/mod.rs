@@ -1,0 +1,191 @@
+//! One client connection: a reader task, a writer task, and the queue between them.
+//!
+//! ```text
+//! socket ─read─> reader.rs ──parser──> ops ──> router.rs ──> other connections' Outbound
+//!                    │                                  └──> this connection's Outbound
+//!                    └─ PONG/+OK/-ERR ──> Outbound ──> writer.rs ─vectored write─> socket
+//! ```
+//!
+//! [`ClientHandle`] is what other tasks hold: the outbound queue, the flags routing needs
+//! (`headers`), counters for monitoring, and a cancellation token. Closing is idempotent and
+//! can come from anywhere (a publisher detecting a slow consumer, shutdown, a protocol error):
+//! it records the first reason, closes the queue and cancels the reader.
+
+pub(crate) mod outbound;
+pub(crate) mod reader;
+pub(crate) mod writer;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, Instrument};
+
+use self::outbound::Outbound;
+use super::Shared;
+
+/// Why a connection ended (the `reason` monitoring reports for closed connections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloseReason {
+    /// The client closed its side.
+    ClientClosed,
+    /// Outbound queue over `max_pending`, or a write stalled past `write_deadline`.
+    SlowConsumer,
+    /// Unanswered PINGs.
+    StaleConnection,
+    /// Malformed protocol.
+    ProtocolViolation,
+    /// Failed authentication or authentication timeout.
+    AuthenticationFailure,
+    /// Payload over `max_payload`.
+    MaxPayloadExceeded,
+    /// Socket read or write failed.
+    IoError,
+    /// The server is shutting down or draining (lame duck).
+    ServerShutdown,
+}
+
+impl CloseReason {
+    /// The text nats-server monitoring uses for this reason.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::ClientClosed => "Client Closed",
+            CloseReason::SlowConsumer => "Slow Consumer (Pending Bytes)",
+            CloseReason::StaleConnection => "Stale Connection",
+            CloseReason::ProtocolViolation => "Protocol Violation",
+            CloseReason::AuthenticationFailure => "Authentication Failure",
+            CloseReason::MaxPayloadExceeded => "Maximum Payload Exceeded",
+            CloseReason::IoError => "Read Error",
+            CloseReason::ServerShutdown => "Server Shutdown",
+        }
+    }
+
+    /// Whether queued output should still be written before the socket closes.
+    fn flushes(self) -> bool {
+        !matches!(self, CloseReason::SlowConsumer | CloseReason::IoError)
+    }
+}
+
+/// What the client told us about itself, for monitoring.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnMeta {
+    pub(crate) name: Option<String>,
+    pub(crate) lang: Option<String>,
+    pub(crate) version: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) account: String,
+}
+
+/// The shared face of a connection.
+pub(crate) struct ClientHandle {
+    /// Server-unique connection id (`client_id` in INFO, `cid` in monitoring).
+    pub(crate) cid: u64,
+    /// Peer address.
+    pub(crate) peer: SocketAddr,
+    /// When the connection was accepted.
+    pub(crate) start: SystemTime,
+    /// Outbound queue drained by the writer task.
+    pub(crate) outbound: Outbound,
+    /// The client understands HMSG (set by CONNECT).
+    pub(crate) headers: AtomicBool,
+    /// Messages and bytes received from this client.
+    pub(crate) in_msgs: AtomicU64,
+    /// Payload bytes received from this client.
+    pub(crate) in_bytes: AtomicU64,
+    /// Live subscriptions of this client.
+    pub(crate) subs: AtomicU64,
+    /// Monitoring metadata, written at CONNECT.
+    pub(crate) meta: Mutex<ConnMeta>,
+    cancel: CancellationToken,
+    reason: Mutex<Option<CloseReason>>,
+}
+
+impl ClientHandle {
+    fn new(cid: u64, peer: SocketAddr, max_pending: usize) -> Self {
+        ClientHandle {
+            cid,
+            peer,
+            start: SystemTime::now(),
+            outbound: Outbound::new(max_pending),
+            headers: AtomicBool::new(false),
+            in_msgs: AtomicU64::new(0),
+            in_bytes: AtomicU64::new(0),
+            subs: AtomicU64::new(0),
+            meta: Mutex::new(ConnMeta::default()),
+            cancel: CancellationToken::new(),
+            reason: Mutex::new(None),
+        }
+    }
+
+    /// Closes the connection for `reason` (the first reason wins). Safe to call from any task,
+    /// any number of times.
+    pub(crate) fn close(&self, reason: CloseReason) {
+        {
+            let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+            if r.is_none() {
+                *r = Some(reason);
+            }
+        }
+        self.outbound.close();
+        self.cancel.cancel();
+    }
+
+    /// Why the connection closed, if it has.
+    pub(crate) fn close_reason(&self) -> Option<CloseReason> {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `-ERR '<text>'` and closes after it is written.
+    pub(crate) fn send_err_and_close(&self, text: &str, reason: CloseReason) {
+        let mut b = bytes::BytesMut::with_capacity(text.len() + 10);
+        crate::proto::encode::encode_err(&mut b, text);
+        if let Ok(true) = self.outbound.push_raw(&b) {
+            self.outbound.wake();
+        }
+        self.close(reason);
+    }
+
+    /// Resolves when the connection is being closed.
+    pub(crate) fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// The account name recorded for monitoring.
+    pub(crate) fn meta(&self) -> ConnMeta {
+        self.meta.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Serves one accepted TCP connection until it closes.
+pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let cid = shared.next_cid();
+    let client = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
+    let span = tracing::debug_span!("conn", cid, remote = %peer);
+    async move {
+        debug!("client connection created");
+        shared.register(Arc::clone(&client));
+        let (r, w) = stream.into_split();
+        let writer = tokio::spawn(writer::run(w, Arc::clone(&client), shared.write_deadline()));
+        reader::run(r, Arc::clone(&client), Arc::clone(&shared)).await;
+        if client.close_reason().is_none() {
+            client.close(CloseReason::ClientClosed);
+        }
+        let _ = writer.await;
+        shared.unregister(&client);
+        debug!(reason = client.close_reason().map_or("", CloseReason::as_str), "client connection closed");
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Whether queued data should be flushed for this close reason.
+pub(crate) fn flush_on_close(client: &ClientHandle) -> bool {
+    client.close_reason().is_none_or(CloseReason::flushes)
+}
+
+/// Orders counters for monitoring; relaxed is enough for statistics.
+pub(crate) const STATS: Ordering = Ordering::Relaxed;

@@ -1,0 +1,236 @@
+//! The per-connection outbound queue, bounded in bytes.
+//!
+//! Any task may push into a connection's queue (a publisher's reader delivering a message, the
+//! connection's own reader answering PING); only the connection's writer task drains it. A push
+//! never waits: past `max_pending` bytes the push fails with [`PushError::SlowConsumer`] and the
+//! caller closes the connection, so a subscriber that cannot keep up never stalls a publisher.
+//!
+//! Small frames are copied into one growing tail buffer (coalescing thousands of messages into
+//! one write); payloads of [`ZERO_COPY_THRESHOLD`] bytes or more are queued as their own shared
+//! [`Bytes`] so large messages are never copied. The writer takes everything in one swap and
+//! writes it with vectored I/O.
+//!
+//! Wake-ups are batched: a push marks the queue dirty and tells the caller whether it must
+//! notify the writer ([`Outbound::push_msg`] returns `true` once per dirty period). Readers
+//! collect those queues and notify them once at the end of each read batch.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::sync::Notify;
+
+use crate::proto::encode;
+
+/// Payloads at least this large are queued by reference instead of copied.
+pub(crate) const ZERO_COPY_THRESHOLD: usize = 16 * 1024;
+
+/// Why a push was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PushError {
+    /// The queue would exceed `max_pending`: the connection is a slow consumer.
+    SlowConsumer,
+    /// The connection is closing; the data is dropped.
+    Closed,
+}
+
+#[derive(Default)]
+struct Inner {
+    chunks: VecDeque<Bytes>,
+    tail: BytesMut,
+    pending: usize,
+    closed: bool,
+    out_msgs: u64,
+    out_bytes: u64,
+}
+
+/// What the writer takes out of the queue in one swap.
+pub(crate) struct Batch {
+    /// Buffers to write, in order.
+    pub(crate) chunks: Vec<Bytes>,
+    /// Total bytes in `chunks`.
+    pub(crate) bytes: usize,
+    /// The queue was closed: write this batch, then shut the socket.
+    pub(crate) closed: bool,
+}
+
+/// A connection's outbound queue. Shared by `Arc` between every task that delivers to it.
+pub(crate) struct Outbound {
+    inner: Mutex<Inner>,
+    notify: Notify,
+    dirty: AtomicBool,
+    max_pending: usize,
+}
+
+impl Outbound {
+    /// An empty queue that holds at most `max_pending` bytes.
+    pub(crate) fn new(max_pending: usize) -> Self {
+        Outbound {
+            inner: Mutex::new(Inner::default()),
+            notify: Notify::new(),
+            dirty: AtomicBool::new(false),
+            max_pending,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding this lock can only come from an allocation failure; the queue
+        // data stays consistent (plain appends), so a poisoned lock is safe to reuse.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues one MSG/HMSG frame. Returns whether the caller must [`Outbound::wake`] the writer
+    /// (true the first time the queue becomes dirty).
+    pub(crate) fn push_msg(
+        &self,
+        subject: &[u8],
+        sid: &[u8],
+        reply: Option<&[u8]>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> Result<bool, PushError> {
+        let hlen = headers.map(|h| h.len());
+        let total = hlen.unwrap_or(0) + payload.len();
+        let frame = total + subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + 32;
+        {
+            let mut g = self.lock();
+            if g.closed {
+                return Err(PushError::Closed);
+            }
+            if g.pending + frame > self.max_pending {
+                return Err(PushError::SlowConsumer);
+            }
+            let before = g.tail.len();
+            encode::encode_msg_line(&mut g.tail, subject, sid, reply, hlen, total);
+            if total >= ZERO_COPY_THRESHOLD {
+                let tail = g.tail.split().freeze();
+                g.chunks.push_back(tail);
+                if let Some(h) = headers {
+                    g.chunks.push_back(h.clone());
+                }
+                g.chunks.push_back(payload.clone());
+                g.tail.put_slice(b"\r\n");
+            } else {
+                g.tail.reserve(total + 2);
+                if let Some(h) = headers {
+                    g.tail.put_slice(h);
+                }
+                g.tail.put_slice(payload);
+                g.tail.put_slice(b"\r\n");
+            }
+            let line = g.tail.len().saturating_sub(before);
+            let written = if total >= ZERO_COPY_THRESHOLD { line + total + 40 } else { line };
+            g.pending += written;
+            g.out_msgs += 1;
+            g.out_bytes += total as u64;
+        }
+        Ok(!self.dirty.swap(true, Ordering::AcqRel))
+    }
+
+    /// Queues protocol bytes (PONG, +OK, -ERR, INFO). Control traffic is never refused for
+    /// size; it is tiny and must not be lost to a slow-consumer race.
+    pub(crate) fn push_raw(&self, bytes: &[u8]) -> Result<bool, PushError> {
+        {
+            let mut g = self.lock();
+            if g.closed {
+                return Err(PushError::Closed);
+            }
+            g.tail.put_slice(bytes);
+            g.pending += bytes.len();
+        }
+        Ok(!self.dirty.swap(true, Ordering::AcqRel))
+    }
+
+    /// Wakes the writer task.
+    pub(crate) fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Marks the queue closed: nothing more is accepted, the writer flushes what is queued and
+    /// shuts the socket.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+
+    /// Bytes queued but not yet written.
+    pub(crate) fn pending_bytes(&self) -> usize {
+        self.lock().pending
+    }
+
+    /// Messages and payload bytes queued so far (the connection's `out_msgs`/`out_bytes`).
+    pub(crate) fn out_stats(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.out_msgs, g.out_bytes)
+    }
+
+    /// Takes everything queued (writer only).
+    pub(crate) fn take(&self) -> Batch {
+        self.dirty.store(false, Ordering::Release);
+        let mut g = self.lock();
+        let mut chunks: Vec<Bytes> = g.chunks.drain(..).collect();
+        if !g.tail.is_empty() {
+            chunks.push(g.tail.split().freeze());
+        }
+        let bytes = chunks.iter().map(Bytes::len).sum();
+        Batch { chunks, bytes, closed: g.closed }
+    }
+
+    /// Records that the writer put `n` bytes on the socket.
+    pub(crate) fn written(&self, n: usize) {
+        let mut g = self.lock();
+        g.pending = g.pending.saturating_sub(n);
+    }
+
+    /// Waits until a push or close wakes the writer.
+    pub(crate) async fn wait(&self) {
+        self.notify.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_beyond_max_pending_is_a_slow_consumer() {
+        let q = Outbound::new(100);
+        let p = Bytes::from_static(&[0u8; 40]);
+        assert!(q.push_msg(b"a", b"1", None, None, &p).is_ok());
+        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Err(PushError::SlowConsumer));
+    }
+
+    #[test]
+    fn only_first_push_of_a_dirty_period_asks_for_a_wake() {
+        let q = Outbound::new(1 << 20);
+        let p = Bytes::from_static(b"hi");
+        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
+        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(false));
+        let b = q.take();
+        assert_eq!(b.chunks.concat(), b"MSG a 1 2\r\nhi\r\nMSG a 1 2\r\nhi\r\n".to_vec());
+        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
+    }
+
+    #[test]
+    fn large_payloads_are_queued_without_copy_and_in_order() {
+        let q = Outbound::new(1 << 22);
+        let big = Bytes::from(vec![7u8; ZERO_COPY_THRESHOLD]);
+        q.push_raw(b"PONG\r\n").unwrap();
+        q.push_msg(b"s", b"9", Some(b"r"), None, &big).unwrap();
+        let b = q.take();
+        assert!(b.chunks.iter().any(|c| c.as_ptr() == big.as_ptr()));
+        let all = b.chunks.concat();
+        assert!(all.starts_with(b"PONG\r\nMSG s 9 r 16384\r\n"));
+        assert!(all.ends_with(b"\x07\r\n"));
+        assert_eq!(all.len(), b.bytes);
+    }
+
+    #[test]
+    fn closed_queue_refuses_pushes() {
+        let q = Outbound::new(1000);
+        q.close();
+        assert_eq!(q.push_raw(b"x"), Err(PushError::Closed));
+        assert!(q.take().closed);
+    }
+}

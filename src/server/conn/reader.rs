@@ -1,0 +1,433 @@
+//! The reader task: socket bytes → parser → per-op handling → routing.
+//!
+//! One [`Session`] per connection holds everything only this task touches (parser, sid table,
+//! protocol flags, match cache), so none of it is locked. Output for other connections goes
+//! through their outbound queues; the queues that became dirty during a read batch are woken
+//! once when the batch is done.
+//!
+//! The same task runs the connection's timers: the authentication deadline before CONNECT and
+//! the keepalive PINGs after it (`ping_interval`, `ping_max` → `Stale Connection`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::time::Instant;
+use tracing::{debug, trace, warn};
+
+use crate::auth::Credentials;
+use crate::proto::connect::ConnectInfo;
+use crate::proto::errors as perr;
+use crate::proto::parser::{Limits, Parser, ProtoError};
+use crate::proto::ClientOp;
+use crate::subject::{is_valid_publish_subject, is_valid_subscribe_subject};
+
+use super::super::account::{Account, Subscription};
+use super::super::router::{self, Publisher, RouteCtx};
+use super::super::Shared;
+use super::{ClientHandle, CloseReason, STATS};
+
+/// Bytes requested from the socket per read.
+const READ_SIZE: usize = 64 * 1024;
+/// The first keepalive PING goes out no later than this after the connection starts.
+const FIRST_PING_MAX: Duration = Duration::from_secs(2);
+
+/// Per-connection protocol state, owned by the reader task.
+struct Session {
+    client: Arc<ClientHandle>,
+    shared: Arc<Shared>,
+    account: Arc<Account>,
+    parser: Parser,
+    connected: bool,
+    verbose: bool,
+    pedantic: bool,
+    echo: bool,
+    no_responders: bool,
+    headers: bool,
+    protocol: i64,
+    sent_connect_info: bool,
+    sids: HashMap<Bytes, Arc<Subscription>>,
+    live_subs: usize,
+    route: RouteCtx,
+    pings_out: u32,
+    active: bool,
+    own_dirty: bool,
+    in_msgs: u64,
+    in_bytes: u64,
+}
+
+/// Outcome of handling one op.
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// Runs the reader until the connection closes.
+pub(crate) async fn run<R: AsyncRead + Unpin>(mut r: R, client: Arc<ClientHandle>, shared: Arc<Shared>) {
+    let limits = Limits {
+        max_control_line: shared.limits.max_control_line,
+        max_payload: shared.limits.max_payload,
+    };
+    let account = shared.accounts.global();
+    let mut s = Session {
+        route: RouteCtx::new(client.cid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared.seed),
+        client,
+        account,
+        parser: Parser::new(limits),
+        connected: false,
+        // The reference treats a client as verbose until CONNECT says otherwise.
+        verbose: true,
+        pedantic: true,
+        echo: true,
+        no_responders: false,
+        headers: false,
+        protocol: 0,
+        sent_connect_info: false,
+        sids: HashMap::new(),
+        live_subs: 0,
+        pings_out: 0,
+        active: false,
+        own_dirty: false,
+        in_msgs: 0,
+        in_bytes: 0,
+        shared,
+    };
+    let info = s.shared.info_line(&s.client, false, None);
+    s.push_raw(&info);
+    s.flush();
+
+    let auth_deadline = Instant::now() + s.shared.limits.auth_timeout;
+    let auth_required = s.shared.auth.required();
+    let ping_every = s.shared.limits.ping_interval.max(Duration::from_millis(10));
+    let mut ping = tokio::time::interval_at(Instant::now() + ping_every.min(FIRST_PING_MAX), ping_every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut buf = BytesMut::with_capacity(READ_SIZE);
+    let client = Arc::clone(&s.client);
+    loop {
+        if buf.capacity() - buf.len() < READ_SIZE / 4 {
+            buf.reserve(READ_SIZE.max(s.parser.pending_payload()));
+        }
+        tokio::select! {
+            biased;
+            _ = client.cancelled() => break,
+            res = r.read_buf(&mut buf) => match res {
+                Ok(0) => break,
+                Ok(_) => {
+                    let flow = s.process(&mut buf);
+                    s.flush();
+                    if let Flow::Close = flow { break }
+                }
+                Err(e) => {
+                    debug!(error = %e, "read failed");
+                    client.close(CloseReason::IoError);
+                    break;
+                }
+            },
+            _ = ping.tick(), if s.connected => {
+                if let Flow::Close = s.on_ping_tick() { break }
+                s.flush();
+            }
+            _ = tokio::time::sleep_until(auth_deadline), if auth_required && !s.connected => {
+                debug!("authentication timeout");
+                client.send_err_and_close(perr::AUTHENTICATION_TIMEOUT, CloseReason::AuthenticationFailure);
+                break;
+            }
+        }
+    }
+    s.cleanup();
+}
+
+impl Session {
+    fn push_raw(&mut self, bytes: &[u8]) {
+        if let Ok(true) = self.client.outbound.push_raw(bytes) {
+            self.own_dirty = true;
+        }
+    }
+
+    fn ok(&mut self) {
+        if self.verbose {
+            self.push_raw(b"+OK\r\n");
+        }
+    }
+
+    fn err(&mut self, text: &str) {
+        let mut b = BytesMut::with_capacity(text.len() + 10);
+        crate::proto::encode::encode_err(&mut b, text);
+        self.push_raw(&b);
+    }
+
+    fn fatal(&mut self, text: &str, reason: CloseReason) -> Flow {
+        self.flush();
+        self.client.send_err_and_close(text, reason);
+        Flow::Close
+    }
+
+    /// Wakes every queue this batch wrote to and publishes the batch's counters.
+    fn flush(&mut self) {
+        if self.own_dirty {
+            self.own_dirty = false;
+            self.client.outbound.wake();
+        }
+        for c in self.route.wake.drain(..) {
+            c.outbound.wake();
+        }
+        let (msgs, bytes, slow) = self.route.take_counts();
+        let st = &self.shared.stats;
+        if msgs > 0 {
+            st.out_msgs.fetch_add(msgs, STATS);
+            st.out_bytes.fetch_add(bytes, STATS);
+        }
+        if slow > 0 {
+            st.slow_consumers.fetch_add(slow, STATS);
+        }
+        if self.in_msgs > 0 {
+            st.in_msgs.fetch_add(self.in_msgs, STATS);
+            st.in_bytes.fetch_add(self.in_bytes, STATS);
+            self.client.in_msgs.fetch_add(self.in_msgs, STATS);
+            self.client.in_bytes.fetch_add(self.in_bytes, STATS);
+            self.in_msgs = 0;
+            self.in_bytes = 0;
+        }
+    }
+
+    fn process(&mut self, buf: &mut BytesMut) -> Flow {
+        loop {
+            let op = match self.parser.next_client_op(buf) {
+                Ok(Some(op)) => op,
+                Ok(None) => return Flow::Continue,
+                Err(e) => return self.protocol_error(&e),
+            };
+            if let Flow::Close = self.handle(op) {
+                return Flow::Close;
+            }
+        }
+    }
+
+    fn protocol_error(&mut self, e: &ProtoError) -> Flow {
+        debug!(error = %e, "protocol error");
+        let reason = match e {
+            ProtoError::PayloadTooLarge { .. } => CloseReason::MaxPayloadExceeded,
+            _ => CloseReason::ProtocolViolation,
+        };
+        match e.err_text() {
+            Some(text) => self.fatal(text, reason),
+            None => {
+                self.client.close(reason);
+                Flow::Close
+            }
+        }
+    }
+
+    fn handle(&mut self, op: ClientOp) -> Flow {
+        if !self.connected && self.shared.auth.enabled() && !matches!(op, ClientOp::Connect(_)) {
+            debug!("operation before CONNECT on a server that requires auth");
+            return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+        }
+        match op {
+            ClientOp::Pub { subject, reply, headers, payload } => {
+                self.on_pub(subject, reply, headers, payload)
+            }
+            ClientOp::Sub { subject, queue, sid } => self.on_sub(subject, queue, sid),
+            ClientOp::Unsub { sid, max } => self.on_unsub(&sid, max),
+            ClientOp::Ping => {
+                trace!("<<- PING");
+                self.push_raw(b"PONG\r\n");
+                if self.connected && self.protocol >= 1 && !self.sent_connect_info {
+                    self.sent_connect_info = true;
+                    let info = self.shared.info_line(&self.client, true, Some(&self.account.name));
+                    self.push_raw(&info);
+                }
+                Flow::Continue
+            }
+            ClientOp::Pong => {
+                self.pings_out = 0;
+                Flow::Continue
+            }
+            ClientOp::Connect(body) => self.on_connect(&body),
+            ClientOp::Info(_) => Flow::Continue,
+        }
+    }
+
+    fn on_connect(&mut self, body: &[u8]) -> Flow {
+        let Ok(info) = ConnectInfo::parse(body) else {
+            debug!("CONNECT body is not valid JSON");
+            self.client.close(CloseReason::ProtocolViolation);
+            return Flow::Close;
+        };
+        let protocol = info.protocol.unwrap_or(0);
+        if !(0..=1).contains(&protocol) {
+            return self.fatal(perr::INVALID_CLIENT_PROTOCOL, CloseReason::ProtocolViolation);
+        }
+        let headers = info.headers.unwrap_or(false) && self.shared.headers_supported;
+        if info.no_responders.unwrap_or(false) && !headers {
+            return self.fatal(perr::NO_RESPONDERS_REQUIRES_HEADERS, CloseReason::ProtocolViolation);
+        }
+        if !self.connected {
+            if info.account.is_some() || info.new_account.is_some() {
+                debug!("legacy account fields in CONNECT");
+                return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+            }
+            let creds = Credentials {
+                user: info.user.as_deref(),
+                pass: info.pass.as_deref(),
+                token: info.auth_token.as_deref(),
+            };
+            match self.shared.auth.authenticate(&creds) {
+                Ok(id) => {
+                    if let Some(acc) = &id.account {
+                        match self.shared.accounts.get(acc) {
+                            Some(a) => self.account = a,
+                            None => {
+                                warn!(account = %acc, "user bound to an unknown account");
+                                return self.fatal(
+                                    perr::AUTHORIZATION_VIOLATION,
+                                    CloseReason::AuthenticationFailure,
+                                );
+                            }
+                        }
+                    }
+                    let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
+                    m.user = id.user;
+                }
+                Err(e) => {
+                    warn!(cid = self.client.cid, reason = %e, "authentication failed");
+                    return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+                }
+            }
+        }
+        self.connected = true;
+        self.verbose = info.verbose.unwrap_or(true);
+        self.pedantic = info.pedantic.unwrap_or(true);
+        self.echo = info.echo.unwrap_or(true);
+        self.no_responders = info.no_responders.unwrap_or(false);
+        self.headers = headers;
+        self.protocol = protocol;
+        self.client.headers.store(headers, Ordering::Relaxed);
+        {
+            let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
+            m.name = info.name;
+            m.lang = info.lang;
+            m.version = info.version;
+            m.account = self.account.name.clone();
+        }
+        debug!(account = %self.account.name, "client connected");
+        self.ok();
+        Flow::Continue
+    }
+
+    fn on_pub(&mut self, subject: Bytes, reply: Option<Bytes>, headers: Option<Bytes>, payload: Bytes) -> Flow {
+        if headers.is_some() && !self.headers {
+            debug!("HPUB from a client that did not enable headers");
+            self.client.close(CloseReason::ProtocolViolation);
+            return Flow::Close;
+        }
+        if self.pedantic && !is_valid_publish_subject(&subject) {
+            self.err(perr::INVALID_PUBLISH_SUBJECT);
+            return Flow::Continue;
+        }
+        self.active = true;
+        self.in_msgs += 1;
+        self.in_bytes += (payload.len() + headers.as_ref().map_or(0, Bytes::len)) as u64;
+        // +OK goes out before any copy of the message comes back to this connection.
+        self.ok();
+        let from = Publisher { cid: self.client.cid, echo: self.echo, no_responders: self.no_responders };
+        router::publish(&mut self.route, &self.account, from, &subject, reply.as_deref(), headers.as_ref(), &payload);
+        Flow::Continue
+    }
+
+    fn on_sub(&mut self, subject: Bytes, queue: Option<Bytes>, sid: Bytes) -> Flow {
+        if !is_valid_subscribe_subject(&subject) {
+            self.err(perr::INVALID_SUBJECT);
+            return Flow::Continue;
+        }
+        if let Some(existing) = self.sids.get(&sid) {
+            if !existing.closed.load(Ordering::Acquire) {
+                self.ok();
+                return Flow::Continue;
+            }
+        }
+        self.prune_expired();
+        let max = self.shared.limits.max_subscriptions;
+        if max > 0 && self.live_subs >= max {
+            self.err(perr::MAX_SUBSCRIPTIONS_EXCEEDED);
+            return Flow::Continue;
+        }
+        let sub = Arc::new(Subscription {
+            client: Arc::clone(&self.client),
+            sid: sid.clone(),
+            subject,
+            queue,
+            delivered: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        });
+        if self.account.subscribe(&sub).is_err() {
+            self.err(perr::INVALID_SUBJECT);
+            return Flow::Continue;
+        }
+        self.client.subs.fetch_add(1, Ordering::Relaxed);
+        self.sids.insert(sid, sub);
+        self.live_subs += 1;
+        self.ok();
+        Flow::Continue
+    }
+
+    /// Drops sid-table entries whose subscription expired through auto-unsubscribe.
+    fn prune_expired(&mut self) {
+        if self.sids.len() >= 64 && self.sids.len().is_power_of_two() {
+            self.sids.retain(|_, s| !s.closed.load(Ordering::Acquire));
+        }
+        self.live_subs = self.client.subs.load(Ordering::Relaxed) as usize;
+    }
+
+    fn on_unsub(&mut self, sid: &Bytes, max: Option<u64>) -> Flow {
+        if let Some(sub) = self.sids.get(sid).cloned() {
+            let remove_now = match max {
+                None | Some(0) => true,
+                Some(m) => {
+                    sub.max.store(m, Ordering::Relaxed);
+                    sub.delivered.load(Ordering::Relaxed) >= m
+                }
+            };
+            if remove_now {
+                self.sids.remove(sid);
+                if self.account.unsubscribe(&sub) {
+                    self.client.subs.fetch_sub(1, Ordering::Relaxed);
+                }
+                self.live_subs = self.live_subs.saturating_sub(1);
+            }
+        }
+        self.ok();
+        Flow::Continue
+    }
+
+    fn on_ping_tick(&mut self) -> Flow {
+        if self.active {
+            // The client published since the last tick: it is alive (the reference skips the
+            // PING in that case too; protocol chatter like PING/PONG does not count).
+            self.active = false;
+            self.pings_out = 0;
+            return Flow::Continue;
+        }
+        if self.pings_out + 1 > self.shared.limits.ping_max {
+            debug!("stale connection");
+            self.shared.stats.stale_connections.fetch_add(1, STATS);
+            return self.fatal(perr::STALE_CONNECTION, CloseReason::StaleConnection);
+        }
+        self.pings_out += 1;
+        self.push_raw(b"PING\r\n");
+        Flow::Continue
+    }
+
+    fn cleanup(&mut self) {
+        self.flush();
+        for (_, sub) in self.sids.drain() {
+            if self.account.unsubscribe(&sub) {
+                self.client.subs.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Binding the client port and accepting connections.
+//!
+//! The socket is bound with `SO_REUSEADDR` so a restarted server (or a test harness that just
+//! killed one) can re-bind the same port at once. Accept errors back off instead of spinning;
+//! connections over `max_connections` get `-ERR 'maximum connections exceeded'` and are
+//! closed without ever reaching the protocol code.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use crate::proto::errors as perr;
+
+use super::{conn, ServerError, Shared};
+
+/// Pending-connection backlog for the client listener.
+const BACKLOG: u32 = 1024;
+
+/// Resolves `host` and binds `port` (`-1` = any free port) with `SO_REUSEADDR`.
+pub(crate) async fn bind(host: &str, port: i32, what: &'static str) -> Result<TcpListener, ServerError> {
+    let port = if port < 0 { 0 } else { u16::try_from(port).unwrap_or(0) };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    let err = |e: std::io::Error| ServerError::Bind { what, addr: shown.clone(), source: e };
+    let addr: SocketAddr = match tokio::net::lookup_host((host, port)).await.map_err(err)?.next() {
+        Some(a) => a,
+        None => return Err(err(std::io::ErrorKind::AddrNotAvailable.into())),
+    };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(err)?;
+    socket.set_reuseaddr(true).map_err(err)?;
+    socket.bind(addr).map_err(err)?;
+    socket.listen(BACKLOG).map_err(err)
+}
+
+/// Binds the client listener from the options.
+pub(crate) async fn bind_clients(shared: &Shared) -> Result<TcpListener, ServerError> {
+    bind(&shared.opts.host, shared.opts.port, "client connections").await
+}
+
+/// Accepts clients until `stop` is cancelled.
+pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((mut stream, peer)) => {
+                backoff = Duration::from_millis(5);
+                if shared.num_clients() >= shared.limits.max_connections {
+                    warn!(remote = %peer, "maximum connections exceeded, refusing client");
+                    tokio::spawn(async move {
+                        let msg = format!("-ERR '{}'\r\n", perr::MAX_CONNECTIONS_EXCEEDED);
+                        let _ = stream.write_all(msg.as_bytes()).await;
+                        let _ = stream.shutdown().await;
+                    });
+                    continue;
+                }
+                debug!(remote = %peer, "accepted client");
+                tokio::spawn(conn::serve(Arc::clone(&shared), stream, peer));
+            }
+            Err(e) => {
+                error!(error = %e, "accept failed; backing off {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! The running server: listeners, connections, accounts, monitoring and lifecycle.
+//!
+//! [`run`] takes validated [`ServerOptions`], binds the client listener (and the monitoring
+//! port when asked), logs the lines operators and client test harnesses wait for
+//! (`Listening for client connections on HOST:PORT`, `Server is ready`), and serves until
+//! SIGTERM/SIGINT (graceful stop) or SIGUSR2 (lame duck: stop accepting, then close clients
+//! gradually).
+//!
+//! State shared by every task lives in [`Shared`]: immutable limits computed once from the
+//! options, the account registry, counters, and the table of live connections (for monitoring
+//! and shutdown). The data path itself (reader → router → outbound → writer) is in [`conn`] and
+//! [`router`].
+//!
+//! Lock order (the only nesting there is): an account's tree lock may be taken while holding
+//! nothing; an outbound queue lock is never held while taking any other lock.
+
+pub(crate) mod account;
+pub(crate) mod conn;
+mod listener;
+pub mod log_format;
+mod monitor;
+pub(crate) mod router;
+mod shutdown;
+pub mod signal_command;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tracing::{info, warn};
+
+use crate::auth::{Authenticator, UserEntry};
+use crate::config::options::ServerOptions;
+use crate::proto::info::ServerInfo;
+
+use self::account::Registry;
+use self::conn::ClientHandle;
+
+/// The NATS server version we advertise. Clients choose features by it (nats-py needs
+/// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.
+pub const NATS_COMPAT_VERSION: &str = "2.11.0";
+
+/// Errors that stop the server from starting or running.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The client or monitoring port could not be bound.
+    #[error("could not listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// Address tried.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `-sd` names something that is not a directory.
+    #[error("storage directory is not a directory: {0}")]
+    StoreNotDir(PathBuf),
+    /// `-sd` could not be created.
+    #[error("could not create storage directory {path}: {source}")]
+    StoreCreate {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The pid or ports file could not be written.
+    #[error("could not write {path}: {source}")]
+    WriteFile {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An option combination that cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Limits copied out of the options once, in the types the hot path wants.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub(crate) max_payload: usize,
+    pub(crate) max_control_line: usize,
+    pub(crate) max_pending: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) max_subscriptions: usize,
+    pub(crate) ping_interval: Duration,
+    pub(crate) ping_max: u32,
+    pub(crate) auth_timeout: Duration,
+    pub(crate) write_deadline: Duration,
+}
+
+/// Server-wide counters (the `/varz` figures).
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) in_msgs: AtomicU64,
+    pub(crate) in_bytes: AtomicU64,
+    pub(crate) out_msgs: AtomicU64,
+    pub(crate) out_bytes: AtomicU64,
+    pub(crate) slow_consumers: AtomicU64,
+    pub(crate) stale_connections: AtomicU64,
+    pub(crate) total_connections: AtomicU64,
+}
+
+/// State every task of the server can see.
+pub(crate) struct Shared {
+    pub(crate) opts: ServerOptions,
+    pub(crate) server_id: String,
+    pub(crate) server_name: String,
+    pub(crate) limits: Limits,
+    pub(crate) accounts: Registry,
+    pub(crate) auth: Authenticator,
+    pub(crate) stats: Stats,
+    pub(crate) seed: u64,
+    pub(crate) headers_supported: bool,
+    pub(crate) start: SystemTime,
+    pub(crate) lame_duck: AtomicBool,
+    pub(crate) client_port: AtomicU64,
+    pub(crate) http_req_stats: Mutex<HashMap<String, u64>>,
+    clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
+    next_cid: AtomicU64,
+}
+
+fn clamp_usize(v: i64, default: usize) -> usize {
+    if v <= 0 {
+        default
+    } else {
+        usize::try_from(v).unwrap_or(usize::MAX)
+    }
+}
+
+impl Shared {
+    fn new(opts: ServerOptions) -> Result<Self, ServerError> {
+        let server_id = nkeys::KeyPair::new_server().public_key();
+        let server_name = opts.server_name.clone().unwrap_or_else(|| server_id.clone());
+        let limits = Limits {
+            max_payload: clamp_usize(opts.max_payload, 1024 * 1024),
+            max_control_line: clamp_usize(opts.max_control_line, 4096),
+            max_pending: clamp_usize(opts.max_pending, 64 * 1024 * 1024),
+            max_connections: clamp_usize(opts.max_connections, 65536),
+            max_subscriptions: usize::try_from(opts.max_subscriptions.max(0)).unwrap_or(0),
+            ping_interval: opts.ping_interval,
+            ping_max: u32::try_from(opts.ping_max.max(0)).unwrap_or(2),
+            auth_timeout: opts.auth_timeout,
+            write_deadline: opts.write_deadline,
+        };
+        if limits.max_payload > limits.max_pending {
+            return Err(ServerError::Config(format!(
+                "max_payload ({}) cannot be higher than max_pending ({})",
+                limits.max_payload, limits.max_pending
+            )));
+        }
+        let accounts = Registry::new();
+        let auth = build_authenticator(&opts, &accounts);
+        Ok(Shared {
+            headers_supported: !opts.no_header_support,
+            server_id,
+            server_name,
+            limits,
+            accounts,
+            auth,
+            stats: Stats::default(),
+            seed: rand::random(),
+            start: SystemTime::now(),
+            lame_duck: AtomicBool::new(false),
+            client_port: AtomicU64::new(0),
+            http_req_stats: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
+            next_cid: AtomicU64::new(1),
+            opts,
+        })
+    }
+
+    pub(crate) fn next_cid(&self) -> u64 {
+        self.next_cid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn max_pending(&self) -> usize {
+        self.limits.max_pending
+    }
+
+    pub(crate) fn write_deadline(&self) -> Duration {
+        self.limits.write_deadline
+    }
+
+    fn clients_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ClientHandle>>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn register(&self, c: Arc<ClientHandle>) {
+        self.stats.total_connections.fetch_add(1, Ordering::Relaxed);
+        self.clients_lock().insert(c.cid, c);
+    }
+
+    pub(crate) fn unregister(&self, c: &ClientHandle) {
+        self.clients_lock().remove(&c.cid);
+    }
+
+    pub(crate) fn num_clients(&self) -> usize {
+        self.clients_lock().len()
+    }
+
+    pub(crate) fn clients(&self) -> Vec<Arc<ClientHandle>> {
+        self.clients_lock().values().cloned().collect()
+    }
+
+    /// The INFO line for `client` (`connect_info` marks the one sent after the first PONG).
+    pub(crate) fn info_line(&self, client: &ClientHandle, connect_info: bool, account: Option<&str>) -> Vec<u8> {
+        let info = ServerInfo {
+            server_id: self.server_id.clone(),
+            server_name: self.server_name.clone(),
+            version: NATS_COMPAT_VERSION.to_owned(),
+            proto: 1,
+            git_commit: None,
+            host: self.opts.host.clone(),
+            port: u16::try_from(self.client_port.load(Ordering::Relaxed)).unwrap_or(0),
+            headers: self.headers_supported,
+            max_payload: self.limits.max_payload as i64,
+            jetstream: false,
+            client_id: client.cid,
+            client_ip: client.peer.ip().to_string(),
+            auth_required: self.auth.required(),
+            ldm: self.lame_duck.load(Ordering::Relaxed),
+            connect_info,
+            remote_account: account.map(str::to_owned),
+            ..ServerInfo::default()
+        };
+        let mut line = b"INFO ".to_vec();
+        line.extend_from_slice(info.to_json().as_bytes());
+        line.extend_from_slice(b" \r\n");
+        line
+    }
+}
+
+/// Builds the authenticator from the config's `authorization`, `accounts` and auth flags, and
+/// creates the configured accounts in `registry`.
+fn build_authenticator(opts: &ServerOptions, registry: &Registry) -> Authenticator {
+    let a = &opts.authorization;
+    if let Some(token) = &a.token {
+        return Authenticator::token(token.clone());
+    }
+    let mut users = Vec::new();
+    if let (Some(u), Some(p)) = (&a.user, &a.password) {
+        users.push(UserEntry { user: u.clone(), password: p.clone(), account: None });
+    }
+    for u in &a.users {
+        if let (Some(name), Some(pw)) = (&u.user, &u.password) {
+            users.push(UserEntry { user: name.clone(), password: pw.clone(), account: u.account.clone() });
+        } else if u.nkey.is_some() {
+            warn!("nkey users are not supported yet; user entry ignored");
+        }
+    }
+    for acc in &opts.accounts {
+        registry.create(&acc.name);
+        for u in &acc.users {
+            if let (Some(name), Some(pw)) = (&u.user, &u.password) {
+                users.push(UserEntry { user: name.clone(), password: pw.clone(), account: Some(acc.name.clone()) });
+            } else if u.nkey.is_some() {
+                warn!(account = %acc.name, "nkey users are not supported yet; user entry ignored");
+            }
+        }
+    }
+    Authenticator::users(users, opts.no_auth_user.clone())
+}
+
+/// Runs the server until it is told to stop.
+///
+/// # Errors
+/// [`ServerError`] when a listener cannot be bound or a startup file cannot be written.
+pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
+    check_store_dir(&opts)?;
+    for key in &opts.ignored {
+        warn!("option {key:?} is not supported yet and is ignored");
+    }
+    let shared = Arc::new(Shared::new(opts)?);
+    let client_listener = listener::bind_clients(&shared).await?;
+    let client_addr = client_listener.local_addr().map_err(|e| ServerError::Bind {
+        what: "client",
+        addr: shared.opts.host.clone(),
+        source: e,
+    })?;
+    shared.client_port.store(u64::from(client_addr.port()), Ordering::Relaxed);
+
+    let shutdown = shutdown::Shutdown::new();
+    let monitor_addr = match monitor::bind(&shared).await? {
+        Some(l) => {
+            let addr = l.local_addr().ok();
+            if let Some(a) = addr {
+                info!("Starting http monitor on {}", display_addr(a));
+            }
+            tokio::spawn(monitor::serve(l, Arc::clone(&shared), shutdown.token()));
+            addr
+        }
+        None => None,
+    };
+    info!("Starting sealstream-server");
+    info!("  Version:  {NATS_COMPAT_VERSION} (sealstream {})", env!("CARGO_PKG_VERSION"));
+    info!("  ID:       {}", shared.server_id);
+    info!("  Name:     {}", shared.server_name);
+    if let Some(cf) = &shared.opts.config_file {
+        info!("Using configuration file: {}", cf.display());
+    }
+    info!("Listening for client connections on {}", display_addr(client_addr));
+    let files = startup_files(&shared, client_addr, monitor_addr)?;
+    info!("Server is ready");
+
+    let accept = tokio::spawn(listener::accept_loop(client_listener, Arc::clone(&shared), shutdown.token()));
+    shutdown::wait_for_signals(&shared, &shutdown).await;
+    shutdown.cancel();
+    let _ = accept.await;
+    shutdown::close_clients(&shared).await;
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
+    info!("Server Exiting..");
+    Ok(())
+}
+
+fn display_addr(a: SocketAddr) -> String {
+    a.to_string()
+}
+
+/// Checks (and creates) the JetStream storage directory when JetStream is requested.
+fn check_store_dir(opts: &ServerOptions) -> Result<(), ServerError> {
+    if !opts.jetstream.enabled {
+        return Ok(());
+    }
+    warn!("JetStream is not available in this build yet; the server runs core NATS only");
+    let Some(dir) = &opts.jetstream.store_dir else { return Ok(()) };
+    if dir.exists() && !dir.is_dir() {
+        return Err(ServerError::StoreNotDir(dir.clone()));
+    }
+    std::fs::create_dir_all(dir.join("jetstream"))
+        .map_err(|e| ServerError::StoreCreate { path: dir.clone(), source: e })
+}
+
+/// Writes the pid file and the ports file; returns the paths to remove on exit.
+fn startup_files(
+    shared: &Shared,
+    client: SocketAddr,
+    monitor: Option<SocketAddr>,
+) -> Result<Vec<PathBuf>, ServerError> {
+    let mut files = Vec::new();
+    let pid = std::process::id();
+    if let Some(p) = &shared.opts.pid_file {
+        std::fs::write(p, pid.to_string())
+            .map_err(|e| ServerError::WriteFile { path: p.clone(), source: e })?;
+        files.push(p.clone());
+    }
+    if let Some(dir) = &shared.opts.ports_file_dir {
+        let exe = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "sealstream-server".to_owned());
+        let path = dir.join(format!("{exe}_{pid}.ports"));
+        let mut ports = serde_json::json!({ "client": [format!("nats://{client}")] });
+        if let Some(m) = monitor {
+            ports["monitoring"] = serde_json::json!([format!("http://{m}")]);
+        }
+        std::fs::write(&path, ports.to_string())
+            .map_err(|e| ServerError::WriteFile { path: path.clone(), source: e })?;
+        files.push(path);
+    }
+    Ok(files)
+}

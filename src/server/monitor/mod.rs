@@ -1,0 +1,133 @@
+//! The HTTP monitoring port (`-m`, `http_port`, `http: host:port`).
+//!
+//! Endpoints keep nats-server's paths and JSON field names so existing dashboards, exporters and
+//! client test harnesses read them unchanged: `/varz`, `/connz`, `/subsz`, `/routez`, `/healthz`
+//! and an index at `/`. Every response is indented JSON with `Access-Control-Allow-Origin: *`;
+//! a bad query value is a 400 with a plain-text reason.
+//!
+//! The HTTP/1.1 framing is hyper's; this module only maps paths to documents built from
+//! [`Shared`](super::Shared).
+
+mod varz;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::{listener, ServerError, Shared};
+
+/// Binds the monitoring listener if one is configured.
+pub(crate) async fn bind(shared: &Shared) -> Result<Option<TcpListener>, ServerError> {
+    let Some(port) = shared.opts.http_port else { return Ok(None) };
+    let host = if shared.opts.http_host.is_empty() { &shared.opts.host } else { &shared.opts.http_host };
+    listener::bind(host, port, "http monitoring").await.map(Some)
+}
+
+/// Serves monitoring requests until `stop` is cancelled.
+pub(crate) async fn serve(l: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = l.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(error = %e, "monitor accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| handle(Arc::clone(&shared), req));
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                debug!(error = %e, "monitor connection error");
+            }
+        });
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Ok(v) = content_type.parse() {
+        h.insert(hyper::header::CONTENT_TYPE, v);
+    }
+    h.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, hyper::header::HeaderValue::from_static("*"));
+    r
+}
+
+fn json(status: StatusCode, v: &serde_json::Value) -> Resp {
+    let body = serde_json::to_vec_pretty(v).unwrap_or_default();
+    respond(status, "application/json", body)
+}
+
+fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.to_owned()),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Resp, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"));
+    }
+    let base = shared.opts.http_base_path.trim_end_matches('/');
+    let path = req.uri().path();
+    let Some(path) = path.strip_prefix(base) else {
+        return Ok(respond(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"));
+    };
+    let path = if path.is_empty() { "/" } else { path };
+    let endpoint = path.trim_end_matches('/');
+    let endpoint = if endpoint.is_empty() { "/" } else { endpoint };
+    {
+        let mut s = shared.http_req_stats.lock().unwrap_or_else(|p| p.into_inner());
+        *s.entry(endpoint.to_owned()).or_insert(0) += 1;
+    }
+    let q = query(&req);
+    let resp = match endpoint {
+        "/" => respond(StatusCode::OK, "text/html; charset=utf-8", index_html(base)),
+        "/varz" => json(StatusCode::OK, &varz::varz(&shared)),
+        "/connz" => match varz::connz(&shared, &q) {
+            Ok(v) => json(StatusCode::OK, &v),
+            Err(msg) => respond(StatusCode::BAD_REQUEST, "text/plain", msg),
+        },
+        "/subsz" | "/subscriptionsz" => json(StatusCode::OK, &varz::subsz(&shared)),
+        "/routez" => json(StatusCode::OK, &varz::routez(&shared)),
+        "/healthz" => {
+            let (status, v) = varz::healthz(&shared, &q);
+            json(status, &v)
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
+    };
+    Ok(resp)
+}
+
+fn index_html(base: &str) -> String {
+    let links: String = ["varz", "connz", "subsz", "routez", "healthz"]
+        .iter()
+        .map(|p| format!("<a href=\"{base}/{p}\">{p}</a><br/>\n"))
+        .collect();
+    format!("<html><head><title>sealstream monitoring</title></head><body>\n{links}</body></html>\n")
+}

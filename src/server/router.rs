@@ -1,0 +1,191 @@
+//! Routing one published message to every interested subscription of an account.
+//!
+//! The publisher's reader task calls [`publish`] directly: matching, queue-group selection and
+//! pushing into each subscriber's outbound queue all happen on that task, with no channel hop.
+//! A per-reader [`RouteCtx`] holds the match cache (validated by the account's tree generation),
+//! the queues to wake at the end of the read batch, and subscriptions whose auto-unsubscribe
+//! limit was reached.
+//!
+//! Rules (client-protocol §5, §7): every plain subscription gets a copy; each queue group (all
+//! queue subscriptions sharing a name, whatever their pattern) gets exactly one copy, at a
+//! random member; `echo: false` publishers skip their own subscriptions; subscribers without
+//! header support get the payload only; a request nobody listens to gets the 503 status when
+//! the publisher asked for no-responders.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tracing::warn;
+
+use crate::proto::headers::no_responders_block;
+use crate::subject::MatchCache;
+
+use super::account::{Account, Matches, SubRef, Subscription};
+use super::conn::outbound::PushError;
+use super::conn::{ClientHandle, CloseReason};
+
+/// Who is publishing, as routing needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Publisher {
+    /// The publishing connection.
+    pub(crate) cid: u64,
+    /// Deliver to the publisher's own subscriptions.
+    pub(crate) echo: bool,
+    /// Answer requests nobody listens to with a 503 status.
+    pub(crate) no_responders: bool,
+}
+
+/// Per-reader routing state; lives as long as the connection.
+pub(crate) struct RouteCtx {
+    cache: MatchCache<SubRef>,
+    rng: u64,
+    /// Outbound queues that became dirty during this batch and need a wake-up.
+    pub(crate) wake: Vec<Arc<ClientHandle>>,
+    expired: Vec<Arc<Subscription>>,
+    /// Messages queued to subscribers since the last [`RouteCtx::take_counts`].
+    delivered_msgs: u64,
+    delivered_bytes: u64,
+    slow_consumers: u64,
+}
+
+impl RouteCtx {
+    /// Fresh state; `seed` varies queue-member choice between connections.
+    pub(crate) fn new(seed: u64) -> Self {
+        RouteCtx {
+            cache: MatchCache::new(),
+            rng: seed | 1,
+            wake: Vec::new(),
+            expired: Vec::new(),
+            delivered_msgs: 0,
+            delivered_bytes: 0,
+            slow_consumers: 0,
+        }
+    }
+
+    /// xorshift64*: queue-member choice needs speed and spread, not unpredictability.
+    fn next_rand(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Returns and resets (messages, bytes, slow consumers) counted since the last call.
+    pub(crate) fn take_counts(&mut self) -> (u64, u64, u64) {
+        let c = (self.delivered_msgs, self.delivered_bytes, self.slow_consumers);
+        self.delivered_msgs = 0;
+        self.delivered_bytes = 0;
+        self.slow_consumers = 0;
+        c
+    }
+
+    fn lookup(&mut self, account: &Account, subject: &[u8]) -> Arc<Matches> {
+        let generation = account.generation();
+        if let Some(hit) = self.cache.get(subject, generation) {
+            return hit;
+        }
+        let (m, at) = account.matches(subject);
+        let m = Arc::new(m);
+        self.cache.insert(subject, at, Arc::clone(&m));
+        m
+    }
+}
+
+/// Routes one message within `account`. Returns how many subscriptions it was queued to.
+pub(crate) fn publish(
+    ctx: &mut RouteCtx,
+    account: &Account,
+    from: Publisher,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> usize {
+    let matches = ctx.lookup(account, subject);
+    let mut n = 0;
+    for s in &matches.plain {
+        let sub = &s.0;
+        if !from.echo && sub.client.cid == from.cid {
+            continue;
+        }
+        if deliver(ctx, sub, subject, reply, headers, payload) {
+            n += 1;
+        }
+    }
+    for group in &matches.groups {
+        let len = group.members.len();
+        if len == 0 {
+            continue;
+        }
+        let start = (ctx.next_rand() % len as u64) as usize;
+        for i in 0..len {
+            let Some(m) = group.members.get((start + i) % len) else { continue };
+            let sub = &m.0;
+            if !from.echo && sub.client.cid == from.cid {
+                continue;
+            }
+            if deliver(ctx, sub, subject, reply, headers, payload) {
+                n += 1;
+                break;
+            }
+        }
+    }
+    if matches.plain.is_empty() && matches.groups.is_empty() && from.no_responders {
+        if let Some(reply) = reply {
+            let status = no_responders_block(subject);
+            let answer = Publisher { cid: from.cid, echo: true, no_responders: false };
+            publish(ctx, account, answer, reply, None, Some(&status), &Bytes::new());
+        }
+    }
+    for sub in std::mem::take(&mut ctx.expired) {
+        if account.unsubscribe(&sub) {
+            sub.client.subs.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    n
+}
+
+/// Queues one copy for `sub`. False when the subscription could not take it.
+fn deliver(
+    ctx: &mut RouteCtx,
+    sub: &Arc<Subscription>,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> bool {
+    if sub.closed.load(Ordering::Acquire) {
+        return false;
+    }
+    let (ok, expired) = sub.count_delivery();
+    if expired {
+        ctx.expired.push(Arc::clone(sub));
+    }
+    if !ok {
+        return false;
+    }
+    let client = &sub.client;
+    let headers = if client.headers.load(Ordering::Relaxed) { headers } else { None };
+    match client.outbound.push_msg(subject, &sub.sid, reply, headers, payload) {
+        Ok(wake) => {
+            if wake {
+                ctx.wake.push(Arc::clone(client));
+            }
+            ctx.delivered_msgs += 1;
+            ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
+            true
+        }
+        Err(PushError::SlowConsumer) => {
+            if client.close_reason().is_none() {
+                warn!(cid = client.cid, "slow consumer detected, closing connection");
+                ctx.slow_consumers += 1;
+            }
+            client.close(CloseReason::SlowConsumer);
+            false
+        }
+        Err(PushError::Closed) => false,
+    }
+}

