@@ -1,5 +1,9 @@
 //! Parser throughput: a read buffer full of PUBs (the publisher's hot path), split the way a
 //! socket delivers it.
+#![expect(
+    missing_docs,
+    reason = "criterion macros generate undocumented functions"
+)]
 
 use bytes::BytesMut;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -9,7 +13,9 @@ fn pub_stream(n: usize, size: usize) -> Vec<u8> {
     let payload = vec![b'x'; size];
     let mut out = Vec::new();
     for i in 0..n {
-        out.extend_from_slice(format!("PUB orders.eu.{}.created _INBOX.abc.{i} {size}\r\n", i % 16).as_bytes());
+        out.extend_from_slice(
+            format!("PUB orders.eu.{}.created _INBOX.abc.{i} {size}\r\n", i % 16).as_bytes(),
+        );
         out.extend_from_slice(&payload);
         out.extend_from_slice(b"\r\n");
     }

@@ -4,7 +4,6 @@
 //!
 //! Run: `cargo bench --bench subject_match`. Each iteration is one published subject, so the
 //! reported throughput is subjects matched per second.
-
 #![expect(
     missing_docs,
     reason = "criterion_group! generates an undocumented pub fn"

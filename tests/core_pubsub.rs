@@ -13,11 +13,16 @@ async fn client(s: &TestServer) -> async_nats::Client {
 }
 
 async fn next_msg(sub: &mut async_nats::Subscriber) -> async_nats::Message {
-    tokio::time::timeout(Duration::from_secs(5), sub.next()).await.expect("message within 5s").expect("stream open")
+    tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("message within 5s")
+        .expect("stream open")
 }
 
 async fn nothing_more(sub: &mut async_nats::Subscriber) -> bool {
-    tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err()
+    tokio::time::timeout(Duration::from_millis(300), sub.next())
+        .await
+        .is_err()
 }
 
 #[tokio::test]
@@ -94,7 +99,10 @@ async fn request_without_responders_fails_fast() {
     let started = std::time::Instant::now();
     let err = c.request("svc.nobody", "x".into()).await.unwrap_err();
     assert_eq!(err.kind(), async_nats::RequestErrorKind::NoResponders);
-    assert!(started.elapsed() < Duration::from_secs(2), "no-responders must not wait for a timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "no-responders must not wait for a timeout"
+    );
 }
 
 #[tokio::test]
@@ -107,12 +115,17 @@ async fn headers_keep_repeats_and_case() {
     h.append("X-Trace", "1");
     h.append("X-Trace", "2");
     h.insert("mixed-Case-Key", "Value");
-    c.publish_with_headers("h.test", h, "body".into()).await.unwrap();
+    c.publish_with_headers("h.test", h, "body".into())
+        .await
+        .unwrap();
     let m = next_msg(&mut sub).await;
     let got = m.headers.expect("headers");
     let traces: Vec<String> = got.get_all("X-Trace").map(|v| v.to_string()).collect();
     assert_eq!(traces, ["1", "2"]);
-    assert_eq!(got.get("mixed-Case-Key").map(|v| v.to_string()).as_deref(), Some("Value"));
+    assert_eq!(
+        got.get("mixed-Case-Key").map(|v| v.to_string()).as_deref(),
+        Some("Value")
+    );
     assert_eq!(m.payload, "body".as_bytes());
 }
 
@@ -137,7 +150,11 @@ async fn auto_unsubscribe_stops_after_max() {
 #[tokio::test]
 async fn echo_off_skips_own_messages() {
     let s = TestServer::start();
-    let me = async_nats::ConnectOptions::new().no_echo().connect(s.url()).await.unwrap();
+    let me = async_nats::ConnectOptions::new()
+        .no_echo()
+        .connect(s.url())
+        .await
+        .unwrap();
     let other = client(&s).await;
     let mut mine = me.subscribe("echo.t").await.unwrap();
     let mut theirs = other.subscribe("echo.t").await.unwrap();
@@ -177,7 +194,9 @@ async fn fifty_concurrent_connections_all_deliver() {
         tasks.push(tokio::spawn(async move {
             let c = async_nats::connect(url).await.unwrap();
             for j in 0..20 {
-                c.publish(format!("conc.{i}"), format!("{j}").into()).await.unwrap();
+                c.publish(format!("conc.{i}"), format!("{j}").into())
+                    .await
+                    .unwrap();
             }
             support::sync(&c).await;
             c
@@ -187,10 +206,15 @@ async fn fifty_concurrent_connections_all_deliver() {
     for t in tasks {
         clients.push(t.await.unwrap());
     }
-    let mut per_conn = vec![0u32; 50];
+    let mut per_conn = [0u32; 50];
     for _ in 0..1000 {
         let m = next_msg(&mut sub).await;
-        let i: usize = m.subject.as_str().trim_start_matches("conc.").parse().unwrap();
+        let i: usize = m
+            .subject
+            .as_str()
+            .trim_start_matches("conc.")
+            .parse()
+            .unwrap();
         // Order is kept per publisher.
         assert_eq!(m.payload, per_conn[i].to_string().as_bytes());
         per_conn[i] += 1;
@@ -201,7 +225,10 @@ async fn fifty_concurrent_connections_all_deliver() {
 
 #[tokio::test]
 async fn slow_consumer_is_cut_off_and_publisher_never_blocks() {
-    let s = TestServer::start_with(&["-m", "-1"], Some("max_pending: 256KB\nmax_payload: 4KB\n"));
+    let s = TestServer::start_with(
+        &["-m", "-1"],
+        Some("max_pending: 256KB\nmax_payload: 4KB\n"),
+    );
     // A subscriber that never reads its socket.
     let mut stuck = s.raw();
     stuck.handshake("");
@@ -216,15 +243,24 @@ async fn slow_consumer_is_cut_off_and_publisher_never_blocks() {
     let rounds = 400u32;
     for _ in 0..rounds {
         for _ in 0..50 {
-            publisher.publish("slow.x", vec![1u8; 1024].into()).await.unwrap();
+            publisher
+                .publish("slow.x", vec![1u8; 1024].into())
+                .await
+                .unwrap();
         }
         support::sync(&publisher).await;
         for _ in 0..50 {
             next_msg(&mut ok_sub).await;
         }
     }
-    assert!(started.elapsed() < Duration::from_secs(30), "publisher was not blocked");
-    assert!(stuck.closed_within(Duration::from_secs(10)), "stuck subscriber disconnected");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "publisher was not blocked"
+    );
+    assert!(
+        stuck.closed_within(Duration::from_secs(10)),
+        "stuck subscriber disconnected"
+    );
     let counted = eventually(Duration::from_secs(5), || {
         let (_, body) = s.http_get("/varz");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();

@@ -17,7 +17,10 @@ fn info_carries_the_fields_clients_rely_on() {
     let r = s.raw();
     let i = &r.info;
     let id = i["server_id"].as_str().unwrap();
-    assert!(id.starts_with('N') && id.len() == 56, "nkey-style server id: {id}");
+    assert!(
+        id.starts_with('N') && id.len() == 56,
+        "nkey-style server id: {id}"
+    );
     let version = i["version"].as_str().unwrap();
     let parts: Vec<u64> = version.split('.').map(|p| p.parse().unwrap()).collect();
     assert_eq!(parts.len(), 3);
@@ -56,12 +59,16 @@ fn first_pong_is_followed_by_connect_info() {
     r.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"headers\":true}\r\nPING\r\n");
     r.expect_line("PONG");
     let line = r.read_line(T).unwrap();
-    let info: serde_json::Value = serde_json::from_str(line.strip_prefix("INFO ").unwrap().trim()).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(line.strip_prefix("INFO ").unwrap().trim()).unwrap();
     assert_eq!(info["connect_info"], true);
     assert_eq!(info["remote_account"], "$G");
     r.send(b"PING\r\n");
     r.expect_line("PONG");
-    assert!(r.silent_for(Duration::from_millis(300)), "connect_info INFO is sent once");
+    assert!(
+        r.silent_for(Duration::from_millis(300)),
+        "connect_info INFO is sent once"
+    );
 }
 
 #[test]
@@ -120,15 +127,24 @@ fn the_annotated_capture_replays_exactly() {
     assert_eq!(r.read_exact_bytes(7, T).unwrap(), b"hello\r\n");
     r.send(b"HPUB greet.ann reply.1 24 26\r\nNATS/1.0\r\nX-Trace: 1\r\n\r\nhi\r\n");
     r.expect_line("HMSG greet.ann 1 reply.1 24 26");
-    assert_eq!(r.read_exact_bytes(28, T).unwrap(), b"NATS/1.0\r\nX-Trace: 1\r\n\r\nhi\r\n");
+    assert_eq!(
+        r.read_exact_bytes(28, T).unwrap(),
+        b"NATS/1.0\r\nX-Trace: 1\r\n\r\nhi\r\n"
+    );
     r.expect_line("HMSG greet.ann 2 reply.1 24 26");
-    assert_eq!(r.read_exact_bytes(28, T).unwrap(), b"NATS/1.0\r\nX-Trace: 1\r\n\r\nhi\r\n");
+    assert_eq!(
+        r.read_exact_bytes(28, T).unwrap(),
+        b"NATS/1.0\r\nX-Trace: 1\r\n\r\nhi\r\n"
+    );
     // sid 2 has already received 2 messages >= 1, so it goes at once.
     r.send(b"UNSUB 1\r\nUNSUB 2 1\r\nPUB greet.bob 1\r\nx\r\nPUB greet.bob 1\r\nx\r\nPING\r\n");
     r.expect_line("PONG");
     r.send(b"SUB _INBOX.Z9 3\r\nPUB svc.none _INBOX.Z9 0\r\n\r\n");
     r.expect_line("HMSG _INBOX.Z9 3 40 40");
-    assert_eq!(r.read_exact_bytes(42, T).unwrap(), b"NATS/1.0 503\r\nNats-Subject: svc.none\r\n\r\n\r\n");
+    assert_eq!(
+        r.read_exact_bytes(42, T).unwrap(),
+        b"NATS/1.0 503\r\nNats-Subject: svc.none\r\n\r\n\r\n"
+    );
     r.send(b"SUB a..b 4\r\n");
     r.expect_line("-ERR 'Invalid Subject'");
     r.send(b"PING\r\n");
@@ -259,7 +275,9 @@ fn hpub_without_headers_enabled_closes() {
 fn subscribers_without_headers_get_plain_msg() {
     let s = TestServer::start();
     let mut plain = s.raw();
-    plain.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"headers\":false}\r\nSUB h 1\r\nPING\r\n");
+    plain.send(
+        b"CONNECT {\"verbose\":false,\"protocol\":1,\"headers\":false}\r\nSUB h 1\r\nPING\r\n",
+    );
     plain.expect_line("PONG");
     let mut p = s.raw();
     p.handshake("");
@@ -300,7 +318,10 @@ fn max_connections_refuses_the_extra_client() {
     c.set_read_timeout(Some(T)).unwrap();
     let mut all = String::new();
     let _ = c.read_to_string(&mut all);
-    assert!(all.contains("-ERR 'maximum connections exceeded'\r\n"), "got {all:?}");
+    assert!(
+        all.contains("-ERR 'maximum connections exceeded'\r\n"),
+        "got {all:?}"
+    );
 }
 
 #[test]

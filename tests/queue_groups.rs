@@ -14,7 +14,11 @@ async fn each_message_goes_to_one_member_and_spreads() {
     let mut conns = Vec::new();
     for _ in 0..4 {
         let c = async_nats::connect(s.url()).await.unwrap();
-        members.push(c.queue_subscribe("work.items", "workers".into()).await.unwrap());
+        members.push(
+            c.queue_subscribe("work.items", "workers".into())
+                .await
+                .unwrap(),
+        );
         support::sync(&c).await;
         conns.push(c);
     }
@@ -24,24 +28,39 @@ async fn each_message_goes_to_one_member_and_spreads() {
     let p = async_nats::connect(s.url()).await.unwrap();
     let n = 400;
     for i in 0..n {
-        p.publish("work.items", format!("{i}").into()).await.unwrap();
+        p.publish("work.items", format!("{i}").into())
+            .await
+            .unwrap();
     }
     support::sync(&p).await;
     for _ in 0..n {
-        tokio::time::timeout(Duration::from_secs(5), plain.next()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), plain.next())
+            .await
+            .unwrap()
+            .unwrap();
     }
     let mut seen = std::collections::HashSet::new();
     let mut counts = Vec::new();
     for m in members.iter_mut() {
         let mut c = 0;
         while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(300), m.next()).await {
-            assert!(seen.insert(msg.payload.clone()), "message delivered twice in one group");
+            assert!(
+                seen.insert(msg.payload.clone()),
+                "message delivered twice in one group"
+            );
             c += 1;
         }
         counts.push(c);
     }
-    assert_eq!(counts.iter().sum::<usize>(), n, "every message reached exactly one member");
-    assert!(counts.iter().all(|c| *c > 40), "roughly even spread: {counts:?}");
+    assert_eq!(
+        counts.iter().sum::<usize>(),
+        n,
+        "every message reached exactly one member"
+    );
+    assert!(
+        counts.iter().all(|c| *c > 40),
+        "roughly even spread: {counts:?}"
+    );
 }
 
 #[tokio::test]
@@ -62,7 +81,10 @@ async fn different_patterns_with_one_queue_name_form_one_group() {
             total += 1;
         }
     }
-    assert_eq!(total, 50, "queue q got each message once across both patterns");
+    assert_eq!(
+        total, 50,
+        "queue q got each message once across both patterns"
+    );
     let mut o = 0;
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), other.next()).await {
         o += 1;

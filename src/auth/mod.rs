@@ -81,12 +81,18 @@ pub struct Authenticator {
 impl Authenticator {
     /// No authentication: every client is admitted to the global account.
     pub fn open() -> Self {
-        Authenticator { mode: Mode::Open, no_auth_user: None }
+        Authenticator {
+            mode: Mode::Open,
+            no_auth_user: None,
+        }
     }
 
     /// A single token for all clients.
     pub fn token(token: String) -> Self {
-        Authenticator { mode: Mode::Token(token), no_auth_user: None }
+        Authenticator {
+            mode: Mode::Token(token),
+            no_auth_user: None,
+        }
     }
 
     /// A list of users; `no_auth_user` names the user that credential-less clients become.
@@ -94,7 +100,10 @@ impl Authenticator {
         if users.is_empty() {
             return Authenticator::open();
         }
-        Authenticator { mode: Mode::Users(users), no_auth_user }
+        Authenticator {
+            mode: Mode::Users(users),
+            no_auth_user,
+        }
     }
 
     /// Whether INFO must say `auth_required` (false with `no_auth_user`, as the reference).
@@ -133,7 +142,10 @@ impl Authenticator {
                             .iter()
                             .find(|u| &u.user == name)
                             .ok_or_else(|| AuthError::UnknownUser(name.clone()))?;
-                        return Ok(Identity { user: Some(u.user.clone()), account: u.account.clone() });
+                        return Ok(Identity {
+                            user: Some(u.user.clone()),
+                            account: u.account.clone(),
+                        });
                     }
                     return Err(AuthError::Missing);
                 }
@@ -143,7 +155,10 @@ impl Authenticator {
                     .find(|u| u.user == name)
                     .ok_or_else(|| AuthError::UnknownUser(name.to_owned()))?;
                 if secret_matches(c.pass.unwrap_or(""), &u.password) {
-                    Ok(Identity { user: Some(u.user.clone()), account: u.account.clone() })
+                    Ok(Identity {
+                        user: Some(u.user.clone()),
+                        account: u.account.clone(),
+                    })
                 } else {
                     Err(AuthError::BadPassword(name.to_owned()))
                 }
@@ -154,7 +169,9 @@ impl Authenticator {
 
 /// Whether `configured` is a bcrypt hash (compared by verification, not equality).
 pub fn is_bcrypt(configured: &str) -> bool {
-    ["$2a$", "$2b$", "$2x$", "$2y$"].iter().any(|p| configured.starts_with(p))
+    ["$2a$", "$2b$", "$2x$", "$2y$"]
+        .iter()
+        .any(|p| configured.starts_with(p))
 }
 
 /// Compares a presented secret with a configured one: bcrypt hashes are verified, plain
@@ -170,7 +187,11 @@ fn secret_matches(given: &str, configured: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn creds<'a>(user: Option<&'a str>, pass: Option<&'a str>, token: Option<&'a str>) -> Credentials<'a> {
+    fn creds<'a>(
+        user: Option<&'a str>,
+        pass: Option<&'a str>,
+        token: Option<&'a str>,
+    ) -> Credentials<'a> {
         Credentials { user, pass, token }
     }
 
@@ -179,37 +200,72 @@ mod tests {
         let a = Authenticator::token("s3cr3t".into());
         assert!(a.required());
         assert!(a.authenticate(&creds(None, None, Some("s3cr3t"))).is_ok());
-        assert_eq!(a.authenticate(&creds(None, None, Some("s3cr3"))), Err(AuthError::BadToken));
-        assert_eq!(a.authenticate(&creds(None, None, None)), Err(AuthError::Missing));
+        assert_eq!(
+            a.authenticate(&creds(None, None, Some("s3cr3"))),
+            Err(AuthError::BadToken)
+        );
+        assert_eq!(
+            a.authenticate(&creds(None, None, None)),
+            Err(AuthError::Missing)
+        );
     }
 
     #[test]
     fn users_bind_to_their_account() {
         let a = Authenticator::users(
-            vec![UserEntry { user: "alice".into(), password: "pw".into(), account: Some("A".into()) }],
+            vec![UserEntry {
+                user: "alice".into(),
+                password: "pw".into(),
+                account: Some("A".into()),
+            }],
             None,
         );
-        let id = a.authenticate(&creds(Some("alice"), Some("pw"), None)).unwrap();
+        let id = a
+            .authenticate(&creds(Some("alice"), Some("pw"), None))
+            .unwrap();
         assert_eq!(id.account.as_deref(), Some("A"));
-        assert!(a.authenticate(&creds(Some("alice"), Some("px"), None)).is_err());
-        assert!(a.authenticate(&creds(Some("bob"), Some("pw"), None)).is_err());
+        assert!(a
+            .authenticate(&creds(Some("alice"), Some("px"), None))
+            .is_err());
+        assert!(a
+            .authenticate(&creds(Some("bob"), Some("pw"), None))
+            .is_err());
     }
 
     #[test]
     fn bcrypt_hashes_are_verified() {
         let hash = bcrypt::hash("pw", 4).unwrap();
-        let a = Authenticator::users(vec![UserEntry { user: "u".into(), password: hash, account: None }], None);
+        let a = Authenticator::users(
+            vec![UserEntry {
+                user: "u".into(),
+                password: hash,
+                account: None,
+            }],
+            None,
+        );
         assert!(a.authenticate(&creds(Some("u"), Some("pw"), None)).is_ok());
-        assert!(a.authenticate(&creds(Some("u"), Some("nope"), None)).is_err());
+        assert!(a
+            .authenticate(&creds(Some("u"), Some("nope"), None))
+            .is_err());
     }
 
     #[test]
     fn no_auth_user_admits_credential_less_clients() {
         let a = Authenticator::users(
-            vec![UserEntry { user: "bob".into(), password: "pw".into(), account: None }],
+            vec![UserEntry {
+                user: "bob".into(),
+                password: "pw".into(),
+                account: None,
+            }],
             Some("bob".into()),
         );
         assert!(!a.required());
-        assert_eq!(a.authenticate(&creds(None, None, None)).unwrap().user.as_deref(), Some("bob"));
+        assert_eq!(
+            a.authenticate(&creds(None, None, None))
+                .unwrap()
+                .user
+                .as_deref(),
+            Some("bob")
+        );
     }
 }

@@ -27,7 +27,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.show_version {
-        println!("{NAME}: v{} (sealstream {})", server::NATS_COMPAT_VERSION, env!("CARGO_PKG_VERSION"));
+        println!(
+            "{NAME}: v{} (sealstream {})",
+            server::NATS_COMPAT_VERSION,
+            env!("CARGO_PKG_VERSION")
+        );
         return ExitCode::SUCCESS;
     }
     if let Some(req) = &args.signal {
@@ -52,7 +56,10 @@ fn main() -> ExitCode {
     if args.check_config {
         return match opts.check() {
             Ok(()) => {
-                let shown = args.config_file.as_ref().map_or("<none>".into(), |p| p.display().to_string());
+                let shown = args
+                    .config_file
+                    .as_ref()
+                    .map_or("<none>".into(), |p| p.display().to_string());
                 println!("{NAME}: configuration file {shown} is valid");
                 ExitCode::SUCCESS
             }
@@ -74,7 +81,10 @@ fn main() -> ExitCode {
     for flag in &args.unsupported {
         warn!("flag {flag} is not supported (no clustering) and is ignored");
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("{NAME}: cannot start the runtime: {e}");

@@ -8,7 +8,13 @@ use clap::{Args, Parser, Subcommand};
 #[command(name = "sealctl", version, about = "sealstream admin CLI")]
 pub struct Cli {
     /// NATS server URL(s) to connect to.
-    #[arg(short = 's', long = "server", global = true, default_value = "nats://127.0.0.1:4222", env = "NATS_URL")]
+    #[arg(
+        short = 's',
+        long = "server",
+        global = true,
+        default_value = "nats://127.0.0.1:4222",
+        env = "NATS_URL"
+    )]
     pub server: String,
     /// What to do.
     #[command(subcommand)]

@@ -14,7 +14,10 @@ use clap::Parser;
 /// Parses the command line and runs the command; the process exit code.
 pub fn main() -> ExitCode {
     let cli = args::Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sealctl: cannot start runtime: {e}");

@@ -26,7 +26,11 @@ pub fn encode_msg_line(
     total_len: usize,
 ) {
     out.reserve(subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + 40);
-    out.put_slice(if header_len.is_some() { b"HMSG " } else { b"MSG " });
+    out.put_slice(if header_len.is_some() {
+        b"HMSG "
+    } else {
+        b"MSG "
+    });
     out.put_slice(subject);
     out.put_u8(b' ');
     out.put_slice(sid);
@@ -83,7 +87,12 @@ pub fn encode_client_op(out: &mut BytesMut, op: &ClientOp) {
             out.put_slice(json);
             out.put_slice(CRLF);
         }
-        ClientOp::Pub { subject, reply, headers, payload } => {
+        ClientOp::Pub {
+            subject,
+            reply,
+            headers,
+            payload,
+        } => {
             out.put_slice(if headers.is_some() { b"HPUB " } else { b"PUB " });
             out.put_slice(subject);
             out.put_u8(b' ');
@@ -104,7 +113,11 @@ pub fn encode_client_op(out: &mut BytesMut, op: &ClientOp) {
             out.put_slice(payload);
             out.put_slice(CRLF);
         }
-        ClientOp::Sub { subject, queue, sid } => {
+        ClientOp::Sub {
+            subject,
+            queue,
+            sid,
+        } => {
             out.put_slice(b"SUB ");
             out.put_slice(subject);
             out.put_u8(b' ');
@@ -138,9 +151,20 @@ pub fn encode_server_op(out: &mut BytesMut, op: &ServerOp) {
             out.put_slice(json);
             out.put_slice(b" \r\n");
         }
-        ServerOp::Msg { subject, sid, reply, headers, payload } => {
-            encode_msg(out, subject, sid, reply.as_deref(), headers.as_deref(), payload)
-        }
+        ServerOp::Msg {
+            subject,
+            sid,
+            reply,
+            headers,
+            payload,
+        } => encode_msg(
+            out,
+            subject,
+            sid,
+            reply.as_deref(),
+            headers.as_deref(),
+            payload,
+        ),
         ServerOp::Ping => out.put_slice(b"PING\r\n"),
         ServerOp::Pong => out.put_slice(b"PONG\r\n"),
         ServerOp::Ok => out.put_slice(b"+OK\r\n"),

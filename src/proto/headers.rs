@@ -45,7 +45,11 @@ pub enum HeaderError {
 impl HeaderMap {
     /// A header block with only a status line, e.g. the 503 no-responders reply.
     pub fn with_status(status: u16, description: Option<&str>) -> Self {
-        HeaderMap { status: Some(status), description: description.map(str::to_owned), fields: vec![] }
+        HeaderMap {
+            status: Some(status),
+            description: description.map(str::to_owned),
+            fields: vec![],
+        }
     }
 
     /// Adds a field (keeps earlier fields of the same name).
@@ -55,12 +59,18 @@ impl HeaderMap {
 
     /// The first value of `name`, matched case-sensitively.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// All values of `name`, matched case-sensitively, in order.
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.fields.iter().filter(move |(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Encodes the block, ending with the empty line.
@@ -100,7 +110,9 @@ impl HeaderMap {
         }
         let mut lines = text.split("\r\n");
         let first = lines.next().ok_or(HeaderError::BadVersion)?;
-        let rest = first.strip_prefix("NATS/1.0").ok_or(HeaderError::BadVersion)?;
+        let rest = first
+            .strip_prefix("NATS/1.0")
+            .ok_or(HeaderError::BadVersion)?;
         let mut map = HeaderMap::default();
         if let Some(status_part) = rest.strip_prefix(' ') {
             let status_part = status_part.trim_start();
@@ -123,7 +135,8 @@ impl HeaderMap {
                 break;
             }
             let (name, value) = line.split_once(':').ok_or(HeaderError::BadField)?;
-            map.fields.push((name.trim().to_owned(), value.trim().to_owned()));
+            map.fields
+                .push((name.trim().to_owned(), value.trim().to_owned()));
         }
         if !ended {
             return Err(HeaderError::BadField);
@@ -147,7 +160,10 @@ mod tests {
 
     #[test]
     fn no_responders_block_is_byte_exact() {
-        assert_eq!(&no_responders_block(b"svc.none")[..], b"NATS/1.0 503\r\nNats-Subject: svc.none\r\n\r\n");
+        assert_eq!(
+            &no_responders_block(b"svc.none")[..],
+            b"NATS/1.0 503\r\nNats-Subject: svc.none\r\n\r\n"
+        );
         assert_eq!(no_responders_block(b"svc.none").len(), 40);
     }
 
@@ -170,9 +186,21 @@ mod tests {
 
     #[test]
     fn malformed_blocks_are_errors() {
-        assert_eq!(HeaderMap::parse(b"HTTP/1.1\r\n\r\n"), Err(HeaderError::BadVersion));
-        assert_eq!(HeaderMap::parse(b"NATS/1.0 5x3\r\n\r\n"), Err(HeaderError::BadStatus));
-        assert_eq!(HeaderMap::parse(b"NATS/1.0\r\nnocolon\r\n\r\n"), Err(HeaderError::BadField));
-        assert_eq!(HeaderMap::parse(b"NATS/1.0\r\nA: b\r\n"), Err(HeaderError::BadField));
+        assert_eq!(
+            HeaderMap::parse(b"HTTP/1.1\r\n\r\n"),
+            Err(HeaderError::BadVersion)
+        );
+        assert_eq!(
+            HeaderMap::parse(b"NATS/1.0 5x3\r\n\r\n"),
+            Err(HeaderError::BadStatus)
+        );
+        assert_eq!(
+            HeaderMap::parse(b"NATS/1.0\r\nnocolon\r\n\r\n"),
+            Err(HeaderError::BadField)
+        );
+        assert_eq!(
+            HeaderMap::parse(b"NATS/1.0\r\nA: b\r\n"),
+            Err(HeaderError::BadField)
+        );
     }
 }

@@ -32,7 +32,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_control_line: 4096, max_payload: 1024 * 1024 }
+        Limits {
+            max_control_line: 4096,
+            max_payload: 1024 * 1024,
+        }
     }
 }
 
@@ -100,7 +103,10 @@ pub struct Parser {
 impl Parser {
     /// A parser enforcing `limits`.
     pub fn new(limits: Limits) -> Self {
-        Parser { limits, pending: None }
+        Parser {
+            limits,
+            pending: None,
+        }
     }
 
     /// Changes the limits (used when a client's account or user imposes a smaller payload).
@@ -122,14 +128,18 @@ impl Parser {
     pub fn next_client_op(&mut self, buf: &mut BytesMut) -> Result<Option<ClientOp>, ProtoError> {
         loop {
             if self.pending.is_some() {
-                return Ok(self.take_payload(buf)?.map(|(p, headers, payload)| ClientOp::Pub {
-                    subject: p.subject,
-                    reply: p.reply,
-                    headers,
-                    payload,
-                }));
+                return Ok(self
+                    .take_payload(buf)?
+                    .map(|(p, headers, payload)| ClientOp::Pub {
+                        subject: p.subject,
+                        reply: p.reply,
+                        headers,
+                        payload,
+                    }));
             }
-            let Some(line) = self.take_line(buf)? else { return Ok(None) };
+            let Some(line) = self.take_line(buf)? else {
+                return Ok(None);
+            };
             let (name, rest) = split_op_name(&line);
             let op = if name.eq_ignore_ascii_case(b"PUB") {
                 self.start_pub(&line, rest, false)?;
@@ -155,11 +165,17 @@ impl Parser {
             } else if name.eq_ignore_ascii_case(b"UNSUB") {
                 let (args, n) = split_args(&line, rest, "UNSUB")?;
                 match n {
-                    1 => ClientOp::Unsub { sid: slice(&line, args[0]), max: None },
+                    1 => ClientOp::Unsub {
+                        sid: slice(&line, args[0]),
+                        max: None,
+                    },
                     2 => {
                         let max = parse_size(range(&line, args[1]))
                             .ok_or(ProtoError::BadArgs { op: "UNSUB" })?;
-                        ClientOp::Unsub { sid: slice(&line, args[0]), max: Some(max) }
+                        ClientOp::Unsub {
+                            sid: slice(&line, args[0]),
+                            max: Some(max),
+                        }
                     }
                     _ => return Err(ProtoError::BadArgs { op: "UNSUB" }),
                 }
@@ -188,15 +204,19 @@ impl Parser {
     pub fn next_server_op(&mut self, buf: &mut BytesMut) -> Result<Option<ServerOp>, ProtoError> {
         loop {
             if self.pending.is_some() {
-                return Ok(self.take_payload(buf)?.map(|(p, headers, payload)| ServerOp::Msg {
-                    subject: p.subject,
-                    sid: p.sid,
-                    reply: p.reply,
-                    headers,
-                    payload,
-                }));
+                return Ok(self
+                    .take_payload(buf)?
+                    .map(|(p, headers, payload)| ServerOp::Msg {
+                        subject: p.subject,
+                        sid: p.sid,
+                        reply: p.reply,
+                        headers,
+                        payload,
+                    }));
             }
-            let Some(line) = self.take_line(buf)? else { return Ok(None) };
+            let Some(line) = self.take_line(buf)? else {
+                return Ok(None);
+            };
             let (name, rest) = split_op_name(&line);
             let op = if name.eq_ignore_ascii_case(b"MSG") {
                 self.start_msg(&line, rest, false)?;
@@ -230,7 +250,9 @@ impl Parser {
     /// Splits one control line (without its line end) off the front of `buf`.
     fn take_line(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, ProtoError> {
         let window = self.limits.max_control_line.saturating_add(OP_NAME_SLACK);
-        let scan = buf.get(..buf.len().min(window.saturating_add(2))).unwrap_or(&[]);
+        let scan = buf
+            .get(..buf.len().min(window.saturating_add(2)))
+            .unwrap_or(&[]);
         let Some(nl) = memchr::memchr(b'\n', scan) else {
             if buf.len() > window.saturating_add(1) {
                 return Err(ProtoError::ControlLineTooLong);
@@ -249,7 +271,12 @@ impl Parser {
         Ok(Some(line))
     }
 
-    fn start_pub(&mut self, line: &Bytes, rest: &[u8], with_headers: bool) -> Result<(), ProtoError> {
+    fn start_pub(
+        &mut self,
+        line: &Bytes,
+        rest: &[u8],
+        with_headers: bool,
+    ) -> Result<(), ProtoError> {
         let op = if with_headers { "HPUB" } else { "PUB" };
         let (args, n) = split_args(line, rest, op)?;
         let (subject, reply, sizes) = match (with_headers, n) {
@@ -262,7 +289,12 @@ impl Parser {
         self.start_payload(line, subject, (0, 0), reply, sizes, op, false)
     }
 
-    fn start_msg(&mut self, line: &Bytes, rest: &[u8], with_headers: bool) -> Result<(), ProtoError> {
+    fn start_msg(
+        &mut self,
+        line: &Bytes,
+        rest: &[u8],
+        with_headers: bool,
+    ) -> Result<(), ProtoError> {
         let op = if with_headers { "HMSG" } else { "MSG" };
         let (args, n) = split_args(line, rest, op)?;
         let (subject, sid, reply, sizes) = match (with_headers, n) {
@@ -300,7 +332,10 @@ impl Parser {
             _ => return Err(bad),
         };
         if !server_side && total > self.limits.max_payload as u64 {
-            return Err(ProtoError::PayloadTooLarge { size: total, max: self.limits.max_payload });
+            return Err(ProtoError::PayloadTooLarge {
+                size: total,
+                max: self.limits.max_payload,
+            });
         }
         let total = usize::try_from(total).map_err(|_| bad.clone())?;
         let header_len = header_len.map(|h| usize::try_from(h).unwrap_or(usize::MAX));
@@ -321,13 +356,17 @@ impl Parser {
         &mut self,
         buf: &mut BytesMut,
     ) -> Result<Option<(Pending, Option<Bytes>, Bytes)>, ProtoError> {
-        let Some(p) = self.pending.as_ref() else { return Ok(None) };
+        let Some(p) = self.pending.as_ref() else {
+            return Ok(None);
+        };
         let need = p.total.saturating_add(2);
         if buf.len() < need {
             buf.reserve(need - buf.len());
             return Ok(None);
         }
-        let Some(p) = self.pending.take() else { return Ok(None) };
+        let Some(p) = self.pending.take() else {
+            return Ok(None);
+        };
         debug_assert!(p.server_side || p.total <= self.limits.max_payload);
         let data = buf.split_to(p.total).freeze();
         if buf.get(..2) != Some(b"\r\n".as_slice()) {
@@ -424,7 +463,34 @@ pub fn parse_size(s: &[u8]) -> Option<u64> {
     Some(v)
 }
 
+/// Fuzzing entry point: parses `data` split at `split` and checks the split-invariance
+/// invariant (the same ops, or an error, as parsing it whole).
+#[doc(hidden)]
+pub fn fuzz_client_ops(data: &[u8], split: usize) {
+    let run = |chunk: usize| -> Result<Vec<ClientOp>, ProtoError> {
+        let mut p = Parser::new(Limits {
+            max_control_line: 1024,
+            max_payload: 64 * 1024,
+        });
+        let mut buf = BytesMut::new();
+        let mut ops = Vec::new();
+        for piece in data.chunks(chunk.max(1)) {
+            buf.extend_from_slice(piece);
+            while let Some(op) = p.next_client_op(&mut buf)? {
+                ops.push(op);
+            }
+        }
+        Ok(ops)
+    };
+    let whole = run(data.len().max(1));
+    let split = run(split.max(1));
+    if let (Ok(a), Ok(b)) = (&whole, &split) {
+        assert_eq!(a, b, "split parsing must equal whole parsing");
+    }
+}
+
 #[cfg(test)]
+#[expect(clippy::indexing_slicing, reason = "tests index known-good results")]
 mod tests {
     use super::*;
     use crate::proto::encode::encode_client_op;
@@ -460,7 +526,12 @@ mod tests {
     #[test]
     fn hpub_splits_headers_from_payload() {
         let ops = parse_all(b"HPUB s 12 14\r\nNATS/1.0\r\n\r\nhi\r\n", 3).unwrap();
-        let ClientOp::Pub { headers, payload, .. } = &ops[0] else { panic!() };
+        let ClientOp::Pub {
+            headers, payload, ..
+        } = &ops[0]
+        else {
+            panic!()
+        };
         assert_eq!(headers.as_deref(), Some(&b"NATS/1.0\r\n\r\n"[..]));
         assert_eq!(&payload[..], b"hi");
     }
@@ -474,16 +545,24 @@ mod tests {
     #[test]
     fn tab_separates_arguments() {
         let ops = parse_all(b"PUB a\tb 1\r\nx\r\n", 64).unwrap();
-        let ClientOp::Pub { subject, reply, .. } = &ops[0] else { panic!() };
+        let ClientOp::Pub { subject, reply, .. } = &ops[0] else {
+            panic!()
+        };
         assert_eq!(&subject[..], b"a");
         assert_eq!(reply.as_deref(), Some(&b"b"[..]));
     }
 
     #[test]
     fn size_over_max_payload_fails_before_the_payload_arrives() {
-        let mut p = Parser::new(Limits { max_control_line: 4096, max_payload: 10 });
+        let mut p = Parser::new(Limits {
+            max_control_line: 4096,
+            max_payload: 10,
+        });
         let mut buf = BytesMut::from(&b"PUB a 11\r\n"[..]);
-        assert!(matches!(p.next_client_op(&mut buf), Err(ProtoError::PayloadTooLarge { size: 11, .. })));
+        assert!(matches!(
+            p.next_client_op(&mut buf),
+            Err(ProtoError::PayloadTooLarge { size: 11, .. })
+        ));
     }
 
     #[test]
@@ -501,16 +580,31 @@ mod tests {
 
     #[test]
     fn unbounded_line_is_a_control_line_error() {
-        let mut p = Parser::new(Limits { max_control_line: 16, max_payload: 100 });
+        let mut p = Parser::new(Limits {
+            max_control_line: 16,
+            max_payload: 100,
+        });
         let mut buf = BytesMut::from(&[b'a'; 100][..]);
-        assert_eq!(p.next_client_op(&mut buf), Err(ProtoError::ControlLineTooLong));
+        assert_eq!(
+            p.next_client_op(&mut buf),
+            Err(ProtoError::ControlLineTooLong)
+        );
     }
 
     #[test]
     fn unknown_ops_and_ping_with_arguments_are_rejected() {
-        assert_eq!(parse_all(b"BLAH\r\n", 100).unwrap_err(), ProtoError::UnknownOp);
-        assert_eq!(parse_all(b"PINGX\r\n", 100).unwrap_err(), ProtoError::UnknownOp);
-        assert_eq!(parse_all(b"MSG a 1 1\r\nx\r\n", 100).unwrap_err(), ProtoError::UnknownOp);
+        assert_eq!(
+            parse_all(b"BLAH\r\n", 100).unwrap_err(),
+            ProtoError::UnknownOp
+        );
+        assert_eq!(
+            parse_all(b"PINGX\r\n", 100).unwrap_err(),
+            ProtoError::UnknownOp
+        );
+        assert_eq!(
+            parse_all(b"MSG a 1 1\r\nx\r\n", 100).unwrap_err(),
+            ProtoError::UnknownOp
+        );
     }
 
     #[test]
@@ -525,7 +619,10 @@ mod tests {
         }
         assert_eq!(ops.len(), 6);
         assert_eq!(ops[0], ServerOp::Info(Bytes::from_static(b"{\"a\":1}")));
-        assert_eq!(ops[3], ServerOp::Err(Bytes::from_static(b"Stale Connection")));
+        assert_eq!(
+            ops[3],
+            ServerOp::Err(Bytes::from_static(b"Stale Connection"))
+        );
     }
 
     fn token() -> impl Strategy<Value = String> {
@@ -539,19 +636,32 @@ mod tests {
     fn client_op() -> impl Strategy<Value = ClientOp> {
         let b = |s: String| Bytes::from(s);
         prop_oneof![
-            (subject(), prop::option::of(subject()), prop::collection::vec(any::<u8>(), 0..64), prop::option::of("[a-zA-Z]{1,6}"))
+            (
+                subject(),
+                prop::option::of(subject()),
+                prop::collection::vec(any::<u8>(), 0..64),
+                prop::option::of("[a-zA-Z]{1,6}")
+            )
                 .prop_map(move |(s, r, p, h)| ClientOp::Pub {
                     subject: b(s),
                     reply: r.map(b),
                     headers: h.map(|v| Bytes::from(format!("NATS/1.0\r\nK: {v}\r\n\r\n"))),
                     payload: Bytes::from(p),
                 }),
-            (subject(), prop::option::of(token()), "[0-9]{1,4}")
-                .prop_map(move |(s, q, sid)| ClientOp::Sub { subject: b(s), queue: q.map(b), sid: b(sid) }),
-            ("[0-9]{1,4}", prop::option::of(0u64..1000)).prop_map(move |(sid, max)| ClientOp::Unsub { sid: b(sid), max }),
+            (subject(), prop::option::of(token()), "[0-9]{1,4}").prop_map(move |(s, q, sid)| {
+                ClientOp::Sub {
+                    subject: b(s),
+                    queue: q.map(b),
+                    sid: b(sid),
+                }
+            }),
+            ("[0-9]{1,4}", prop::option::of(0u64..1000))
+                .prop_map(move |(sid, max)| ClientOp::Unsub { sid: b(sid), max }),
             Just(ClientOp::Ping),
             Just(ClientOp::Pong),
-            Just(ClientOp::Connect(Bytes::from_static(b"{\"verbose\":false}"))),
+            Just(ClientOp::Connect(Bytes::from_static(
+                b"{\"verbose\":false}"
+            ))),
         ]
     }
 
@@ -570,28 +680,5 @@ mod tests {
         fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..512), chunk in 1usize..32) {
             let _ = parse_all(&data, chunk);
         }
-    }
-}
-
-/// Fuzzing entry point: parses `data` split at `split` and checks the split-invariance
-/// invariant (the same ops, or an error, as parsing it whole).
-#[doc(hidden)]
-pub fn fuzz_client_ops(data: &[u8], split: usize) {
-    let run = |chunk: usize| -> Result<Vec<ClientOp>, ProtoError> {
-        let mut p = Parser::new(Limits { max_control_line: 1024, max_payload: 64 * 1024 });
-        let mut buf = BytesMut::new();
-        let mut ops = Vec::new();
-        for piece in data.chunks(chunk.max(1)) {
-            buf.extend_from_slice(piece);
-            while let Some(op) = p.next_client_op(&mut buf)? {
-                ops.push(op);
-            }
-        }
-        Ok(ops)
-    };
-    let whole = run(data.len().max(1));
-    let split = run(split.max(1));
-    if let (Ok(a), Ok(b)) = (&whole, &split) {
-        assert_eq!(a, b, "split parsing must equal whole parsing");
     }
 }

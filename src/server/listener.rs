@@ -22,16 +22,41 @@ use super::{conn, ServerError, Shared};
 const BACKLOG: u32 = 1024;
 
 /// Resolves `host` and binds `port` (`-1` = any free port) with `SO_REUSEADDR`.
-pub(crate) async fn bind(host: &str, port: i32, what: &'static str) -> Result<TcpListener, ServerError> {
-    let port = if port < 0 { 0 } else { u16::try_from(port).unwrap_or(0) };
+pub(crate) async fn bind(
+    host: &str,
+    port: i32,
+    what: &'static str,
+) -> Result<TcpListener, ServerError> {
+    let port = if port < 0 {
+        0
+    } else {
+        u16::try_from(port).unwrap_or(0)
+    };
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-    let err = |e: std::io::Error| ServerError::Bind { what, addr: shown.clone(), source: e };
-    let addr: SocketAddr = match tokio::net::lookup_host((host, port)).await.map_err(err)?.next() {
+    let shown = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let err = |e: std::io::Error| ServerError::Bind {
+        what,
+        addr: shown.clone(),
+        source: e,
+    };
+    let addr: SocketAddr = match tokio::net::lookup_host((host, port))
+        .await
+        .map_err(err)?
+        .next()
+    {
         Some(a) => a,
         None => return Err(err(std::io::ErrorKind::AddrNotAvailable.into())),
     };
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(err)?;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(err)?;
     socket.set_reuseaddr(true).map_err(err)?;
     socket.bind(addr).map_err(err)?;
     socket.listen(BACKLOG).map_err(err)
@@ -43,7 +68,11 @@ pub(crate) async fn bind_clients(shared: &Shared) -> Result<TcpListener, ServerE
 }
 
 /// Accepts clients until `stop` is cancelled.
-pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
     let mut backoff = Duration::from_millis(5);
     loop {
         let accepted = tokio::select! {

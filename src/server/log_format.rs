@@ -22,7 +22,10 @@ pub struct NatsFormat {
 impl NatsFormat {
     /// A formatter; `with_time` mirrors `logtime`.
     pub fn new(with_time: bool) -> Self {
-        NatsFormat { pid: std::process::id(), with_time }
+        NatsFormat {
+            pid: std::process::id(),
+            with_time,
+        }
     }
 }
 
@@ -41,7 +44,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         write!(w, "[{}] ", self.pid)?;
         if self.with_time {
             let now = time::OffsetDateTime::now_utc();

@@ -139,7 +139,10 @@ fn clamp_usize(v: i64, default: usize) -> usize {
 impl Shared {
     fn new(opts: ServerOptions) -> Result<Self, ServerError> {
         let server_id = nkeys::KeyPair::new_server().public_key();
-        let server_name = opts.server_name.clone().unwrap_or_else(|| server_id.clone());
+        let server_name = opts
+            .server_name
+            .clone()
+            .unwrap_or_else(|| server_id.clone());
         let limits = Limits {
             max_payload: clamp_usize(opts.max_payload, 1024 * 1024),
             max_control_line: clamp_usize(opts.max_control_line, 4096),
@@ -212,7 +215,12 @@ impl Shared {
     }
 
     /// The INFO line for `client` (`connect_info` marks the one sent after the first PONG).
-    pub(crate) fn info_line(&self, client: &ClientHandle, connect_info: bool, account: Option<&str>) -> Vec<u8> {
+    pub(crate) fn info_line(
+        &self,
+        client: &ClientHandle,
+        connect_info: bool,
+        account: Option<&str>,
+    ) -> Vec<u8> {
         let info = ServerInfo {
             server_id: self.server_id.clone(),
             server_name: self.server_name.clone(),
@@ -248,11 +256,19 @@ fn build_authenticator(opts: &ServerOptions, registry: &Registry) -> Authenticat
     }
     let mut users = Vec::new();
     if let (Some(u), Some(p)) = (&a.user, &a.password) {
-        users.push(UserEntry { user: u.clone(), password: p.clone(), account: None });
+        users.push(UserEntry {
+            user: u.clone(),
+            password: p.clone(),
+            account: None,
+        });
     }
     for u in &a.users {
         if let (Some(name), Some(pw)) = (&u.user, &u.password) {
-            users.push(UserEntry { user: name.clone(), password: pw.clone(), account: u.account.clone() });
+            users.push(UserEntry {
+                user: name.clone(),
+                password: pw.clone(),
+                account: u.account.clone(),
+            });
         } else if u.nkey.is_some() {
             warn!("nkey users are not supported yet; user entry ignored");
         }
@@ -261,7 +277,11 @@ fn build_authenticator(opts: &ServerOptions, registry: &Registry) -> Authenticat
         registry.create(&acc.name);
         for u in &acc.users {
             if let (Some(name), Some(pw)) = (&u.user, &u.password) {
-                users.push(UserEntry { user: name.clone(), password: pw.clone(), account: Some(acc.name.clone()) });
+                users.push(UserEntry {
+                    user: name.clone(),
+                    password: pw.clone(),
+                    account: Some(acc.name.clone()),
+                });
             } else if u.nkey.is_some() {
                 warn!(account = %acc.name, "nkey users are not supported yet; user entry ignored");
             }
@@ -281,12 +301,16 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     }
     let shared = Arc::new(Shared::new(opts)?);
     let client_listener = listener::bind_clients(&shared).await?;
-    let client_addr = client_listener.local_addr().map_err(|e| ServerError::Bind {
-        what: "client",
-        addr: shared.opts.host.clone(),
-        source: e,
-    })?;
-    shared.client_port.store(u64::from(client_addr.port()), Ordering::Relaxed);
+    let client_addr = client_listener
+        .local_addr()
+        .map_err(|e| ServerError::Bind {
+            what: "client",
+            addr: shared.opts.host.clone(),
+            source: e,
+        })?;
+    shared
+        .client_port
+        .store(u64::from(client_addr.port()), Ordering::Relaxed);
 
     let shutdown = shutdown::Shutdown::new();
     let monitor_addr = match monitor::bind(&shared).await? {
@@ -301,17 +325,27 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         None => None,
     };
     info!("Starting sealstream-server");
-    info!("  Version:  {NATS_COMPAT_VERSION} (sealstream {})", env!("CARGO_PKG_VERSION"));
+    info!(
+        "  Version:  {NATS_COMPAT_VERSION} (sealstream {})",
+        env!("CARGO_PKG_VERSION")
+    );
     info!("  ID:       {}", shared.server_id);
     info!("  Name:     {}", shared.server_name);
     if let Some(cf) = &shared.opts.config_file {
         info!("Using configuration file: {}", cf.display());
     }
-    info!("Listening for client connections on {}", display_addr(client_addr));
+    info!(
+        "Listening for client connections on {}",
+        display_addr(client_addr)
+    );
     let files = startup_files(&shared, client_addr, monitor_addr)?;
     info!("Server is ready");
 
-    let accept = tokio::spawn(listener::accept_loop(client_listener, Arc::clone(&shared), shutdown.token()));
+    let accept = tokio::spawn(listener::accept_loop(
+        client_listener,
+        Arc::clone(&shared),
+        shutdown.token(),
+    ));
     shutdown::wait_for_signals(&shared, &shutdown).await;
     shutdown.cancel();
     let _ = accept.await;
@@ -333,12 +367,16 @@ fn check_store_dir(opts: &ServerOptions) -> Result<(), ServerError> {
         return Ok(());
     }
     warn!("JetStream is not available in this build yet; the server runs core NATS only");
-    let Some(dir) = &opts.jetstream.store_dir else { return Ok(()) };
+    let Some(dir) = &opts.jetstream.store_dir else {
+        return Ok(());
+    };
     if dir.exists() && !dir.is_dir() {
         return Err(ServerError::StoreNotDir(dir.clone()));
     }
-    std::fs::create_dir_all(dir.join("jetstream"))
-        .map_err(|e| ServerError::StoreCreate { path: dir.clone(), source: e })
+    std::fs::create_dir_all(dir.join("jetstream")).map_err(|e| ServerError::StoreCreate {
+        path: dir.clone(),
+        source: e,
+    })
 }
 
 /// Writes the pid file and the ports file; returns the paths to remove on exit.
@@ -350,8 +388,10 @@ fn startup_files(
     let mut files = Vec::new();
     let pid = std::process::id();
     if let Some(p) = &shared.opts.pid_file {
-        std::fs::write(p, pid.to_string())
-            .map_err(|e| ServerError::WriteFile { path: p.clone(), source: e })?;
+        std::fs::write(p, pid.to_string()).map_err(|e| ServerError::WriteFile {
+            path: p.clone(),
+            source: e,
+        })?;
         files.push(p.clone());
     }
     if let Some(dir) = &shared.opts.ports_file_dir {
@@ -364,8 +404,10 @@ fn startup_files(
         if let Some(m) = monitor {
             ports["monitoring"] = serde_json::json!([format!("http://{m}")]);
         }
-        std::fs::write(&path, ports.to_string())
-            .map_err(|e| ServerError::WriteFile { path: path.clone(), source: e })?;
+        std::fs::write(&path, ports.to_string()).map_err(|e| ServerError::WriteFile {
+            path: path.clone(),
+            source: e,
+        })?;
         files.push(path);
     }
     Ok(files)

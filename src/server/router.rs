@@ -75,7 +75,11 @@ impl RouteCtx {
 
     /// Returns and resets (messages, bytes, slow consumers) counted since the last call.
     pub(crate) fn take_counts(&mut self) -> (u64, u64, u64) {
-        let c = (self.delivered_msgs, self.delivered_bytes, self.slow_consumers);
+        let c = (
+            self.delivered_msgs,
+            self.delivered_bytes,
+            self.slow_consumers,
+        );
         self.delivered_msgs = 0;
         self.delivered_bytes = 0;
         self.slow_consumers = 0;
@@ -122,7 +126,9 @@ pub(crate) fn publish(
         }
         let start = (ctx.next_rand() % len as u64) as usize;
         for i in 0..len {
-            let Some(m) = group.members.get((start + i) % len) else { continue };
+            let Some(m) = group.members.get((start + i) % len) else {
+                continue;
+            };
             let sub = &m.0;
             if !from.echo && sub.client.cid == from.cid {
                 continue;
@@ -136,8 +142,20 @@ pub(crate) fn publish(
     if matches.plain.is_empty() && matches.groups.is_empty() && from.no_responders {
         if let Some(reply) = reply {
             let status = no_responders_block(subject);
-            let answer = Publisher { cid: from.cid, echo: true, no_responders: false };
-            publish(ctx, account, answer, reply, None, Some(&status), &Bytes::new());
+            let answer = Publisher {
+                cid: from.cid,
+                echo: true,
+                no_responders: false,
+            };
+            publish(
+                ctx,
+                account,
+                answer,
+                reply,
+                None,
+                Some(&status),
+                &Bytes::new(),
+            );
         }
     }
     for sub in std::mem::take(&mut ctx.expired) {
@@ -168,8 +186,15 @@ fn deliver(
         return false;
     }
     let client = &sub.client;
-    let headers = if client.headers.load(Ordering::Relaxed) { headers } else { None };
-    match client.outbound.push_msg(subject, &sub.sid, reply, headers, payload) {
+    let headers = if client.headers.load(Ordering::Relaxed) {
+        headers
+    } else {
+        None
+    };
+    match client
+        .outbound
+        .push_msg(subject, &sub.sid, reply, headers, payload)
+    {
         Ok(wake) => {
             if wake {
                 ctx.wake.push(Arc::clone(client));
@@ -180,7 +205,10 @@ fn deliver(
         }
         Err(PushError::SlowConsumer) => {
             if client.close_reason().is_none() {
-                warn!(cid = client.cid, "slow consumer detected, closing connection");
+                warn!(
+                    cid = client.cid,
+                    "slow consumer detected, closing connection"
+                );
                 ctx.slow_consumers += 1;
             }
             client.close(CloseReason::SlowConsumer);

@@ -27,7 +27,9 @@ pub(crate) struct Shutdown {
 
 impl Shutdown {
     pub(crate) fn new() -> Self {
-        Shutdown { token: CancellationToken::new() }
+        Shutdown {
+            token: CancellationToken::new(),
+        }
     }
 
     pub(crate) fn token(&self) -> CancellationToken {
@@ -82,8 +84,16 @@ async fn lame_duck(shared: &Arc<Shared>, shutdown: &Shutdown) {
     let grace = shared.opts.lame_duck_grace_period.min(total);
     tokio::time::sleep(grace).await;
     let spread = total.saturating_sub(grace);
-    let step = if clients.is_empty() { Duration::ZERO } else { spread / clients.len() as u32 };
-    info!("Closing {} existing clients over {:?}", clients.len(), spread);
+    let step = if clients.is_empty() {
+        Duration::ZERO
+    } else {
+        spread / clients.len() as u32
+    };
+    info!(
+        "Closing {} existing clients over {:?}",
+        clients.len(),
+        spread
+    );
     for c in clients {
         c.close(CloseReason::ServerShutdown);
         tokio::time::sleep(step).await;

@@ -39,7 +39,9 @@ pub fn send(req: &SignalRequest) -> Result<(), String> {
             .trim()
             .to_owned(),
     };
-    let pid: i32 = pid_text.parse().map_err(|_| format!("invalid pid {pid_text:?}"))?;
+    let pid: i32 = pid_text
+        .parse()
+        .map_err(|_| format!("invalid pid {pid_text:?}"))?;
     if pid <= 0 {
         return Err(format!("invalid pid {pid}"));
     }

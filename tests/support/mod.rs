@@ -4,7 +4,12 @@
 //! Set `SEALSTREAM_TEST_SERVER=/path/to/nats-server` to run the same tests against the
 //! reference server — that is how we know an expectation is right. Tests that check
 //! sealstream-only behaviour call [`TestServer::is_reference`] and return early.
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    reason = "shared by every test crate, each using a different part; a harness may panic"
+)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -31,7 +36,10 @@ pub struct TestServer {
 pub fn server_binary() -> (PathBuf, bool) {
     match std::env::var("SEALSTREAM_TEST_SERVER") {
         Ok(p) if !p.is_empty() => (PathBuf::from(p), true),
-        _ => (PathBuf::from(env!("CARGO_BIN_EXE_sealstream-server")), false),
+        _ => (
+            PathBuf::from(env!("CARGO_BIN_EXE_sealstream-server")),
+            false,
+        ),
     }
 }
 
@@ -58,8 +66,12 @@ impl TestServer {
             cmd.arg("-c").arg(&path);
         }
         cmd.args(["-a", "127.0.0.1", "-p", "-1"]).args(args);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
@@ -82,9 +94,17 @@ impl TestServer {
             panic!("server did not become ready; log:\n{}", log.lock().unwrap());
         }
         let text = log.lock().unwrap().clone();
-        let port = find_port(&text, "Listening for client connections on ").expect("client port in log");
+        let port =
+            find_port(&text, "Listening for client connections on ").expect("client port in log");
         let http_port = find_port(&text, "Starting http monitor on ");
-        TestServer { child: Some(child), port, http_port, log, dir, reference }
+        TestServer {
+            child: Some(child),
+            port,
+            http_port,
+            log,
+            dir,
+            reference,
+        }
     }
 
     /// True when running against the reference nats-server.
@@ -104,7 +124,11 @@ impl TestServer {
 
     /// Sends a signal to the server process.
     pub fn signal(&self, sig: &str) {
-        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().unwrap();
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
         assert!(status.success());
     }
 
@@ -156,7 +180,9 @@ pub fn spin_pause(d: Duration) {
 fn find_port(log: &str, marker: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains(marker))?;
     let rest = line.split(marker).nth(1)?.trim();
-    let rest = rest.trim_start_matches("http://").trim_start_matches("https://");
+    let rest = rest
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
     rest.rsplit(':').next()?.trim().parse().ok()
 }
 
@@ -164,11 +190,22 @@ fn find_port(log: &str, marker: &str) -> Option<u16> {
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect monitor");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut resp = String::new();
     let _ = s.read_to_string(&mut resp);
-    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -183,8 +220,13 @@ pub struct Raw {
 impl Raw {
     pub fn connect(port: u16) -> Self {
         let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        let mut r = Raw { s, buf: Vec::new(), info: serde_json::Value::Null };
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut r = Raw {
+            s,
+            buf: Vec::new(),
+            info: serde_json::Value::Null,
+        };
         let line = r.read_line(Duration::from_secs(5)).expect("INFO line");
         let json = line.strip_prefix("INFO ").expect("starts with INFO").trim();
         r.info = serde_json::from_str(json).expect("INFO json");
@@ -205,7 +247,9 @@ impl Raw {
                     self.buf.extend_from_slice(&tmp[..n]);
                     return true;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
                 Err(_) => return false,
             }
         }
@@ -241,7 +285,9 @@ impl Raw {
     /// Reads lines until one equals `want` (skipping PINGs from the server), or panics.
     pub fn expect_line(&mut self, want: &str) {
         loop {
-            let line = self.read_line(Duration::from_secs(5)).unwrap_or_else(|| panic!("expected {want:?}, got nothing"));
+            let line = self
+                .read_line(Duration::from_secs(5))
+                .unwrap_or_else(|| panic!("expected {want:?}, got nothing"));
             if line == want {
                 return;
             }
@@ -260,15 +306,23 @@ impl Raw {
     /// Sends CONNECT (with `extra` JSON fields) and PING, and waits for PONG.
     pub fn handshake(&mut self, extra: &str) {
         let body = if extra.is_empty() {
-            r#"{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true}"#.to_owned()
+            r#"{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true}"#
+                .to_owned()
         } else {
-            format!(r#"{{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true,{extra}}}"#)
+            format!(
+                r#"{{"verbose":false,"pedantic":false,"protocol":1,"headers":true,"no_responders":true,{extra}}}"#
+            )
         };
         self.send(format!("CONNECT {body}\r\nPING\r\n").as_bytes());
         self.expect_line("PONG");
         // protocol 1: the server follows the first PONG with an INFO carrying connect_info.
-        let info = self.read_line(Duration::from_secs(5)).expect("post-PONG INFO");
-        assert!(info.starts_with("INFO "), "expected INFO after first PONG, got {info:?}");
+        let info = self
+            .read_line(Duration::from_secs(5))
+            .expect("post-PONG INFO");
+        assert!(
+            info.starts_with("INFO "),
+            "expected INFO after first PONG, got {info:?}"
+        );
     }
 
     /// True when the server closed the connection (EOF) within `limit`.
@@ -279,7 +333,9 @@ impl Raw {
             match self.s.read(&mut tmp) {
                 Ok(0) => return true,
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
                 Err(_) => return true,
             }
         }
@@ -290,7 +346,11 @@ impl Raw {
     pub fn silent_for(&mut self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
-            if let Some(line) = self.read_line(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))) {
+            if let Some(line) = self.read_line(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ) {
                 if line == "PING" {
                     continue;
                 }
@@ -323,6 +383,10 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, mut f: F) -> bool {
 /// the socket; a request nobody answers comes back as a no-responders status.)
 pub async fn sync(c: &async_nats::Client) {
     let subject = format!("_sync.{}", c.new_inbox().replace('.', "_"));
-    let r = tokio::time::timeout(Duration::from_secs(5), c.request(subject, bytes::Bytes::new())).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        c.request(subject, bytes::Bytes::new()),
+    )
+    .await;
     assert!(r.is_ok(), "server round trip within 5s");
 }

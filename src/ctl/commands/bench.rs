@@ -44,11 +44,21 @@ struct RawConn {
 
 impl RawConn {
     async fn connect(addr: &str, name: &str) -> anyhow::Result<Self> {
-        let s = TcpStream::connect(addr).await.with_context(|| format!("connect {addr}"))?;
+        let s = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connect {addr}"))?;
         s.set_nodelay(true)?;
         let (rd, wr) = s.into_split();
-        let limits = Limits { max_control_line: 1 << 20, max_payload: usize::MAX };
-        let mut c = RawConn { rd, wr, buf: BytesMut::with_capacity(256 * 1024), parser: Parser::new(limits) };
+        let limits = Limits {
+            max_control_line: 1 << 20,
+            max_payload: usize::MAX,
+        };
+        let mut c = RawConn {
+            rd,
+            wr,
+            buf: BytesMut::with_capacity(256 * 1024),
+            parser: Parser::new(limits),
+        };
         match c.next().await? {
             ServerOp::Info(_) => {}
             other => bail!("expected INFO, got {other:?}"),
@@ -165,7 +175,11 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// Connection failures, server errors, or a run that stalls.
 pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
     let addr = addr_of(server);
-    let report = if a.request { latency(&addr, &a).await? } else { throughput(&addr, &a).await? };
+    let report = if a.request {
+        latency(&addr, &a).await?
+    } else {
+        throughput(&addr, &a).await?
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -175,21 +189,33 @@ pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
 }
 
 fn print_table(r: &BenchReport) {
-    println!("{:<28} {:>8} {:>10} {:>14} {:>14} {:>12}", "scenario", "size", "msgs", "pub msgs/s", "recv msgs/s", "cpu µs/msg");
-    let cpu = r.server_cpu_us_per_msg.map_or("-".to_owned(), |c| format!("{c:.3}"));
+    println!(
+        "{:<28} {:>8} {:>10} {:>14} {:>14} {:>12}",
+        "scenario", "size", "msgs", "pub msgs/s", "recv msgs/s", "cpu µs/msg"
+    );
+    let cpu = r
+        .server_cpu_us_per_msg
+        .map_or("-".to_owned(), |c| format!("{c:.3}"));
     println!(
         "{:<28} {:>8} {:>10} {:>14.0} {:>14.0} {:>12}",
         r.scenario, r.size, r.msgs, r.pub_msgs_per_sec, r.delivered_msgs_per_sec, cpu
     );
     if let Some(l) = &r.latency_us {
-        println!("latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}", l.p50, l.p90, l.p99);
+        println!(
+            "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}",
+            l.p50, l.p90, l.p99
+        );
     }
 }
 
 /// One publisher, `a.subs` subscribers (or a queue group of them).
 pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     let subs = a.subs.max(1);
-    let total_expected = if a.queue.is_some() { a.msgs } else { a.msgs * subs as u64 };
+    let total_expected = if a.queue.is_some() {
+        a.msgs
+    } else {
+        a.msgs * subs as u64
+    };
     let received = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for i in 0..subs {
@@ -227,7 +253,12 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     let mut frame = BytesMut::new();
     encode_client_op(
         &mut frame,
-        &ClientOp::Pub { subject: Bytes::from(a.subject.clone()), reply: None, headers: None, payload },
+        &ClientOp::Pub {
+            subject: Bytes::from(a.subject.clone()),
+            reply: None,
+            headers: None,
+            payload,
+        },
     );
     let cpu0 = a.server_pid.and_then(cpu_seconds);
     let start = Instant::now();
@@ -256,7 +287,9 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     let pub_secs = start.elapsed().as_secs_f64();
     let mut delivered = 0;
     for h in handles {
-        delivered += h.await.map_err(|e| anyhow!("subscriber task failed: {e}"))??;
+        delivered += h
+            .await
+            .map_err(|e| anyhow!("subscriber task failed: {e}"))??;
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = a.server_pid.and_then(cpu_seconds);
@@ -285,7 +318,11 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
 pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     let mut responder = RawConn::connect(addr, "bench-responder").await?;
     responder
-        .send(&ClientOp::Sub { subject: Bytes::from(a.subject.clone()), queue: None, sid: Bytes::from_static(b"1") })
+        .send(&ClientOp::Sub {
+            subject: Bytes::from(a.subject.clone()),
+            queue: None,
+            sid: Bytes::from_static(b"1"),
+        })
         .await?;
     responder.send(&ClientOp::Ping).await?;
     responder.until_pong().await?;
@@ -294,8 +331,15 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
         let payload = Bytes::from(vec![b'r'; size]);
         loop {
             match responder.next().await {
-                Ok(ServerOp::Msg { reply: Some(reply), .. }) => {
-                    let op = ClientOp::Pub { subject: reply, reply: None, headers: None, payload: payload.clone() };
+                Ok(ServerOp::Msg {
+                    reply: Some(reply), ..
+                }) => {
+                    let op = ClientOp::Pub {
+                        subject: reply,
+                        reply: None,
+                        headers: None,
+                        payload: payload.clone(),
+                    };
                     if responder.send(&op).await.is_err() {
                         return;
                     }
@@ -312,11 +356,21 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     });
     let mut req = RawConn::connect(addr, "bench-requester").await?;
     let inbox = Bytes::from_static(b"_INBOX.sealctl.bench");
-    req.send(&ClientOp::Sub { subject: inbox.clone(), queue: None, sid: Bytes::from_static(b"1") }).await?;
+    req.send(&ClientOp::Sub {
+        subject: inbox.clone(),
+        queue: None,
+        sid: Bytes::from_static(b"1"),
+    })
+    .await?;
     req.send(&ClientOp::Ping).await?;
     req.until_pong().await?;
     let payload = Bytes::from(vec![b'q'; a.size]);
-    let op = ClientOp::Pub { subject: Bytes::from(a.subject.clone()), reply: Some(inbox), headers: None, payload };
+    let op = ClientOp::Pub {
+        subject: Bytes::from(a.subject.clone()),
+        reply: Some(inbox),
+        headers: None,
+        payload,
+    };
     let mut frame = BytesMut::new();
     encode_client_op(&mut frame, &op);
     let mut samples = Vec::with_capacity(a.msgs as usize);
@@ -355,6 +409,10 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
         pub_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
         delivered_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
         server_cpu_us_per_msg: cpu,
-        latency_us: Some(Latency { p50: pct(0.50), p90: pct(0.90), p99: pct(0.99) }),
+        latency_us: Some(Latency {
+            p50: pct(0.50),
+            p90: pct(0.90),
+            p99: pct(0.99),
+        }),
     })
 }

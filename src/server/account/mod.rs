@@ -94,7 +94,10 @@ impl Account {
     ///
     /// # Errors
     /// When the subject is not a valid subscription subject.
-    pub(crate) fn subscribe(&self, sub: &Arc<Subscription>) -> Result<(), crate::subject::InvalidSubject> {
+    pub(crate) fn subscribe(
+        &self,
+        sub: &Arc<Subscription>,
+    ) -> Result<(), crate::subject::InvalidSubject> {
         let mut t = self.tree.write().unwrap_or_else(|p| p.into_inner());
         t.insert(&sub.subject, sub.queue.as_deref(), SubRef(Arc::clone(sub)))?;
         self.generation.store(t.generation(), Ordering::Release);
@@ -131,13 +134,22 @@ impl Registry {
     /// A registry holding only the global account.
     pub(crate) fn new() -> Self {
         let mut m = HashMap::new();
-        m.insert(GLOBAL_ACCOUNT.to_owned(), Arc::new(Account::new(GLOBAL_ACCOUNT)));
-        Registry { accounts: RwLock::new(m) }
+        m.insert(
+            GLOBAL_ACCOUNT.to_owned(),
+            Arc::new(Account::new(GLOBAL_ACCOUNT)),
+        );
+        Registry {
+            accounts: RwLock::new(m),
+        }
     }
 
     /// Looks up an account by name.
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Account>> {
-        self.accounts.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.accounts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// The global account `$G`.
@@ -154,7 +166,12 @@ impl Registry {
 
     /// Total subscriptions over all accounts.
     pub(crate) fn subscription_count(&self) -> usize {
-        self.accounts.read().unwrap_or_else(|p| p.into_inner()).values().map(|a| a.subscription_count()).sum()
+        self.accounts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|a| a.subscription_count())
+            .sum()
     }
 }
 
@@ -162,6 +179,9 @@ impl Registry {
     /// Creates the named account if it does not exist yet.
     pub(crate) fn create(&self, name: &str) -> Arc<Account> {
         let mut m = self.accounts.write().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(m.entry(name.to_owned()).or_insert_with(|| Arc::new(Account::new(name))))
+        Arc::clone(
+            m.entry(name.to_owned())
+                .or_insert_with(|| Arc::new(Account::new(name))),
+        )
     }
 }

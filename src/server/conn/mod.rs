@@ -176,7 +176,10 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
         }
         let _ = writer.await;
         shared.unregister(&client);
-        debug!(reason = client.close_reason().map_or("", CloseReason::as_str), "client connection closed");
+        debug!(
+            reason = client.close_reason().map_or("", CloseReason::as_str),
+            "client connection closed"
+        );
     }
     .instrument(span)
     .await;

@@ -120,7 +120,11 @@ impl Outbound {
                 g.tail.put_slice(b"\r\n");
             }
             let line = g.tail.len().saturating_sub(before);
-            let written = if total >= ZERO_COPY_THRESHOLD { line + total + 40 } else { line };
+            let written = if total >= ZERO_COPY_THRESHOLD {
+                line + total + 40
+            } else {
+                line
+            };
             g.pending += written;
             g.out_msgs += 1;
             g.out_bytes += total as u64;
@@ -174,7 +178,11 @@ impl Outbound {
             chunks.push(g.tail.split().freeze());
         }
         let bytes = chunks.iter().map(Bytes::len).sum();
-        Batch { chunks, bytes, closed: g.closed }
+        Batch {
+            chunks,
+            bytes,
+            closed: g.closed,
+        }
     }
 
     /// Records that the writer put `n` bytes on the socket.
@@ -198,7 +206,10 @@ mod tests {
         let q = Outbound::new(100);
         let p = Bytes::from_static(&[0u8; 40]);
         assert!(q.push_msg(b"a", b"1", None, None, &p).is_ok());
-        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Err(PushError::SlowConsumer));
+        assert_eq!(
+            q.push_msg(b"a", b"1", None, None, &p),
+            Err(PushError::SlowConsumer)
+        );
     }
 
     #[test]
@@ -208,7 +219,10 @@ mod tests {
         assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
         assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(false));
         let b = q.take();
-        assert_eq!(b.chunks.concat(), b"MSG a 1 2\r\nhi\r\nMSG a 1 2\r\nhi\r\n".to_vec());
+        assert_eq!(
+            b.chunks.concat(),
+            b"MSG a 1 2\r\nhi\r\nMSG a 1 2\r\nhi\r\n".to_vec()
+        );
         assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
     }
 

@@ -66,7 +66,11 @@ enum Flow {
 }
 
 /// Runs the reader until the connection closes.
-pub(crate) async fn run<R: AsyncRead + Unpin>(mut r: R, client: Arc<ClientHandle>, shared: Arc<Shared>) {
+pub(crate) async fn run<R: AsyncRead + Unpin>(
+    mut r: R,
+    client: Arc<ClientHandle>,
+    shared: Arc<Shared>,
+) {
     let limits = Limits {
         max_control_line: shared.limits.max_control_line,
         max_payload: shared.limits.max_payload,
@@ -102,7 +106,8 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(mut r: R, client: Arc<ClientHandle
     let auth_deadline = Instant::now() + s.shared.limits.auth_timeout;
     let auth_required = s.shared.auth.required();
     let ping_every = s.shared.limits.ping_interval.max(Duration::from_millis(10));
-    let mut ping = tokio::time::interval_at(Instant::now() + ping_every.min(FIRST_PING_MAX), ping_every);
+    let mut ping =
+        tokio::time::interval_at(Instant::now() + ping_every.min(FIRST_PING_MAX), ping_every);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut buf = BytesMut::with_capacity(READ_SIZE);
     let client = Arc::clone(&s.client);
@@ -224,20 +229,32 @@ impl Session {
     fn handle(&mut self, op: ClientOp) -> Flow {
         if !self.connected && self.shared.auth.enabled() && !matches!(op, ClientOp::Connect(_)) {
             debug!("operation before CONNECT on a server that requires auth");
-            return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+            return self.fatal(
+                perr::AUTHORIZATION_VIOLATION,
+                CloseReason::AuthenticationFailure,
+            );
         }
         match op {
-            ClientOp::Pub { subject, reply, headers, payload } => {
-                self.on_pub(subject, reply, headers, payload)
-            }
-            ClientOp::Sub { subject, queue, sid } => self.on_sub(subject, queue, sid),
+            ClientOp::Pub {
+                subject,
+                reply,
+                headers,
+                payload,
+            } => self.on_pub(subject, reply, headers, payload),
+            ClientOp::Sub {
+                subject,
+                queue,
+                sid,
+            } => self.on_sub(subject, queue, sid),
             ClientOp::Unsub { sid, max } => self.on_unsub(&sid, max),
             ClientOp::Ping => {
                 trace!("<<- PING");
                 self.push_raw(b"PONG\r\n");
                 if self.connected && self.protocol >= 1 && !self.sent_connect_info {
                     self.sent_connect_info = true;
-                    let info = self.shared.info_line(&self.client, true, Some(&self.account.name));
+                    let info = self
+                        .shared
+                        .info_line(&self.client, true, Some(&self.account.name));
                     self.push_raw(&info);
                 }
                 Flow::Continue
@@ -259,16 +276,25 @@ impl Session {
         };
         let protocol = info.protocol.unwrap_or(0);
         if !(0..=1).contains(&protocol) {
-            return self.fatal(perr::INVALID_CLIENT_PROTOCOL, CloseReason::ProtocolViolation);
+            return self.fatal(
+                perr::INVALID_CLIENT_PROTOCOL,
+                CloseReason::ProtocolViolation,
+            );
         }
         let headers = info.headers.unwrap_or(false) && self.shared.headers_supported;
         if info.no_responders.unwrap_or(false) && !headers {
-            return self.fatal(perr::NO_RESPONDERS_REQUIRES_HEADERS, CloseReason::ProtocolViolation);
+            return self.fatal(
+                perr::NO_RESPONDERS_REQUIRES_HEADERS,
+                CloseReason::ProtocolViolation,
+            );
         }
         if !self.connected {
             if info.account.is_some() || info.new_account.is_some() {
                 debug!("legacy account fields in CONNECT");
-                return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+                return self.fatal(
+                    perr::AUTHORIZATION_VIOLATION,
+                    CloseReason::AuthenticationFailure,
+                );
             }
             let creds = Credentials {
                 user: info.user.as_deref(),
@@ -294,7 +320,10 @@ impl Session {
                 }
                 Err(e) => {
                     warn!(cid = self.client.cid, reason = %e, "authentication failed");
-                    return self.fatal(perr::AUTHORIZATION_VIOLATION, CloseReason::AuthenticationFailure);
+                    return self.fatal(
+                        perr::AUTHORIZATION_VIOLATION,
+                        CloseReason::AuthenticationFailure,
+                    );
                 }
             }
         }
@@ -318,7 +347,13 @@ impl Session {
         Flow::Continue
     }
 
-    fn on_pub(&mut self, subject: Bytes, reply: Option<Bytes>, headers: Option<Bytes>, payload: Bytes) -> Flow {
+    fn on_pub(
+        &mut self,
+        subject: Bytes,
+        reply: Option<Bytes>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) -> Flow {
         if headers.is_some() && !self.headers {
             debug!("HPUB from a client that did not enable headers");
             self.client.close(CloseReason::ProtocolViolation);
@@ -333,8 +368,20 @@ impl Session {
         self.in_bytes += (payload.len() + headers.as_ref().map_or(0, Bytes::len)) as u64;
         // +OK goes out before any copy of the message comes back to this connection.
         self.ok();
-        let from = Publisher { cid: self.client.cid, echo: self.echo, no_responders: self.no_responders };
-        router::publish(&mut self.route, &self.account, from, &subject, reply.as_deref(), headers.as_ref(), &payload);
+        let from = Publisher {
+            cid: self.client.cid,
+            echo: self.echo,
+            no_responders: self.no_responders,
+        };
+        router::publish(
+            &mut self.route,
+            &self.account,
+            from,
+            &subject,
+            reply.as_deref(),
+            headers.as_ref(),
+            &payload,
+        );
         Flow::Continue
     }
 

@@ -19,7 +19,11 @@ use super::{flush_on_close, ClientHandle, CloseReason};
 const MAX_IOVECS: usize = 64;
 
 /// Runs until the connection closes.
-pub(crate) async fn run<W: AsyncWrite + Unpin>(mut w: W, client: Arc<ClientHandle>, deadline: Duration) {
+pub(crate) async fn run<W: AsyncWrite + Unpin>(
+    mut w: W,
+    client: Arc<ClientHandle>,
+    deadline: Duration,
+) {
     loop {
         let batch = client.outbound.take();
         if batch.bytes > 0 && (!batch.closed || flush_on_close(&client)) {
@@ -49,18 +53,27 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(mut w: W, client: Arc<ClientHandl
 }
 
 /// Writes every chunk, coping with partial vectored writes.
-async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, mut chunks: Vec<Bytes>) -> std::io::Result<()> {
+async fn write_all<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut chunks: Vec<Bytes>,
+) -> std::io::Result<()> {
     let mut start = 0;
     while start < chunks.len() {
         let end = (start + MAX_IOVECS).min(chunks.len());
-        let slices: Vec<IoSlice<'_>> =
-            chunks.get(start..end).unwrap_or(&[]).iter().map(|c| IoSlice::new(c)).collect();
+        let slices: Vec<IoSlice<'_>> = chunks
+            .get(start..end)
+            .unwrap_or(&[])
+            .iter()
+            .map(|c| IoSlice::new(c))
+            .collect();
         let mut n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         while n > 0 {
-            let Some(c) = chunks.get_mut(start) else { break };
+            let Some(c) = chunks.get_mut(start) else {
+                break;
+            };
             if n >= c.len() {
                 n -= c.len();
                 start += 1;

@@ -29,9 +29,17 @@ use super::{listener, ServerError, Shared};
 
 /// Binds the monitoring listener if one is configured.
 pub(crate) async fn bind(shared: &Shared) -> Result<Option<TcpListener>, ServerError> {
-    let Some(port) = shared.opts.http_port else { return Ok(None) };
-    let host = if shared.opts.http_host.is_empty() { &shared.opts.host } else { &shared.opts.http_host };
-    listener::bind(host, port, "http monitoring").await.map(Some)
+    let Some(port) = shared.opts.http_port else {
+        return Ok(None);
+    };
+    let host = if shared.opts.http_host.is_empty() {
+        &shared.opts.host
+    } else {
+        &shared.opts.http_host
+    };
+    listener::bind(host, port, "http monitoring")
+        .await
+        .map(Some)
 }
 
 /// Serves monitoring requests until `stop` is cancelled.
@@ -51,7 +59,10 @@ pub(crate) async fn serve(l: TcpListener, shared: Arc<Shared>, stop: Cancellatio
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let svc = service_fn(move |req| handle(Arc::clone(&shared), req));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
                 debug!(error = %e, "monitor connection error");
             }
         });
@@ -67,7 +78,10 @@ fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Re
     if let Ok(v) = content_type.parse() {
         h.insert(hyper::header::CONTENT_TYPE, v);
     }
-    h.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, hyper::header::HeaderValue::from_static("*"));
+    h.insert(
+        hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        hyper::header::HeaderValue::from_static("*"),
+    );
     r
 }
 
@@ -91,18 +105,29 @@ fn query(req: &Request<Incoming>) -> HashMap<String, String> {
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Resp, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"));
+        return Ok(respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n",
+        ));
     }
     let base = shared.opts.http_base_path.trim_end_matches('/');
     let path = req.uri().path();
     let Some(path) = path.strip_prefix(base) else {
-        return Ok(respond(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"));
+        return Ok(respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "404 page not found\n",
+        ));
     };
     let path = if path.is_empty() { "/" } else { path };
     let endpoint = path.trim_end_matches('/');
     let endpoint = if endpoint.is_empty() { "/" } else { endpoint };
     {
-        let mut s = shared.http_req_stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = shared
+            .http_req_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         *s.entry(endpoint.to_owned()).or_insert(0) += 1;
     }
     let q = query(&req);
@@ -129,5 +154,7 @@ fn index_html(base: &str) -> String {
         .iter()
         .map(|p| format!("<a href=\"{base}/{p}\">{p}</a><br/>\n"))
         .collect();
-    format!("<html><head><title>sealstream monitoring</title></head><body>\n{links}</body></html>\n")
+    format!(
+        "<html><head><title>sealstream monitoring</title></head><body>\n{links}</body></html>\n"
+    )
 }

@@ -14,7 +14,8 @@ use super::super::{Shared, NATS_COMPAT_VERSION};
 
 fn rfc3339(t: SystemTime) -> String {
     let dt = time::OffsetDateTime::from(t);
-    dt.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    dt.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 /// A Go-style duration string as nats-server prints uptimes: `1d2h3m4s`, `1m23s`, `5s`.
@@ -44,9 +45,11 @@ fn process_usage() -> (u64, f64) {
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
         })
         .unwrap_or(0)
         * 1024;
@@ -68,11 +71,18 @@ pub(crate) fn varz(s: &Shared) -> Value {
     let now = SystemTime::now();
     let up = now.duration_since(s.start).unwrap_or_default();
     let (mem, cpu_secs) = process_usage();
-    let cpu = if up.as_secs_f64() > 0.0 { (cpu_secs / up.as_secs_f64() * 1000.0).round() / 10.0 } else { 0.0 };
+    let cpu = if up.as_secs_f64() > 0.0 {
+        (cpu_secs / up.as_secs_f64() * 1000.0).round() / 10.0
+    } else {
+        0.0
+    };
     let o = &s.opts;
     let st = &s.stats;
-    let http_stats: HashMap<String, u64> =
-        s.http_req_stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let http_stats: HashMap<String, u64> = s
+        .http_req_stats
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     json!({
         "server_id": s.server_id,
         "server_name": s.server_name,
@@ -135,7 +145,9 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
     let num = |k: &str, d: usize| -> Result<usize, String> {
         match q.get(k) {
             None => Ok(d),
-            Some(v) => v.parse().map_err(|_| format!("invalid value for {k}: {v:?}\n")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("invalid value for {k}: {v:?}\n")),
         }
     };
     let offset = num("offset", 0)?;
