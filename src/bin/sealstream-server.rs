@@ -120,7 +120,8 @@ fn init_logging(opts: &ServerOptions) -> Result<(), String> {
                 .append(true)
                 .open(path)
                 .map_err(|e| format!("could not open log file {}: {e}", path.display()))?;
-            let writer = std::io::stderr.and(std::sync::Mutex::new(file));
+            // The file first: a harness that sees a line on stderr finds it in the file too.
+            let writer = std::sync::Mutex::new(file).and(std::io::stderr);
             builder.with_writer(writer).init();
         }
         None => builder.with_writer(std::io::stderr).init(),

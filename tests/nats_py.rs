@@ -1,0 +1,30 @@
+//! The same broker through nats-py, the Python client: pub/sub, request/reply, no-responders,
+//! headers and queue groups (tests/python/core_nats_py.py).
+//!
+//! Needs the project's virtualenv (`scripts/setup-test-env`, which `scripts/test` runs). Under
+//! CI its absence is a failure; on a developer machine without it the test says so and passes.
+
+mod support;
+
+use std::process::Command;
+
+use support::{repo_path, TestServer};
+
+#[test]
+fn nats_py_core_messaging_works() {
+    let python = repo_path(".venv/bin/python");
+    if !python.exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv (scripts/setup-test-env)");
+        eprintln!("skipping: no .venv; run scripts/setup-test-env");
+        return;
+    }
+    let s = TestServer::start();
+    let out = Command::new(python)
+        .arg(repo_path("tests/python/core_nats_py.py"))
+        .arg(s.url())
+        .output()
+        .expect("run python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "nats-py script failed:\n{text}");
+    assert!(text.contains("nats-py core: ok"), "{text}");
+}
