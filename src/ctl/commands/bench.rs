@@ -217,6 +217,8 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
         a.msgs * subs as u64
     };
     let received = Arc::new(AtomicU64::new(0));
+    // Set when the last expected message arrived, so idle subscribers stop waiting at once.
+    let finished = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
     for i in 0..subs {
         let mut c = RawConn::connect(addr, &format!("bench-sub-{i}")).await?;
@@ -229,16 +231,22 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
         c.send(&ClientOp::Ping).await?;
         c.until_pong().await?;
         let received = Arc::clone(&received);
+        let finished = finished.clone();
         handles.push(tokio::spawn(async move {
             let mut local = 0u64;
             loop {
                 if received.load(Ordering::Relaxed) >= total_expected {
                     return Ok::<u64, anyhow::Error>(local);
                 }
-                match c.next().await? {
+                let op = tokio::select! {
+                    _ = finished.cancelled() => return Ok(local),
+                    op = c.next() => op?,
+                };
+                match op {
                     ServerOp::Msg { .. } => {
                         local += 1;
                         if received.fetch_add(1, Ordering::Relaxed) + 1 >= total_expected {
+                            finished.cancel();
                             return Ok(local);
                         }
                     }
