@@ -25,6 +25,10 @@ use crate::proto::encode;
 
 /// Payloads at least this large are queued by reference instead of copied.
 pub(crate) const ZERO_COPY_THRESHOLD: usize = 16 * 1024;
+/// Size of each tail buffer small frames are copied into. A full tail is frozen into the chunk
+/// list and a fresh one started, so a backlog costs its bytes plus at most one chunk — never
+/// the doubling-and-copying of one ever-growing buffer.
+const TAIL_CHUNK: usize = 64 * 1024;
 
 /// Why a push was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +47,21 @@ struct Inner {
     closed: bool,
     out_msgs: u64,
     out_bytes: u64,
+}
+
+impl Inner {
+    /// Ensures the tail can take `need` more bytes without reallocating: a tail that is too
+    /// full is moved to the chunk list and a new one allocated.
+    fn make_room(&mut self, need: usize) {
+        if self.tail.capacity() - self.tail.len() >= need {
+            return;
+        }
+        if !self.tail.is_empty() {
+            let full = self.tail.split().freeze();
+            self.chunks.push_back(full);
+        }
+        self.tail.reserve(need.max(TAIL_CHUNK));
+    }
 }
 
 /// What the writer takes out of the queue in one swap.
@@ -101,6 +120,8 @@ impl Outbound {
             if g.pending + frame > self.max_pending {
                 return Err(PushError::SlowConsumer);
             }
+            let inline = if total >= ZERO_COPY_THRESHOLD { 0 } else { total + 2 };
+            g.make_room(frame - total + inline);
             let before = g.tail.len();
             encode::encode_msg_line(&mut g.tail, subject, sid, reply, hlen, total);
             if total >= ZERO_COPY_THRESHOLD {
@@ -112,7 +133,6 @@ impl Outbound {
                 g.chunks.push_back(payload.clone());
                 g.tail.put_slice(b"\r\n");
             } else {
-                g.tail.reserve(total + 2);
                 if let Some(h) = headers {
                     g.tail.put_slice(h);
                 }
@@ -140,6 +160,7 @@ impl Outbound {
             if g.closed {
                 return Err(PushError::Closed);
             }
+            g.make_room(bytes.len());
             g.tail.put_slice(bytes);
             g.pending += bytes.len();
         }
