@@ -9,9 +9,15 @@ use futures::StreamExt;
 
 #[tokio::main]
 async fn main() -> Result<(), async_nats::Error> {
-    let url = std::env::args().nth(1).unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+    let url = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
     let client = async_nats::connect(&url).await?;
-    println!("connected to {} ({})", url, client.server_info().server_name);
+    println!(
+        "connected to {} ({})",
+        url,
+        client.server_info().server_name
+    );
 
     // Wildcard subscription: `orders.*` sees `orders.new` and `orders.paid`.
     let mut orders = client.subscribe("orders.*").await?;

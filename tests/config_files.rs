@@ -15,9 +15,14 @@ fn example_configs_are_judged_like_the_reference() {
     let (bin, _) = server_binary();
     let cwd = tempfile::tempdir().unwrap();
     let mut checked = 0;
-    for line in expected.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in expected
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let mut parts = line.split_whitespace();
-        let (Some(file), Some(verdict)) = (parts.next(), parts.next()) else { continue };
+        let (Some(file), Some(verdict)) = (parts.next(), parts.next()) else {
+            continue;
+        };
         let out = Command::new(&bin)
             .current_dir(cwd.path())
             .args(["-t", "-c"])
@@ -50,7 +55,10 @@ fn guide_config_with_accounts_inside_authorization_starts() {
     ))
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let conf = conf.replace("/var/lib/nats/jetstream", &dir.path().join("js").display().to_string());
+    let conf = conf.replace(
+        "/var/lib/nats/jetstream",
+        &dir.path().join("js").display().to_string(),
+    );
     let s = support::TestServer::with_config(&conf);
     let mut r = s.raw();
     r.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"alice\",\"pass\":\"secret\"}\r\nPING\r\n");

@@ -14,7 +14,10 @@ use support::{repo_path, TestServer};
 fn nats_py_core_messaging_works() {
     let python = repo_path(".venv/bin/python");
     if !python.exists() {
-        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv (scripts/setup-test-env)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide .venv (scripts/setup-test-env)"
+        );
         eprintln!("skipping: no .venv; run scripts/setup-test-env");
         return;
     }
@@ -24,7 +27,11 @@ fn nats_py_core_messaging_works() {
         .arg(s.url())
         .output()
         .expect("run python");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "nats-py script failed:\n{text}");
     assert!(text.contains("nats-py core: ok"), "{text}");
 }

@@ -10,7 +10,11 @@ use support::{http_get, server_binary, Raw, TestServer};
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let (bin, _) = server_binary();
-    let out = Command::new(bin).args(args).stdin(Stdio::null()).output().expect("run server");
+    let out = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run server");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -22,7 +26,11 @@ fn run(args: &[&str]) -> (i32, String, String) {
 fn check_flag_accepts_a_valid_config() {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("ok.conf");
-    std::fs::write(&conf, "port: 4222\nmax_payload: 2MB\nping_interval: \"45s\"\n").unwrap();
+    std::fs::write(
+        &conf,
+        "port: 4222\nmax_payload: 2MB\nping_interval: \"45s\"\n",
+    )
+    .unwrap();
     let (code, _, _) = run(&["-t", "-c", conf.to_str().unwrap()]);
     assert_eq!(code, 0);
 }
@@ -87,7 +95,10 @@ fn taken_port_is_named_in_the_error() {
     let port = a.port.to_string();
     let (code, out, err) = run(&["-a", "127.0.0.1", "-p", &port]);
     assert_ne!(code, 0);
-    assert!(format!("{out}{err}").contains(&port), "error names the port: {err}");
+    assert!(
+        format!("{out}{err}").contains(&port),
+        "error names the port: {err}"
+    );
 }
 
 #[test]
@@ -100,7 +111,10 @@ fn store_dir_that_is_a_file_is_refused() {
     std::fs::write(&file, "x").unwrap();
     let (code, _, err) = run(&["-p", "-1", "-js", &format!("-sd={}", file.display())]);
     assert_ne!(code, 0);
-    assert!(err.contains("storage directory is not a directory"), "{err}");
+    assert!(
+        err.contains("storage directory is not a directory"),
+        "{err}"
+    );
     let (code, _, err) = run(&["-p", "-1", "-js", "-sd", &format!("{}/sub", file.display())]);
     assert_ne!(code, 0);
     assert!(err.contains("could not create storage directory"), "{err}");
@@ -113,7 +127,10 @@ fn unknown_flag_is_refused_like_go_flags() {
         // The reference prints the usage and exits 0; a typo in a unit file should fail.
         assert_eq!(code, 2);
     }
-    assert!(err.contains("flag provided but not defined: -no-such-flag"), "{err}");
+    assert!(
+        err.contains("flag provided but not defined: -no-such-flag"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -143,14 +160,20 @@ fn pid_ports_and_log_files_are_written() {
         ],
         None,
     );
-    assert_eq!(std::fs::read_to_string(&pid).unwrap().trim(), s.pid().to_string());
+    assert_eq!(
+        std::fs::read_to_string(&pid).unwrap().trim(),
+        s.pid().to_string()
+    );
     let ports = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().to_string_lossy().ends_with(".ports"))
         .expect("ports file");
     let body = std::fs::read_to_string(ports.path()).unwrap();
-    assert!(body.contains(&format!("nats://127.0.0.1:{}", s.port)), "{body}");
+    assert!(
+        body.contains(&format!("nats://127.0.0.1:{}", s.port)),
+        "{body}"
+    );
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("Listening for client connections on 127.0.0.1:"));
     assert!(logged.contains("Server is ready"));
@@ -178,20 +201,26 @@ fn signal_flag_enters_lame_duck_mode() {
     if server_binary().1 {
         return;
     }
-    let s = TestServer::with_config("lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"10s\"\n");
+    let s =
+        TestServer::with_config("lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"10s\"\n");
     let mut r = s.raw();
     r.handshake("");
     let (code, _, err) = run(&["--signal", &format!("ldm={}", s.pid())]);
     assert_eq!(code, 0, "{err}");
     let line = r.read_line(Duration::from_secs(5)).expect("async INFO");
-    assert!(line.starts_with("INFO ") && line.contains("\"ldm\":true"), "{line}");
+    assert!(
+        line.starts_with("INFO ") && line.contains("\"ldm\":true"),
+        "{line}"
+    );
     // No new clients while draining.
     assert!(std::net::TcpStream::connect(("127.0.0.1", s.port))
         .map(|c| {
             let mut c = c;
             let mut b = [0u8; 1];
             c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-            std::io::Read::read(&mut c, &mut b).map(|n| n == 0).unwrap_or(true)
+            std::io::Read::read(&mut c, &mut b)
+                .map(|n| n == 0)
+                .unwrap_or(true)
         })
         .unwrap_or(true));
 }
@@ -206,14 +235,27 @@ fn monitoring_serves_varz_healthz_and_connz() {
     let (code, body) = s.http_get("/varz");
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    for k in ["server_id", "version", "port", "max_payload", "connections", "in_msgs", "out_msgs", "uptime", "mem"] {
+    for k in [
+        "server_id",
+        "version",
+        "port",
+        "max_payload",
+        "connections",
+        "in_msgs",
+        "out_msgs",
+        "uptime",
+        "mem",
+    ] {
         assert!(v.get(k).is_some(), "/varz has {k}");
     }
     assert_eq!(v["port"].as_u64(), Some(u64::from(s.port)));
     assert!(v["in_msgs"].as_u64().unwrap() >= 1);
     let (code, body) = s.http_get("/healthz");
     assert_eq!(code, 200);
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"], "ok");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"],
+        "ok"
+    );
     let (code, body) = s.http_get("/connz");
     assert_eq!(code, 200);
     let c: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -241,7 +283,11 @@ fn ipv6_loopback_listens_when_available() {
     for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
         let line = line.unwrap();
         if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-            port = rest.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+            port = rest
+                .trim()
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse::<u16>().ok());
         }
         if line.contains("Server is ready") {
             break;

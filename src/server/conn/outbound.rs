@@ -120,7 +120,11 @@ impl Outbound {
             if g.pending + frame > self.max_pending {
                 return Err(PushError::SlowConsumer);
             }
-            let inline = if total >= ZERO_COPY_THRESHOLD { 0 } else { total + 2 };
+            let inline = if total >= ZERO_COPY_THRESHOLD {
+                0
+            } else {
+                total + 2
+            };
             g.make_room(frame - total + inline);
             let before = g.tail.len();
             encode::encode_msg_line(&mut g.tail, subject, sid, reply, hlen, total);
