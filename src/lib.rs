@@ -13,6 +13,7 @@
 //!   match cache.
 //! - [`config`]: the nats-server configuration language and command-line flags → options.
 //! - [`auth`]: who may connect, and as whom.
+//! - [`crypto`]: keys (argon2id, HKDF, wrapped data keys) and XChaCha20-Poly1305 sealing.
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
 //! - [`ctl`]: the `sealctl` admin and load tool; talks to a server as a NATS client.
@@ -24,6 +25,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod crypto;
 pub mod ctl;
 pub mod proto;
 pub mod server;

@@ -78,6 +78,9 @@ fn main() -> ExitCode {
         eprintln!("{NAME}: {e}");
         return ExitCode::FAILURE;
     }
+    if let Err(e) = sealstream::crypto::disable_core_dumps() {
+        warn!("could not disable core dumps (key material could reach a core file): {e}");
+    }
     for flag in &args.unsupported {
         warn!("flag {flag} is not supported (no clustering) and is ignored");
     }
