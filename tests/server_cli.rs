@@ -300,3 +300,26 @@ fn ipv6_loopback_listens_when_available() {
     let _ = child.wait();
     let _ = Raw::connect; // same harness types in use
 }
+
+#[test]
+fn user_and_pass_flags_require_those_credentials() {
+    let s = TestServer::start_with(&["--user", "ops", "--pass", "s3cret"], None);
+    let mut bad = s.raw();
+    assert_eq!(bad.info["auth_required"], true);
+    bad.send(b"CONNECT {\"verbose\":false,\"user\":\"ops\",\"pass\":\"nope\",\"protocol\":1}\r\nPING\r\n");
+    bad.expect_line("-ERR 'Authorization Violation'");
+    let mut good = s.raw();
+    good.send(b"CONNECT {\"verbose\":false,\"user\":\"ops\",\"pass\":\"s3cret\",\"protocol\":1}\r\nPING\r\n");
+    good.expect_line("PONG");
+}
+
+#[test]
+fn auth_flag_sets_a_token() {
+    let s = TestServer::start_with(&["--auth", "tok3n"], None);
+    let mut good = s.raw();
+    good.send(b"CONNECT {\"verbose\":false,\"auth_token\":\"tok3n\",\"protocol\":1}\r\nPING\r\n");
+    good.expect_line("PONG");
+    let mut bad = s.raw();
+    bad.send(b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n");
+    bad.expect_line("-ERR 'Authorization Violation'");
+}
