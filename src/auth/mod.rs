@@ -10,6 +10,10 @@
 //! does.
 #![deny(clippy::indexing_slicing)]
 
+pub mod creds;
+pub mod jwt;
+pub mod nkeys;
+
 use subtle::ConstantTimeEq;
 
 /// Credentials from CONNECT.

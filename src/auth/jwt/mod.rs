@@ -1,0 +1,277 @@
+//! NATS JWTs: decode, verify and issue (security spec §2).
+//!
+//! A token is `base64url(header) . base64url(claims) . base64url(signature)` with header
+//! `{"typ":"JWT","alg":"ed25519-nkey"}` and an Ed25519 signature by the key in `iss` over the
+//! ASCII of `header.claims`. The `jsonwebtoken` crate cannot parse the `ed25519-nkey` algorithm
+//! name, so this is our own small module over [`super::nkeys`].
+//!
+//! [`decode`] checks, in order: size cap, three segments, header, claim type and version,
+//! signature by `iss`, and the issuer's role for the claim type. Trust (is this issuer one we
+//! trust?) is decided by the caller.
+
+pub mod claims;
+
+use data_encoding::{BASE32_NOPAD, BASE64URL_NOPAD};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::{Digest, Sha512_256};
+
+use super::nkeys::{self, KeyPair, Role};
+pub use claims::{AccountClaims, Claims, OperatorClaims, UserClaims};
+
+/// Largest user JWT accepted.
+pub const MAX_USER_JWT: usize = 64 * 1024;
+/// Largest operator or account JWT accepted.
+pub const MAX_ACCOUNT_JWT: usize = 1024 * 1024;
+
+const HEADER: &str = r#"{"typ":"JWT","alg":"ed25519-nkey"}"#;
+
+/// The claim types we read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimType {
+    /// `operator`.
+    Operator,
+    /// `account`.
+    Account,
+    /// `user`.
+    User,
+}
+
+impl ClaimType {
+    fn name(self) -> &'static str {
+        match self {
+            ClaimType::Operator => "operator",
+            ClaimType::Account => "account",
+            ClaimType::User => "user",
+        }
+    }
+
+    fn issuer_roles(self) -> &'static [Role] {
+        match self {
+            ClaimType::Operator | ClaimType::Account => &[Role::Operator],
+            ClaimType::User => &[Role::Account],
+        }
+    }
+
+    fn subject_roles(self) -> &'static [Role] {
+        match self {
+            ClaimType::Operator => &[Role::Operator],
+            ClaimType::Account => &[Role::Account],
+            ClaimType::User => &[Role::User],
+        }
+    }
+
+    fn cap(self) -> usize {
+        match self {
+            ClaimType::User => MAX_USER_JWT,
+            _ => MAX_ACCOUNT_JWT,
+        }
+    }
+}
+
+/// Why a token was refused (logged; the wire only says `Authorization Violation`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JwtError {
+    /// Bigger than the cap for its type.
+    #[error("token larger than {0} bytes")]
+    TooLarge(usize),
+    /// Not three base64url segments of JSON.
+    #[error("malformed token: {0}")]
+    Malformed(&'static str),
+    /// Header is not `{"typ":"JWT","alg":"ed25519-nkey"}` (v1 tokens are refused).
+    #[error("unsupported token header (need typ JWT, alg ed25519-nkey)")]
+    Header,
+    /// A different claim type than expected.
+    #[error("token is a {found:?} token, expected {expected}")]
+    WrongType {
+        /// Type found.
+        found: String,
+        /// Type expected.
+        expected: &'static str,
+    },
+    /// `nats.version` above 2.
+    #[error("claim version {0} is newer than supported")]
+    Version(u64),
+    /// The signature does not verify with `iss`, or `iss`/`sub` has the wrong role.
+    #[error("signature or key check failed: {0}")]
+    Signature(String),
+}
+
+fn json_of(segment: &str, what: &'static str) -> Result<serde_json::Value, JwtError> {
+    let bytes = BASE64URL_NOPAD
+        .decode(segment.trim_end_matches('=').as_bytes())
+        .map_err(|_| JwtError::Malformed(what))?;
+    serde_json::from_slice(&bytes).map_err(|_| JwtError::Malformed(what))
+}
+
+/// Decodes and verifies a token of `kind` (signature by its own `iss`; trust is the caller's).
+///
+/// # Errors
+/// [`JwtError`] naming the failed check.
+pub fn decode<T: DeserializeOwned>(token: &str, kind: ClaimType) -> Result<Claims<T>, JwtError> {
+    let token = token.trim();
+    if token.len() > kind.cap() {
+        return Err(JwtError::TooLarge(kind.cap()));
+    }
+    let mut parts = token.split('.');
+    let (Some(h), Some(c), Some(s), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(JwtError::Malformed("need three segments"));
+    };
+    let header = json_of(h, "header")?;
+    let typ_ok = header
+        .get("typ")
+        .and_then(|v| v.as_str())
+        .is_some_and(|t| t.eq_ignore_ascii_case("jwt"));
+    let alg_ok = header.get("alg").and_then(|v| v.as_str()) == Some("ed25519-nkey");
+    if !typ_ok || !alg_ok {
+        return Err(JwtError::Header);
+    }
+    let value = json_of(c, "claims")?;
+    let nats = value
+        .get("nats")
+        .ok_or(JwtError::Malformed("no nats claims"))?;
+    let found = nats.get("type").and_then(|v| v.as_str()).unwrap_or("");
+    if found != kind.name() {
+        return Err(JwtError::WrongType {
+            found: found.to_owned(),
+            expected: kind.name(),
+        });
+    }
+    let version = nats.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
+    if version > 2 {
+        return Err(JwtError::Version(version));
+    }
+    let claims: Claims<T> =
+        serde_json::from_value(value).map_err(|_| JwtError::Malformed("claims shape"))?;
+    let sig = BASE64URL_NOPAD
+        .decode(s.trim_end_matches('=').as_bytes())
+        .map_err(|_| JwtError::Malformed("signature encoding"))?;
+    let signing_input_len = h.len() + 1 + c.len();
+    let signing_input = token
+        .get(..signing_input_len)
+        .ok_or(JwtError::Malformed("segments"))?;
+    nkeys::verify(
+        &claims.iss,
+        kind.issuer_roles(),
+        signing_input.as_bytes(),
+        &sig,
+    )
+    .map_err(|e| JwtError::Signature(format!("iss: {e}")))?;
+    nkeys::decode_public(&claims.sub, kind.subject_roles())
+        .map_err(|e| JwtError::Signature(format!("sub: {e}")))?;
+    Ok(claims)
+}
+
+/// Signs `claims` with `signer`: sets `iss`, `iat` (when 0) and `jti` (SHA-512/256 of the claims
+/// JSON with an empty `jti`, base32), and returns the token.
+///
+/// # Panics
+/// Never in practice: serialising these claim types cannot fail.
+pub fn encode<T: Serialize>(claims: &mut Claims<T>, signer: &KeyPair) -> String {
+    claims.iss = signer.public_key();
+    if claims.iat == 0 {
+        claims.iat = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+    }
+    claims.jti.clear();
+    let body = serde_json::to_vec(claims).expect("claims serialise");
+    claims.jti = BASE32_NOPAD.encode(&Sha512_256::digest(&body));
+    let body = serde_json::to_vec(claims).expect("claims serialise");
+    let signing_input = format!(
+        "{}.{}",
+        BASE64URL_NOPAD.encode(HEADER.as_bytes()),
+        BASE64URL_NOPAD.encode(&body)
+    );
+    let sig = signer.sign(signing_input.as_bytes());
+    format!("{signing_input}.{}", BASE64URL_NOPAD.encode(&sig))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user_claims(sub: &str) -> Claims<UserClaims> {
+        Claims {
+            sub: sub.to_owned(),
+            name: "alice".into(),
+            nats: UserClaims {
+                kind: "user".into(),
+                version: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn issued_tokens_decode_and_verify() {
+        let account = KeyPair::generate(Role::Account);
+        let user = KeyPair::generate(Role::User);
+        let mut c = user_claims(&user.public_key());
+        c.nats.perms.publish.allow = vec!["orders.>".into()];
+        c.nats.perms.subs = -1;
+        let token = encode(&mut c, &account);
+        let back: Claims<UserClaims> = decode(&token, ClaimType::User).unwrap();
+        assert_eq!(back.iss, account.public_key());
+        assert_eq!(back.nats.perms.publish.allow, ["orders.>"]);
+        assert_eq!(back.nats.perms.subs, -1);
+        assert!(!back.jti.is_empty());
+    }
+
+    #[test]
+    fn tampered_wrong_type_and_wrong_issuer_role_are_refused() {
+        let account = KeyPair::generate(Role::Account);
+        let user = KeyPair::generate(Role::User);
+        let token = encode(&mut user_claims(&user.public_key()), &account);
+        let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+        let mut claims = BASE64URL_NOPAD.decode(parts[1].as_bytes()).unwrap();
+        let pos = claims.windows(5).position(|w| w == b"alice").unwrap();
+        claims[pos] = b'A';
+        parts[1] = BASE64URL_NOPAD.encode(&claims);
+        assert!(matches!(
+            decode::<UserClaims>(&parts.join("."), ClaimType::User),
+            Err(JwtError::Signature(_))
+        ));
+        assert!(matches!(
+            decode::<AccountClaims>(&token, ClaimType::Account),
+            Err(JwtError::WrongType { .. })
+        ));
+        let operator = KeyPair::generate(Role::Operator);
+        let by_operator = encode(&mut user_claims(&user.public_key()), &operator);
+        assert!(matches!(
+            decode::<UserClaims>(&by_operator, ClaimType::User),
+            Err(JwtError::Signature(_))
+        ));
+        assert!(decode::<UserClaims>("a.b", ClaimType::User).is_err());
+        assert!(matches!(
+            decode::<UserClaims>(&"x".repeat(MAX_USER_JWT + 1), ClaimType::User),
+            Err(JwtError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn missing_user_limits_mean_none_and_account_limits_mean_unlimited() {
+        let c: UserClaims = serde_json::from_str(r#"{"type":"user","version":2}"#).unwrap();
+        assert_eq!((c.perms.subs, c.perms.data, c.perms.payload), (0, 0, 0));
+        let a: AccountClaims = serde_json::from_str(r#"{"type":"account","version":2}"#).unwrap();
+        assert_eq!(a.limits.conn, -1);
+        assert_eq!(a.limits.disk_storage, 0);
+    }
+
+    #[test]
+    fn scoped_and_plain_signing_keys_both_parse() {
+        let a: AccountClaims = serde_json::from_str(
+            r#"{"type":"account","version":2,"signing_keys":["AKEY",{"kind":"user_scope","key":"AK2","role":"svc","template":{"pub":{"allow":["a.>"]},"subs":-1}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(a.signing_keys[0].key(), "AKEY");
+        match &a.signing_keys[1] {
+            claims::SigningKey::Scoped(s) => assert_eq!(s.template.publish.allow, ["a.>"]),
+            other => panic!("{other:?}"),
+        }
+    }
+}
