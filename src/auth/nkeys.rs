@@ -235,6 +235,7 @@ impl KeyPair {
 }
 
 #[cfg(test)]
+#[expect(clippy::indexing_slicing, reason = "tests index known-good values")]
 mod tests {
     use super::*;
 

@@ -191,6 +191,7 @@ pub fn encode<T: Serialize>(claims: &mut Claims<T>, signer: &KeyPair) -> String 
 }
 
 #[cfg(test)]
+#[expect(clippy::indexing_slicing, reason = "tests index known-good values")]
 mod tests {
     use super::*;
 
