@@ -4,8 +4,11 @@
 //! knows nothing about sockets or the config file: the server builds an [`Authenticator`] from
 //! plain [`UserEntry`] values and asks it one question per connection.
 //!
-//! Supported today: no auth, a single token, and users with passwords (plain text or bcrypt
-//! `$2a$`/`$2b$`/`$2y$` hashes), each optionally bound to a named account, plus `no_auth_user`.
+//! Modes: no auth; a single token; configured users with passwords (plain text or bcrypt
+//! `$2a$`/`$2b$`/`$2y$` hashes) or nkeys (nonce signature), each optionally bound to a named
+//! account, plus `no_auth_user`; and operator mode, where user JWTs chain to trusted operator
+//! keys through account JWTs ([`trust`]). [`permissions`] decides what an identity may publish
+//! and subscribe to.
 //! Comparisons of secrets are constant-time. The wire never says which check failed; the log
 //! does.
 #![deny(clippy::indexing_slicing)]
@@ -13,10 +16,18 @@
 pub mod creds;
 pub mod jwt;
 pub mod nkeys;
+pub mod permissions;
+pub mod trust;
+
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use subtle::ConstantTimeEq;
 
-/// Credentials from CONNECT.
+pub use permissions::Permissions;
+pub use trust::{Trust, TrustError};
+
+/// Credentials from CONNECT, plus what the server knows about the connection.
 #[derive(Debug, Default, Clone)]
 pub struct Credentials<'a> {
     /// `user`.
@@ -25,32 +36,62 @@ pub struct Credentials<'a> {
     pub pass: Option<&'a str>,
     /// `auth_token`.
     pub token: Option<&'a str>,
+    /// `nkey` (bare nkey users).
+    pub nkey: Option<&'a str>,
+    /// `jwt` (operator mode).
+    pub jwt: Option<&'a str>,
+    /// `sig`: signature over the nonce.
+    pub sig: Option<&'a str>,
+    /// The nonce this connection's INFO carried.
+    pub nonce: &'a str,
+    /// The connection is TLS.
+    pub tls: bool,
+    /// The client's address.
+    pub ip: Option<IpAddr>,
 }
 
 impl Credentials<'_> {
     fn is_empty(&self) -> bool {
-        self.user.is_none() && self.pass.is_none() && self.token.is_none()
+        self.user.is_none()
+            && self.pass.is_none()
+            && self.token.is_none()
+            && self.nkey.is_none()
+            && self.jwt.is_none()
     }
 }
 
-/// A configured user.
-#[derive(Clone)]
+/// A configured user: a name with a password, or a public nkey.
+#[derive(Clone, Default)]
 pub struct UserEntry {
-    /// User name.
-    pub user: String,
+    /// User name (absent for nkey users).
+    pub user: Option<String>,
     /// Plain password or a bcrypt hash.
-    pub password: String,
+    pub password: Option<String>,
+    /// Public user nkey (`U...`).
+    pub nkey: Option<String>,
     /// Account the user belongs to; `None` = the global account.
     pub account: Option<String>,
+    /// Permissions; `None` = everything.
+    pub permissions: Option<Arc<Permissions>>,
 }
 
-/// Who a client turned out to be.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Who a client turned out to be, and what it may do.
+#[derive(Debug, Clone, Default)]
 pub struct Identity {
-    /// Authenticated user name, if any.
+    /// Authenticated user name (or nkey), if any.
     pub user: Option<String>,
     /// Account to bind to; `None` = the global account.
     pub account: Option<String>,
+    /// Permissions; `None` = everything.
+    pub permissions: Option<Arc<Permissions>>,
+    /// Subscription limit from the user's claims; `None` = server limit only.
+    pub max_subs: Option<u64>,
+    /// Payload limit from the user's claims.
+    pub max_payload: Option<u64>,
+    /// When the user's credentials expire (unix seconds).
+    pub expires_at: Option<i64>,
+    /// The account's connection limit.
+    pub account_conn_limit: Option<u64>,
 }
 
 /// Why authentication failed (logged, never sent to the client).
@@ -68,12 +109,22 @@ pub enum AuthError {
     /// Wrong password.
     #[error("wrong password for user {0:?}")]
     BadPassword(String),
+    /// The nonce signature did not verify.
+    #[error("nonce signature does not verify")]
+    BadSignature,
+    /// A user JWT check failed.
+    #[error("user JWT: {0}")]
+    Jwt(String),
+    /// The account could not be resolved or is not trusted.
+    #[error("account: {0}")]
+    Account(String),
 }
 
 enum Mode {
     Open,
     Token(String),
     Users(Vec<UserEntry>),
+    Operator(Trust),
 }
 
 /// Decides CONNECT credentials.
@@ -110,11 +161,19 @@ impl Authenticator {
         }
     }
 
+    /// Operator (JWT) mode.
+    pub fn operator(trust: Trust) -> Self {
+        Authenticator {
+            mode: Mode::Operator(trust),
+            no_auth_user: None,
+        }
+    }
+
     /// Whether INFO must say `auth_required` (false with `no_auth_user`, as the reference).
     pub fn required(&self) -> bool {
         match &self.mode {
             Mode::Open => false,
-            Mode::Token(_) => true,
+            Mode::Token(_) | Mode::Operator(_) => true,
             Mode::Users(_) => self.no_auth_user.is_none(),
         }
     }
@@ -122,6 +181,23 @@ impl Authenticator {
     /// Whether any authentication is configured at all.
     pub fn enabled(&self) -> bool {
         !matches!(self.mode, Mode::Open)
+    }
+
+    /// Whether INFO must carry a nonce (nkey users or operator mode).
+    pub fn needs_nonce(&self) -> bool {
+        match &self.mode {
+            Mode::Operator(_) => true,
+            Mode::Users(u) => u.iter().any(|u| u.nkey.is_some()),
+            _ => false,
+        }
+    }
+
+    /// The operator-mode trust, when configured.
+    pub fn trust(&self) -> Option<&Trust> {
+        match &self.mode {
+            Mode::Operator(t) => Some(t),
+            _ => None,
+        }
     }
 
     /// Authenticates one client.
@@ -139,32 +215,41 @@ impl Authenticator {
                     Err(AuthError::BadToken)
                 }
             }
+            Mode::Operator(trust) => trust.authenticate(c),
             Mode::Users(users) => {
+                let found = |u: &UserEntry| Identity {
+                    user: u.user.clone().or_else(|| u.nkey.clone()),
+                    account: u.account.clone(),
+                    permissions: u.permissions.clone(),
+                    ..Identity::default()
+                };
                 if c.is_empty() {
                     if let Some(name) = &self.no_auth_user {
                         let u = users
                             .iter()
-                            .find(|u| &u.user == name)
+                            .find(|u| u.user.as_deref() == Some(name.as_str()))
                             .ok_or_else(|| AuthError::UnknownUser(name.clone()))?;
-                        return Ok(Identity {
-                            user: Some(u.user.clone()),
-                            account: u.account.clone(),
-                        });
+                        return Ok(found(u));
                     }
                     return Err(AuthError::Missing);
+                }
+                if let Some(nkey) = c.nkey {
+                    let u = users
+                        .iter()
+                        .find(|u| u.nkey.as_deref() == Some(nkey))
+                        .ok_or_else(|| AuthError::UnknownUser(nkey.to_owned()))?;
+                    let sig = c.sig.ok_or(AuthError::BadSignature)?;
+                    trust::verify_nonce(nkey, &[nkeys::Role::User], c.nonce, sig)?;
+                    return Ok(found(u));
                 }
                 let name = c.user.ok_or(AuthError::Missing)?;
                 let u = users
                     .iter()
-                    .find(|u| u.user == name)
+                    .find(|u| u.user.as_deref() == Some(name))
                     .ok_or_else(|| AuthError::UnknownUser(name.to_owned()))?;
-                if secret_matches(c.pass.unwrap_or(""), &u.password) {
-                    Ok(Identity {
-                        user: Some(u.user.clone()),
-                        account: u.account.clone(),
-                    })
-                } else {
-                    Err(AuthError::BadPassword(name.to_owned()))
+                match &u.password {
+                    Some(pw) if secret_matches(c.pass.unwrap_or(""), pw) => Ok(found(u)),
+                    _ => Err(AuthError::BadPassword(name.to_owned())),
                 }
             }
         }
@@ -196,7 +281,21 @@ mod tests {
         pass: Option<&'a str>,
         token: Option<&'a str>,
     ) -> Credentials<'a> {
-        Credentials { user, pass, token }
+        Credentials {
+            user,
+            pass,
+            token,
+            ..Credentials::default()
+        }
+    }
+
+    fn entry(user: &str, password: String, account: Option<&str>) -> UserEntry {
+        UserEntry {
+            user: Some(user.into()),
+            password: Some(password),
+            account: account.map(str::to_owned),
+            ..UserEntry::default()
+        }
     }
 
     #[test]
@@ -205,25 +304,19 @@ mod tests {
         assert!(a.required());
         assert!(a.authenticate(&creds(None, None, Some("s3cr3t"))).is_ok());
         assert_eq!(
-            a.authenticate(&creds(None, None, Some("s3cr3"))),
-            Err(AuthError::BadToken)
+            a.authenticate(&creds(None, None, Some("s3cr3")))
+                .unwrap_err(),
+            AuthError::BadToken
         );
         assert_eq!(
-            a.authenticate(&creds(None, None, None)),
-            Err(AuthError::Missing)
+            a.authenticate(&creds(None, None, None)).unwrap_err(),
+            AuthError::Missing
         );
     }
 
     #[test]
     fn users_bind_to_their_account() {
-        let a = Authenticator::users(
-            vec![UserEntry {
-                user: "alice".into(),
-                password: "pw".into(),
-                account: Some("A".into()),
-            }],
-            None,
-        );
+        let a = Authenticator::users(vec![entry("alice", "pw".into(), Some("A"))], None);
         let id = a
             .authenticate(&creds(Some("alice"), Some("pw"), None))
             .unwrap();
@@ -234,19 +327,13 @@ mod tests {
         assert!(a
             .authenticate(&creds(Some("bob"), Some("pw"), None))
             .is_err());
+        assert!(!a.needs_nonce());
     }
 
     #[test]
     fn bcrypt_hashes_are_verified() {
         let hash = bcrypt::hash("pw", 4).unwrap();
-        let a = Authenticator::users(
-            vec![UserEntry {
-                user: "u".into(),
-                password: hash,
-                account: None,
-            }],
-            None,
-        );
+        let a = Authenticator::users(vec![entry("u", hash, None)], None);
         assert!(a.authenticate(&creds(Some("u"), Some("pw"), None)).is_ok());
         assert!(a
             .authenticate(&creds(Some("u"), Some("nope"), None))
@@ -255,14 +342,7 @@ mod tests {
 
     #[test]
     fn no_auth_user_admits_credential_less_clients() {
-        let a = Authenticator::users(
-            vec![UserEntry {
-                user: "bob".into(),
-                password: "pw".into(),
-                account: None,
-            }],
-            Some("bob".into()),
-        );
+        let a = Authenticator::users(vec![entry("bob", "pw".into(), None)], Some("bob".into()));
         assert!(!a.required());
         assert_eq!(
             a.authenticate(&creds(None, None, None))
@@ -270,6 +350,49 @@ mod tests {
                 .user
                 .as_deref(),
             Some("bob")
+        );
+    }
+
+    #[test]
+    fn nkey_users_need_a_nonce_signature() {
+        let kp = nkeys::KeyPair::generate(nkeys::Role::User);
+        let pk = kp.public_key();
+        let a = Authenticator::users(
+            vec![UserEntry {
+                nkey: Some(pk.clone()),
+                ..UserEntry::default()
+            }],
+            None,
+        );
+        assert!(a.needs_nonce());
+        let sig = data_encoding::BASE64URL_NOPAD.encode(&kp.sign(b"abc"));
+        let ok = Credentials {
+            nkey: Some(&pk),
+            sig: Some(&sig),
+            nonce: "abc",
+            ..Credentials::default()
+        };
+        assert!(a.authenticate(&ok).is_ok());
+        let std_sig = data_encoding::BASE64.encode(&kp.sign(b"abc"));
+        let std_ok = Credentials {
+            nkey: Some(&pk),
+            sig: Some(&std_sig),
+            nonce: "abc",
+            ..Credentials::default()
+        };
+        assert!(
+            a.authenticate(&std_ok).is_ok(),
+            "standard base64 accepted too"
+        );
+        let replay = Credentials {
+            nkey: Some(&pk),
+            sig: Some(&sig),
+            nonce: "abd",
+            ..Credentials::default()
+        };
+        assert_eq!(
+            a.authenticate(&replay).unwrap_err(),
+            AuthError::BadSignature
         );
     }
 }

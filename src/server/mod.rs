@@ -15,6 +15,7 @@
 //! nothing; an outbound queue lock is never held while taking any other lock.
 
 pub(crate) mod account;
+mod auth_setup;
 pub(crate) mod conn;
 mod listener;
 pub mod log_format;
@@ -32,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::{info, warn};
 
-use crate::auth::{Authenticator, UserEntry};
+use crate::auth::Authenticator;
 use crate::config::options::ServerOptions;
 use crate::proto::info::ServerInfo;
 
@@ -161,7 +162,7 @@ impl Shared {
             )));
         }
         let accounts = Registry::new();
-        let auth = build_authenticator(&opts, &accounts);
+        let auth = auth_setup::build(&opts, &accounts)?;
         Ok(Shared {
             headers_supported: !opts.no_header_support,
             server_id,
@@ -220,6 +221,7 @@ impl Shared {
         client: &ClientHandle,
         connect_info: bool,
         account: Option<&str>,
+        nonce: Option<&str>,
     ) -> Vec<u8> {
         let info = ServerInfo {
             server_id: self.server_id.clone(),
@@ -236,6 +238,7 @@ impl Shared {
             client_ip: client.peer.ip().to_string(),
             auth_required: self.auth.required(),
             ldm: self.lame_duck.load(Ordering::Relaxed),
+            nonce: nonce.map(str::to_owned),
             connect_info,
             remote_account: account.map(str::to_owned),
             ..ServerInfo::default()
@@ -245,49 +248,6 @@ impl Shared {
         line.extend_from_slice(b" \r\n");
         line
     }
-}
-
-/// Builds the authenticator from the config's `authorization`, `accounts` and auth flags, and
-/// creates the configured accounts in `registry`.
-fn build_authenticator(opts: &ServerOptions, registry: &Registry) -> Authenticator {
-    let a = &opts.authorization;
-    if let Some(token) = &a.token {
-        return Authenticator::token(token.clone());
-    }
-    let mut users = Vec::new();
-    if let (Some(u), Some(p)) = (&a.user, &a.password) {
-        users.push(UserEntry {
-            user: u.clone(),
-            password: p.clone(),
-            account: None,
-        });
-    }
-    for u in &a.users {
-        if let (Some(name), Some(pw)) = (&u.user, &u.password) {
-            users.push(UserEntry {
-                user: name.clone(),
-                password: pw.clone(),
-                account: u.account.clone(),
-            });
-        } else if u.nkey.is_some() {
-            warn!("nkey users are not supported yet; user entry ignored");
-        }
-    }
-    for acc in &opts.accounts {
-        registry.create(&acc.name);
-        for u in &acc.users {
-            if let (Some(name), Some(pw)) = (&u.user, &u.password) {
-                users.push(UserEntry {
-                    user: name.clone(),
-                    password: pw.clone(),
-                    account: Some(acc.name.clone()),
-                });
-            } else if u.nkey.is_some() {
-                warn!(account = %acc.name, "nkey users are not supported yet; user entry ignored");
-            }
-        }
-    }
-    Authenticator::users(users, opts.no_auth_user.clone())
 }
 
 /// Runs the server until it is told to stop.

@@ -178,6 +178,13 @@ fn deliver(
     if sub.closed.load(Ordering::Acquire) {
         return false;
     }
+    if sub
+        .deny
+        .as_ref()
+        .is_some_and(|p| p.delivery_denied(subject))
+    {
+        return false;
+    }
     let (ok, expired) = sub.count_delivery();
     if expired {
         ctx.expired.push(Arc::clone(sub));

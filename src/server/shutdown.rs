@@ -75,7 +75,7 @@ async fn lame_duck(shared: &Arc<Shared>, shutdown: &Shutdown) {
     shutdown.cancel();
     let clients = shared.clients();
     for c in &clients {
-        let info = shared.info_line(c, false, None);
+        let info = shared.info_line(c, false, None, None);
         if let Ok(true) = c.outbound.push_raw(&info) {
             c.outbound.wake();
         }

@@ -38,6 +38,9 @@ pub(crate) struct Subscription {
     pub(crate) max: AtomicU64,
     /// Set once removed; a match that races a removal skips it.
     pub(crate) closed: AtomicBool,
+    /// The subscriber's permissions when its filter overlaps a subscribe-deny pattern:
+    /// deliveries on denied subjects are dropped.
+    pub(crate) deny: Option<Arc<crate::auth::Permissions>>,
 }
 
 impl Subscription {
@@ -71,6 +74,8 @@ pub(crate) type Matches = MatchResult<SubRef>;
 pub(crate) struct Account {
     /// Account name (`$G`, a config name, or an account public key).
     pub(crate) name: String,
+    /// Client connections bound to the account (for the account `conn` limit).
+    pub(crate) connections: AtomicU64,
     tree: RwLock<SubjectTree<SubRef>>,
     generation: AtomicU64,
 }
@@ -80,6 +85,7 @@ impl Account {
     pub(crate) fn new(name: &str) -> Self {
         Account {
             name: name.to_owned(),
+            connections: AtomicU64::new(0),
             tree: RwLock::new(SubjectTree::new()),
             generation: AtomicU64::new(0),
         }

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use tracing::{debug, trace, warn};
 
-use crate::auth::Credentials;
+use crate::auth::{Credentials, Permissions};
 use crate::proto::connect::ConnectInfo;
 use crate::proto::errors as perr;
 use crate::proto::parser::{Limits, Parser, ProtoError};
@@ -57,6 +57,16 @@ struct Session {
     own_dirty: bool,
     in_msgs: u64,
     in_bytes: u64,
+    /// Nonce sent in INFO, when nkey/JWT auth is possible.
+    nonce: Option<String>,
+    permissions: Option<Arc<Permissions>>,
+    max_subs: usize,
+    /// When the user's credentials expire.
+    expires: Option<Instant>,
+    /// Counted in the bound account's connections.
+    counted: bool,
+    /// The user's claims set a subscription limit (0 then means none allowed).
+    subs_limited: bool,
 }
 
 /// Outcome of handling one op.
@@ -97,9 +107,17 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         own_dirty: false,
         in_msgs: 0,
         in_bytes: 0,
+        nonce: shared.auth.needs_nonce().then(new_nonce),
+        permissions: None,
+        max_subs: shared.limits.max_subscriptions,
+        expires: None,
+        counted: false,
+        subs_limited: false,
         shared,
     };
-    let info = s.shared.info_line(&s.client, false, None);
+    let info = s
+        .shared
+        .info_line(&s.client, false, None, s.nonce.as_deref());
     s.push_raw(&info);
     s.flush();
 
@@ -134,6 +152,11 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
             _ = ping.tick(), if s.connected => {
                 if let Flow::Close = s.on_ping_tick() { break }
                 s.flush();
+            }
+            _ = tokio::time::sleep_until(s.expires.unwrap_or(auth_deadline)), if s.expires.is_some() => {
+                debug!("user credentials expired");
+                client.send_err_and_close(perr::USER_AUTHENTICATION_EXPIRED, CloseReason::AuthenticationFailure);
+                break;
             }
             _ = tokio::time::sleep_until(auth_deadline), if auth_required && !s.connected => {
                 debug!("authentication timeout");
@@ -252,9 +275,9 @@ impl Session {
                 self.push_raw(b"PONG\r\n");
                 if self.connected && self.protocol >= 1 && !self.sent_connect_info {
                     self.sent_connect_info = true;
-                    let info = self
-                        .shared
-                        .info_line(&self.client, true, Some(&self.account.name));
+                    let info =
+                        self.shared
+                            .info_line(&self.client, true, Some(&self.account.name), None);
                     self.push_raw(&info);
                 }
                 Flow::Continue
@@ -300,11 +323,22 @@ impl Session {
                 user: info.user.as_deref(),
                 pass: info.pass.as_deref(),
                 token: info.auth_token.as_deref(),
+                nkey: info.nkey.as_deref(),
+                jwt: info.jwt.as_deref(),
+                sig: info.sig.as_deref(),
+                nonce: self.nonce.as_deref().unwrap_or(""),
+                tls: false,
+                ip: Some(self.client.peer.ip()),
             };
             match self.shared.auth.authenticate(&creds) {
                 Ok(id) => {
                     if let Some(acc) = &id.account {
-                        match self.shared.accounts.get(acc) {
+                        let bound = if self.shared.auth.trust().is_some() {
+                            Some(self.shared.accounts.create(acc))
+                        } else {
+                            self.shared.accounts.get(acc)
+                        };
+                        match bound {
                             Some(a) => self.account = a,
                             None => {
                                 warn!(account = %acc, "user bound to an unknown account");
@@ -315,6 +349,42 @@ impl Session {
                             }
                         }
                     }
+                    let n = self.account.connections.fetch_add(1, Ordering::AcqRel) + 1;
+                    self.counted = true;
+                    if id.account_conn_limit.is_some_and(|limit| n > limit) {
+                        warn!(account = %self.account.name, "account connection limit reached");
+                        return self.fatal(
+                            perr::MAX_ACCOUNT_CONNECTIONS_EXCEEDED,
+                            CloseReason::AuthenticationFailure,
+                        );
+                    }
+                    if let Some(m) = id.max_subs {
+                        let m = usize::try_from(m).unwrap_or(usize::MAX);
+                        self.max_subs = if self.max_subs == 0 {
+                            m
+                        } else {
+                            self.max_subs.min(m)
+                        };
+                        self.subs_limited = true;
+                    }
+                    if let Some(p) = id.max_payload {
+                        let p = usize::try_from(p)
+                            .unwrap_or(usize::MAX)
+                            .min(self.shared.limits.max_payload);
+                        self.parser.set_limits(Limits {
+                            max_control_line: self.shared.limits.max_control_line,
+                            max_payload: p,
+                        });
+                    }
+                    if let Some(exp) = id.expires_at {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs() as i64)
+                            .unwrap_or(0);
+                        let left = Duration::from_secs(u64::try_from(exp - now).unwrap_or(0));
+                        self.expires = Some(Instant::now() + left);
+                    }
+                    self.permissions = id.permissions;
                     let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
                     m.user = id.user;
                 }
@@ -363,6 +433,14 @@ impl Session {
             self.err(perr::INVALID_PUBLISH_SUBJECT);
             return Flow::Continue;
         }
+        if let Some(p) = &self.permissions {
+            if !p.may_publish(&subject) {
+                debug!("publish permission denied");
+                let text = perr::publish_violation(&String::from_utf8_lossy(&subject));
+                self.err(&text);
+                return Flow::Continue;
+            }
+        }
         self.active = true;
         self.in_msgs += 1;
         self.in_bytes += (payload.len() + headers.as_ref().map_or(0, Bytes::len)) as u64;
@@ -390,6 +468,18 @@ impl Session {
             self.err(perr::INVALID_SUBJECT);
             return Flow::Continue;
         }
+        if let Some(p) = &self.permissions {
+            if !p.may_subscribe(&subject, queue.as_deref()) {
+                debug!("subscribe permission denied");
+                let q = queue
+                    .as_ref()
+                    .map(|q| String::from_utf8_lossy(q).into_owned());
+                let text =
+                    perr::subscription_violation(&String::from_utf8_lossy(&subject), q.as_deref());
+                self.err(&text);
+                return Flow::Continue;
+            }
+        }
         if let Some(existing) = self.sids.get(&sid) {
             if !existing.closed.load(Ordering::Acquire) {
                 self.ok();
@@ -397,19 +487,23 @@ impl Session {
             }
         }
         self.prune_expired();
-        let max = self.shared.limits.max_subscriptions;
-        if max > 0 && self.live_subs >= max {
+        let max = self.max_subs;
+        if (max > 0 || self.subs_limited) && self.live_subs >= max {
             self.err(perr::MAX_SUBSCRIPTIONS_EXCEEDED);
             return Flow::Continue;
         }
         let sub = Arc::new(Subscription {
             client: Arc::clone(&self.client),
             sid: sid.clone(),
-            subject,
+            subject: subject.clone(),
             queue,
             delivered: AtomicU64::new(0),
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            deny: self
+                .permissions
+                .clone()
+                .filter(|p| p.needs_delivery_filter(&subject)),
         });
         if self.account.subscribe(&sub).is_err() {
             self.err(perr::INVALID_SUBJECT);
@@ -471,10 +565,20 @@ impl Session {
 
     fn cleanup(&mut self) {
         self.flush();
+        if self.counted {
+            self.account.connections.fetch_sub(1, Ordering::AcqRel);
+        }
         for (_, sub) in self.sids.drain() {
             if self.account.unsubscribe(&sub) {
                 self.client.subs.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
+}
+
+/// A fresh nonce for INFO: 11 random bytes, base64url without padding (15 characters).
+fn new_nonce() -> String {
+    let mut b = [0u8; 11];
+    crate::crypto::random_bytes(&mut b);
+    data_encoding::BASE64URL_NOPAD.encode(&b)
 }

@@ -1,0 +1,437 @@
+//! Operator mode: who signs accounts, where account JWTs come from, and the CONNECT checks for
+//! a user JWT (security spec §2.7, in the reference's order, one wire error for all).
+//!
+//! Trusted signers are the operator identity keys (unless `strict_signing_key_usage`) and their
+//! signing keys, from `operator:` JWTs or `trusted_keys`. Account JWTs come from a memory
+//! resolver (`resolver_preload`, plus updates verified before they are stored). An account that
+//! uses a feature we do not implement and that changes who may do what (auth callout,
+//! mappings, activation-token imports) is refused, never silently half-applied.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use data_encoding::{BASE64, BASE64URL_NOPAD, BASE64_NOPAD};
+
+use super::jwt::claims::{SigningKey, UserPermissionsLimits};
+use super::jwt::{self, AccountClaims, ClaimType, Claims, OperatorClaims, UserClaims};
+use super::nkeys::{self, Role};
+use super::permissions::{Permissions, Rules};
+use super::{AuthError, Credentials, Identity};
+
+/// Why the trust configuration itself is unusable (a startup error).
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// An operator JWT or file could not be loaded.
+    #[error("operator {what}: {reason}")]
+    Operator {
+        /// Which entry.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// A `trusted_keys` entry is not an operator key.
+    #[error("trusted key {0:?} is not an operator public key")]
+    TrustedKey(String),
+    /// A preloaded account JWT is invalid or untrusted.
+    #[error("resolver_preload entry for {id}: {reason}")]
+    Preload {
+        /// Account id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Trust anchors and the account resolver.
+pub struct Trust {
+    signers: HashSet<String>,
+    accounts: RwLock<HashMap<String, Arc<Claims<AccountClaims>>>>,
+    /// The system account's public key, if configured.
+    pub system_account: Option<String>,
+}
+
+impl Trust {
+    /// Builds trust from `operator:` entries (inline JWTs or file paths), `trusted_keys` and
+    /// `resolver_preload`.
+    ///
+    /// # Errors
+    /// [`TrustError`] naming the bad entry.
+    pub fn new(
+        operators: &[String],
+        trusted_keys: &[String],
+        preload: &[(String, String)],
+        system_account: Option<String>,
+    ) -> Result<Self, TrustError> {
+        let mut signers = HashSet::new();
+        let mut sys = system_account;
+        for entry in operators {
+            let text = if entry.trim_start().starts_with("eyJ") {
+                entry.clone()
+            } else {
+                std::fs::read_to_string(entry).map_err(|e| TrustError::Operator {
+                    what: entry.clone(),
+                    reason: e.to_string(),
+                })?
+            };
+            let token = armored_token(&text);
+            let op: Claims<OperatorClaims> =
+                jwt::decode(&token, ClaimType::Operator).map_err(|e| TrustError::Operator {
+                    what: entry.clone(),
+                    reason: e.to_string(),
+                })?;
+            let self_signed = op.iss == op.sub;
+            if !self_signed && !op.nats.signing_keys.contains(&op.iss) {
+                return Err(TrustError::Operator {
+                    what: entry.clone(),
+                    reason: "operator JWT is neither self-signed nor signed by its signing key"
+                        .into(),
+                });
+            }
+            if !op.nats.strict_signing_key_usage {
+                signers.insert(op.sub.clone());
+            }
+            signers.extend(op.nats.signing_keys.iter().cloned());
+            if sys.is_none() {
+                sys = op.nats.system_account.clone();
+            }
+        }
+        for k in trusted_keys {
+            if !nkeys::is_public_key(k, &[Role::Operator]) {
+                return Err(TrustError::TrustedKey(k.clone()));
+            }
+            signers.insert(k.clone());
+        }
+        let trust = Trust {
+            signers,
+            accounts: RwLock::new(HashMap::new()),
+            system_account: sys,
+        };
+        for (id, token) in preload {
+            trust
+                .update_account(token, Some(id))
+                .map_err(|e| TrustError::Preload {
+                    id: id.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        Ok(trust)
+    }
+
+    /// Verifies an account JWT completely (signature, trusted issuer, expiry, supported
+    /// features, and `sub == expected_id` when given) and only then stores it.
+    ///
+    /// # Errors
+    /// [`AuthError::Account`] naming the failed check.
+    pub fn update_account(
+        &self,
+        token: &str,
+        expected_id: Option<&str>,
+    ) -> Result<String, AuthError> {
+        let acc = self.verify_account(token)?;
+        if let Some(id) = expected_id {
+            if acc.sub != id {
+                return Err(AuthError::Account(format!(
+                    "JWT subject {} does not match {id}",
+                    acc.sub
+                )));
+            }
+        }
+        let id = acc.sub.clone();
+        self.accounts
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), Arc::new(acc));
+        Ok(id)
+    }
+
+    fn verify_account(&self, token: &str) -> Result<Claims<AccountClaims>, AuthError> {
+        let acc: Claims<AccountClaims> = jwt::decode(token, ClaimType::Account)
+            .map_err(|e| AuthError::Account(e.to_string()))?;
+        if !self.signers.contains(&acc.iss) {
+            return Err(AuthError::Account(format!(
+                "issuer {} is not a trusted operator key",
+                acc.iss
+            )));
+        }
+        if acc.exp != 0 && acc.exp <= now_secs() {
+            return Err(AuthError::Account("account JWT expired".into()));
+        }
+        if acc.nats.authorization.is_some() {
+            return Err(AuthError::Account(
+                "auth callout (authorization) is not supported".into(),
+            ));
+        }
+        if acc.nats.mappings.is_some() {
+            return Err(AuthError::Account(
+                "subject mappings are not supported".into(),
+            ));
+        }
+        if acc.nats.imports.iter().any(|i| i.token.is_some()) {
+            return Err(AuthError::Account(
+                "activation-token imports are not supported".into(),
+            ));
+        }
+        Ok(acc)
+    }
+
+    /// The account claims for `id`, if the resolver has them.
+    pub fn account(&self, id: &str) -> Option<Arc<Claims<AccountClaims>>> {
+        self.accounts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// The CONNECT checks for a user JWT.
+    ///
+    /// # Errors
+    /// [`AuthError`] naming the failed step.
+    pub fn authenticate(&self, c: &Credentials<'_>) -> Result<Identity, AuthError> {
+        let token = c.jwt.ok_or(AuthError::Missing)?;
+        let user: Claims<UserClaims> =
+            jwt::decode(token, ClaimType::User).map_err(|e| AuthError::Jwt(e.to_string()))?;
+        if user.nats.proxy_required {
+            return Err(AuthError::Jwt("proxy_required is not supported".into()));
+        }
+        let now = now_secs();
+        if user.exp != 0 && user.exp <= now {
+            return Err(AuthError::Jwt("user JWT expired".into()));
+        }
+        if user.nbf != 0 && user.nbf > now {
+            return Err(AuthError::Jwt("user JWT not yet valid".into()));
+        }
+        let account_id = match &user.nats.issuer_account {
+            Some(a) => {
+                if !nkeys::is_public_key(a, &[Role::Account]) {
+                    return Err(AuthError::Jwt(
+                        "issuer_account is not an account key".into(),
+                    ));
+                }
+                a.clone()
+            }
+            None => user.iss.clone(),
+        };
+        let account = self
+            .account(&account_id)
+            .ok_or_else(|| AuthError::Account(format!("unknown account {account_id}")))?;
+        if account.exp != 0 && account.exp <= now {
+            return Err(AuthError::Account("account JWT expired".into()));
+        }
+        let perms = if user.iss == account.sub {
+            user.nats.perms.clone()
+        } else {
+            match account
+                .nats
+                .signing_keys
+                .iter()
+                .find(|k| k.key() == user.iss)
+            {
+                None => {
+                    return Err(AuthError::Jwt(
+                        "user issuer is not the account or its signing key".into(),
+                    ))
+                }
+                Some(SigningKey::Key(_)) => user.nats.perms.clone(),
+                Some(SigningKey::Scoped(scope)) => {
+                    if user.nats.perms != UserPermissionsLimits::default() {
+                        return Err(AuthError::Jwt(
+                            "user signed by a scoped key carries its own permissions or limits"
+                                .into(),
+                        ));
+                    }
+                    expand_template(&scope.template, &user)?
+                }
+            }
+        };
+        if perms.bearer_token {
+            if account.nats.limits.disallow_bearer {
+                return Err(AuthError::Jwt(
+                    "bearer tokens are disallowed by the account".into(),
+                ));
+            }
+            if !c.tls {
+                return Err(AuthError::Jwt(
+                    "bearer token on a connection without TLS".into(),
+                ));
+            }
+        }
+        if !perms.allowed_connection_types.is_empty()
+            && !perms
+                .allowed_connection_types
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case("STANDARD"))
+        {
+            return Err(AuthError::Jwt(
+                "connection type STANDARD not allowed".into(),
+            ));
+        }
+        if !perms.bearer_token {
+            let sig = c.sig.ok_or(AuthError::Jwt("no nonce signature".into()))?;
+            verify_nonce(&user.sub, &[Role::User], c.nonce, sig)?;
+        }
+        let revoked = |key: &str| {
+            account
+                .nats
+                .revocations
+                .get(key)
+                .is_some_and(|t| *t >= user.iat)
+        };
+        if revoked(&user.sub) || revoked("*") {
+            return Err(AuthError::Jwt("user JWT revoked".into()));
+        }
+        if let Some(src) = &perms.src {
+            if !source_allowed(src, c.ip)? {
+                return Err(AuthError::Jwt("source address not allowed".into()));
+            }
+        }
+        if perms.times.is_some() {
+            return Err(AuthError::Jwt(
+                "connect time windows (times) are not supported".into(),
+            ));
+        }
+        let limit = |v: i64| if v < 0 { None } else { Some(v as u64) };
+        let conn_limit = limit(account.nats.limits.conn);
+        Ok(Identity {
+            user: Some(if user.name.is_empty() {
+                user.sub.clone()
+            } else {
+                user.name.clone()
+            }),
+            account: Some(account_id),
+            permissions: to_permissions(&perms),
+            max_subs: limit(perms.subs),
+            max_payload: limit(perms.payload),
+            expires_at: (user.exp != 0).then_some(user.exp),
+            account_conn_limit: conn_limit,
+        })
+    }
+}
+
+/// Extracts the token from an armored JWT file, or returns the text trimmed.
+fn armored_token(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("eyJ"))
+        .unwrap_or(text.trim())
+        .to_owned()
+}
+
+fn expand_template(
+    t: &UserPermissionsLimits,
+    user: &Claims<UserClaims>,
+) -> Result<UserPermissionsLimits, AuthError> {
+    let expand = |list: &[String]| -> Result<Vec<String>, AuthError> {
+        list.iter()
+            .map(|s| {
+                let out = s
+                    .replace("{{name()}}", &user.name)
+                    .replace("{{subject()}}", &user.sub);
+                if out.contains("{{") {
+                    Err(AuthError::Jwt(format!(
+                        "unsupported template function in {s:?}"
+                    )))
+                } else {
+                    Ok(out)
+                }
+            })
+            .collect()
+    };
+    let mut p = t.clone();
+    p.publish.allow = expand(&t.publish.allow)?;
+    p.publish.deny = expand(&t.publish.deny)?;
+    p.subscribe.allow = expand(&t.subscribe.allow)?;
+    p.subscribe.deny = expand(&t.subscribe.deny)?;
+    Ok(p)
+}
+
+fn to_permissions(p: &UserPermissionsLimits) -> Option<Arc<Permissions>> {
+    let rules = |r: &super::jwt::claims::SubjectPermission| {
+        (!r.is_empty()).then(|| Rules::new(&r.allow, &r.deny))
+    };
+    let perms = Permissions {
+        publish: rules(&p.publish),
+        subscribe: rules(&p.subscribe),
+        responses: p.resp.as_ref().map(|r| {
+            let ttl = if r.ttl > 0 {
+                Duration::from_nanos(r.ttl as u64)
+            } else {
+                Duration::from_secs(120)
+            };
+            (u32::try_from(r.max.max(1)).unwrap_or(u32::MAX), ttl)
+        }),
+    };
+    (perms != Permissions::default()).then(|| Arc::new(perms))
+}
+
+/// Verifies a nonce signature (base64url, or standard base64 as the reference accepts).
+pub(crate) fn verify_nonce(
+    public: &str,
+    roles: &[Role],
+    nonce: &str,
+    sig: &str,
+) -> Result<(), AuthError> {
+    let raw = BASE64URL_NOPAD
+        .decode(sig.trim_end_matches('=').as_bytes())
+        .or_else(|_| BASE64.decode(sig.as_bytes()))
+        .or_else(|_| BASE64_NOPAD.decode(sig.as_bytes()))
+        .map_err(|_| AuthError::BadSignature)?;
+    nkeys::verify(public, roles, nonce.as_bytes(), &raw).map_err(|_| AuthError::BadSignature)
+}
+
+fn source_allowed(src: &serde_json::Value, ip: Option<IpAddr>) -> Result<bool, AuthError> {
+    let list: Vec<String> = match src {
+        serde_json::Value::String(s) => s
+            .split(',')
+            .map(|x| x.trim().to_owned())
+            .filter(|x| !x.is_empty())
+            .collect(),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => return Err(AuthError::Jwt("malformed src".into())),
+    };
+    if list.is_empty() {
+        return Ok(true);
+    }
+    let Some(ip) = ip else { return Ok(false) };
+    for cidr in list {
+        let (net, bits) = cidr.split_once('/').unwrap_or((cidr.as_str(), ""));
+        let net: IpAddr = net
+            .parse()
+            .map_err(|_| AuthError::Jwt(format!("malformed src entry {cidr:?}")))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits: u32 = if bits.is_empty() {
+            max
+        } else {
+            bits.parse()
+                .map_err(|_| AuthError::Jwt(format!("malformed src entry {cidr:?}")))?
+        };
+        if bits > max {
+            return Err(AuthError::Jwt(format!("malformed src entry {cidr:?}")));
+        }
+        let to_u128 = |a: IpAddr| match a {
+            IpAddr::V4(v) => u128::from(u32::from(v)),
+            IpAddr::V6(v) => u128::from(v),
+        };
+        if net.is_ipv4() != ip.is_ipv4() {
+            continue;
+        }
+        let shift = max - bits;
+        let (a, b) = (to_u128(net), to_u128(ip));
+        if shift >= 128 || (a >> shift) == (b >> shift) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,83 @@
+//! Byte-level checks that need no key: ciphertext entropy, and the leak scan that looks for
+//! known plaintext (names, subjects, payload prefixes, canaries) in raw file bytes and paths.
+
+/// Shannon entropy of `data` in bits per byte.
+pub fn entropy_bits_per_byte(data: &[u8]) -> f64 {
+    if data.is_empty() {
+        return 0.0;
+    }
+    let mut counts = [0u64; 256];
+    for b in data {
+        if let Some(c) = counts.get_mut(usize::from(*b)) {
+            *c += 1;
+        }
+    }
+    let n = data.len() as f64;
+    counts.iter().filter(|c| **c > 0).map(|c| {
+        let p = *c as f64 / n;
+        -p * p.log2()
+    }).sum()
+}
+
+/// Needles to look for: each at least `min_len` bytes, deduplicated.
+#[derive(Debug, Default, Clone)]
+pub struct Needles {
+    items: Vec<Vec<u8>>,
+}
+
+impl Needles {
+    /// Adds a needle (ignored when shorter than 4 bytes: too likely by chance in ciphertext).
+    pub fn add(&mut self, needle: &[u8]) {
+        if needle.len() >= 4 && !self.items.iter().any(|n| n == needle) {
+            self.items.push(needle.to_vec());
+        }
+    }
+
+    /// Adds a subject and each of its tokens of at least 4 bytes.
+    pub fn add_subject(&mut self, subject: &str) {
+        self.add(subject.as_bytes());
+        for t in subject.split('.') {
+            self.add(t.as_bytes());
+        }
+    }
+
+    /// Number of needles.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when there is nothing to look for.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The needles found in `haystack`.
+    pub fn found_in(&self, haystack: &[u8]) -> Vec<String> {
+        self.items
+            .iter()
+            .filter(|n| memchr::memmem::find(haystack, n).is_some())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_bytes_have_high_entropy_and_text_low() {
+        let mut r = vec![0u8; 4096];
+        crate::crypto::random_bytes(&mut r);
+        assert!(entropy_bits_per_byte(&r) > 7.5);
+        assert!(entropy_bits_per_byte(&b"orders.eu.created ".repeat(200)) < 5.0);
+    }
+
+    #[test]
+    fn needles_find_subject_tokens() {
+        let mut n = Needles::default();
+        n.add_subject("orders.europe.x");
+        assert_eq!(n.found_in(b"....europe...."), vec!["europe".to_owned()]);
+        assert!(n.found_in(b"nothing here").is_empty());
+    }
+}

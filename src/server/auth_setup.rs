@@ -1,0 +1,98 @@
+//! Turns the options' auth blocks into an [`Authenticator`] and creates the configured accounts.
+//!
+//! Precedence follows nats-server: operator mode (`operator`/`trusted_keys`) excludes the
+//! `authorization`/`accounts` users; otherwise a token, or the single user/password, or the
+//! users lists (global and per account).
+
+use std::sync::Arc;
+
+use tracing::warn;
+
+use crate::auth::permissions::{Permissions, Rules};
+use crate::auth::{Authenticator, Trust, UserEntry};
+use crate::config::accounts::{Permissions as ConfigPermissions, UserConfig};
+use crate::config::options::ServerOptions;
+
+use super::account::Registry;
+use super::ServerError;
+
+fn permissions(p: &Option<ConfigPermissions>) -> Option<Arc<Permissions>> {
+    let p = p.as_ref()?;
+    let rules = |r: &Option<crate::config::accounts::SubjectPermission>| {
+        r.as_ref().map(|r| Rules::new(&r.allow, &r.deny))
+    };
+    let responses = p
+        .allow_responses
+        .as_ref()
+        .map(|r| (u32::try_from(r.max.max(1)).unwrap_or(u32::MAX), r.expires));
+    Some(Arc::new(Permissions {
+        publish: rules(&p.publish),
+        subscribe: rules(&p.subscribe),
+        responses,
+    }))
+}
+
+fn entry(u: &UserConfig, account: Option<&str>) -> UserEntry {
+    UserEntry {
+        user: u.user.clone(),
+        password: u.password.clone(),
+        nkey: u.nkey.clone(),
+        account: account.map(str::to_owned).or_else(|| u.account.clone()),
+        permissions: permissions(&u.permissions),
+    }
+}
+
+/// Builds the authenticator.
+///
+/// # Errors
+/// [`ServerError::Config`] when the operator configuration is unusable.
+pub(crate) fn build(
+    opts: &ServerOptions,
+    registry: &Registry,
+) -> Result<Authenticator, ServerError> {
+    if !opts.operator.is_empty() || !opts.trusted_keys.is_empty() {
+        if opts.authorization.token.is_some()
+            || !opts.authorization.users.is_empty()
+            || !opts.accounts.is_empty()
+        {
+            return Err(ServerError::Config(
+                "operator mode (operator/trusted_keys) cannot be combined with authorization users or accounts".into(),
+            ));
+        }
+        let trust = Trust::new(
+            &opts.operator,
+            &opts.trusted_keys,
+            &opts.resolver_preload,
+            opts.system_account.clone(),
+        )
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+        return Ok(Authenticator::operator(trust));
+    }
+    let a = &opts.authorization;
+    if let Some(token) = &a.token {
+        return Ok(Authenticator::token(token.clone()));
+    }
+    let mut users = Vec::new();
+    if let (Some(u), Some(p)) = (&a.user, &a.password) {
+        users.push(UserEntry {
+            user: Some(u.clone()),
+            password: Some(p.clone()),
+            ..UserEntry::default()
+        });
+    }
+    for u in &a.users {
+        users.push(entry(u, None));
+    }
+    for acc in &opts.accounts {
+        registry.create(&acc.name);
+        for u in &acc.users {
+            users.push(entry(u, Some(&acc.name)));
+        }
+    }
+    for u in &users {
+        if u.user.is_none() && u.nkey.is_none() {
+            warn!("a user entry has neither a user name nor an nkey and can never log in");
+        }
+    }
+    Ok(Authenticator::users(users, opts.no_auth_user.clone()))
+}

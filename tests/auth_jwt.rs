@@ -1,0 +1,394 @@
+//! Accounts, nkeys and JWTs end to end: operator mode with a memory resolver, nkey users,
+//! permissions with exact -ERR texts, account isolation, expiry, revocation, limits.
+//! Tokens are minted here with our own issuer; the same tests pass against nats-server.
+
+mod support;
+
+use std::time::Duration;
+
+use sealstream::auth::jwt::claims::{
+    AccountLimits, ScopedSigningKey, SigningKey, UserPermissionsLimits,
+};
+use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims, UserClaims};
+use sealstream::auth::nkeys::{KeyPair, Role};
+use support::{Raw, TestServer};
+
+const T: Duration = Duration::from_secs(5);
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as i64
+}
+
+struct Tenant {
+    key: KeyPair,
+    claims: Claims<AccountClaims>,
+}
+
+struct World {
+    operator: KeyPair,
+    operator_jwt: String,
+}
+
+impl World {
+    fn new() -> Self {
+        let operator = KeyPair::generate(Role::Operator);
+        let mut c = Claims {
+            sub: operator.public_key(),
+            name: "OP".into(),
+            nats: OperatorClaims {
+                kind: "operator".into(),
+                version: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let operator_jwt = jwt::encode(&mut c, &operator);
+        World {
+            operator,
+            operator_jwt,
+        }
+    }
+
+    fn tenant(&self, name: &str, limits: AccountLimits) -> Tenant {
+        let key = KeyPair::generate(Role::Account);
+        let claims = Claims {
+            sub: key.public_key(),
+            name: name.into(),
+            nats: AccountClaims {
+                kind: "account".into(),
+                version: 2,
+                limits,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Tenant { key, claims }
+    }
+
+    fn account_jwt(&self, t: &Tenant) -> String {
+        jwt::encode(&mut t.claims.clone(), &self.operator)
+    }
+
+    fn config(&self, tenants: &[&Tenant]) -> String {
+        let preload: String = tenants
+            .iter()
+            .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), self.account_jwt(t)))
+            .collect();
+        format!(
+            "operator: \"{}\"\nresolver: MEMORY\nresolver_preload: {{\n{preload}}}\n",
+            self.operator_jwt
+        )
+    }
+}
+
+fn open_user() -> UserPermissionsLimits {
+    UserPermissionsLimits {
+        subs: -1,
+        data: -1,
+        payload: -1,
+        ..Default::default()
+    }
+}
+
+fn user_jwt(
+    signer: &KeyPair,
+    user: &KeyPair,
+    name: &str,
+    perms: UserPermissionsLimits,
+    edit: impl FnOnce(&mut Claims<UserClaims>),
+) -> String {
+    let mut c = Claims {
+        sub: user.public_key(),
+        name: name.into(),
+        nats: UserClaims {
+            kind: "user".into(),
+            version: 2,
+            perms,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    edit(&mut c);
+    jwt::encode(&mut c, signer)
+}
+
+/// CONNECT with a user JWT, signing the nonce from INFO.
+fn connect_jwt(r: &mut Raw, token: &str, user: &KeyPair) {
+    let nonce = r.info["nonce"]
+        .as_str()
+        .expect("INFO carries a nonce")
+        .to_owned();
+    let sig = data_encoding::BASE64URL_NOPAD.encode(&user.sign(nonce.as_bytes()));
+    r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"headers\":true,\"jwt\":\"{token}\",\"sig\":\"{sig}\"}}\r\nPING\r\n").as_bytes());
+}
+
+fn expect_auth_violation(r: &mut Raw) {
+    r.expect_line("-ERR 'Authorization Violation'");
+    assert!(r.closed_within(T));
+}
+
+#[test]
+fn operator_mode_admits_a_signed_user_and_enforces_permissions() {
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let mut perms = open_user();
+    perms.publish.allow = vec!["orders.>".into()];
+    perms.subscribe.allow = vec!["orders.>".into()];
+    perms.subscribe.deny = vec!["orders.secret".into()];
+    let token = user_jwt(&t.key, &user, "alice", perms, |_| {});
+    let mut r = s.raw();
+    assert_eq!(r.info["auth_required"], true);
+    assert_eq!(r.info["nonce"].as_str().unwrap().len(), 15);
+    connect_jwt(&mut r, &token, &user);
+    r.expect_line("PONG");
+    r.send(b"SUB orders.> 1\r\nPUB orders.new 2\r\nhi\r\nPUB orders.secret 1\r\nx\r\nPUB forbidden 1\r\nx\r\nPING\r\n");
+    r.expect_line("MSG orders.new 1 2");
+    assert_eq!(r.read_exact_bytes(4, T).unwrap(), b"hi\r\n");
+    r.expect_line("-ERR 'Permissions Violation for Publish to \"forbidden\"'");
+    r.expect_line("PONG");
+    r.send(b"SUB other 2\r\nSUB orders.a q 3\r\nSUB orders.secret 4\r\nPING\r\n");
+    r.expect_line("-ERR 'Permissions Violation for Subscription to \"other\"'");
+    r.expect_line("-ERR 'Permissions Violation for Subscription to \"orders.secret\"'");
+    r.expect_line("PONG");
+}
+
+#[test]
+fn bad_signature_expired_revoked_and_untrusted_users_are_refused() {
+    let w = World::new();
+    let mut t = w.tenant("ACME", AccountLimits::default());
+    let revoked_user = KeyPair::generate(Role::User);
+    t.claims
+        .nats
+        .revocations
+        .insert(revoked_user.public_key(), now() + 5);
+    let rogue_op = World::new();
+    let rogue = rogue_op.tenant("ROGUE", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+
+    // signature by another key
+    let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &KeyPair::generate(Role::User));
+    expect_auth_violation(&mut r);
+
+    // expired
+    let token = user_jwt(&t.key, &user, "u", open_user(), |c| c.exp = now() - 10);
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    expect_auth_violation(&mut r);
+
+    // revoked (revocation time >= iat)
+    let token = user_jwt(&t.key, &revoked_user, "r", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &revoked_user);
+    expect_auth_violation(&mut r);
+
+    // account not known to this server (signed by another operator)
+    let token = user_jwt(&rogue.key, &user, "u", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    expect_auth_violation(&mut r);
+
+    // no credentials
+    let mut r = s.raw();
+    r.send(b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n");
+    expect_auth_violation(&mut r);
+}
+
+#[test]
+fn accounts_are_isolated_subject_spaces() {
+    let w = World::new();
+    let a = w.tenant("A", AccountLimits::default());
+    let b = w.tenant("B", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&a, &b]));
+    let (ua, ub) = (KeyPair::generate(Role::User), KeyPair::generate(Role::User));
+    let mut ra = s.raw();
+    connect_jwt(
+        &mut ra,
+        &user_jwt(&a.key, &ua, "a", open_user(), |_| {}),
+        &ua,
+    );
+    ra.expect_line("PONG");
+    let mut rb = s.raw();
+    connect_jwt(
+        &mut rb,
+        &user_jwt(&b.key, &ub, "b", open_user(), |_| {}),
+        &ub,
+    );
+    rb.expect_line("PONG");
+    rb.send(b"SUB orders.> 1\r\nPING\r\n");
+    rb.expect_line("PONG");
+    ra.send(b"SUB orders.> 1\r\nPUB orders.x 1\r\na\r\nPING\r\n");
+    ra.expect_line("MSG orders.x 1 1");
+    assert!(
+        rb.silent_for(Duration::from_millis(400)),
+        "B must not see A's message"
+    );
+}
+
+#[test]
+fn scoped_signing_key_applies_its_template() {
+    let w = World::new();
+    let mut t = w.tenant("ACME", AccountLimits::default());
+    let scoped = KeyPair::generate(Role::Account);
+    let mut template = open_user();
+    template.publish.allow = vec!["tenant.{{name()}}.>".into()];
+    t.claims
+        .nats
+        .signing_keys
+        .push(SigningKey::Scoped(Box::new(ScopedSigningKey {
+            kind: "user_scope".into(),
+            key: scoped.public_key(),
+            role: "svc".into(),
+            template,
+            description: None,
+        })));
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let account_id = t.key.public_key();
+    let token = user_jwt(
+        &scoped,
+        &user,
+        "dave",
+        UserPermissionsLimits::default(),
+        |c| {
+            c.nats.issuer_account = Some(account_id.clone());
+        },
+    );
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    r.expect_line("PONG");
+    r.send(b"PUB tenant.dave.x 1\r\na\r\nPUB tenant.eve.x 1\r\nb\r\nPING\r\n");
+    r.expect_line("-ERR 'Permissions Violation for Publish to \"tenant.eve.x\"'");
+    r.expect_line("PONG");
+    // A scoped key's user may not carry its own limits.
+    let token = user_jwt(&scoped, &user, "dave", open_user(), |c| {
+        c.nats.issuer_account = Some(account_id.clone())
+    });
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    expect_auth_violation(&mut r);
+}
+
+#[test]
+fn user_without_limits_cannot_subscribe() {
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "u", UserPermissionsLimits::default(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    r.expect_line("PONG");
+    r.send(b"SUB a 1\r\nPING\r\n");
+    r.expect_line("-ERR 'maximum subscriptions exceeded'");
+}
+
+#[test]
+fn account_connection_limit_is_enforced() {
+    let w = World::new();
+    let t = w.tenant(
+        "ACME",
+        AccountLimits {
+            conn: 1,
+            ..AccountLimits::default()
+        },
+    );
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
+    let mut first = s.raw();
+    connect_jwt(&mut first, &token, &user);
+    first.expect_line("PONG");
+    let mut second = s.raw();
+    connect_jwt(&mut second, &token, &user);
+    second.expect_line("-ERR 'maximum account active connections exceeded'");
+    assert!(second.closed_within(T));
+}
+
+#[test]
+fn expiring_user_is_disconnected_when_the_jwt_expires() {
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "u", open_user(), |c| c.exp = now() + 2);
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    r.expect_line("PONG");
+    let line = loop {
+        let l = r.read_line(Duration::from_secs(6)).expect("expiry error");
+        if l.starts_with("INFO") || l == "PING" {
+            continue;
+        }
+        break l;
+    };
+    assert_eq!(line, "-ERR 'User Authentication Expired'");
+    assert!(r.closed_within(T));
+}
+
+#[test]
+fn config_nkey_users_sign_the_nonce() {
+    let user = KeyPair::generate(Role::User);
+    let conf = format!(
+        "authorization {{ users: [ {{ nkey: {} }} ] }}\n",
+        user.public_key()
+    );
+    let s = TestServer::with_config(&conf);
+    let mut r = s.raw();
+    let nonce = r.info["nonce"].as_str().unwrap().to_owned();
+    let sig = data_encoding::BASE64URL_NOPAD.encode(&user.sign(nonce.as_bytes()));
+    r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"nkey\":\"{}\",\"sig\":\"{sig}\"}}\r\nPING\r\n", user.public_key()).as_bytes());
+    r.expect_line("PONG");
+    // A signature over another connection's nonce fails.
+    let mut r2 = s.raw();
+    r2.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"nkey\":\"{}\",\"sig\":\"{sig}\"}}\r\nPING\r\n", user.public_key()).as_bytes());
+    expect_auth_violation(&mut r2);
+}
+
+#[test]
+fn config_permissions_answer_with_exact_texts_and_keep_the_connection() {
+    let conf = r#"
+authorization {
+  users: [
+    { user: alice, password: pw, permissions: { publish: { allow: ["foo.>"], deny: ["foo.secret"] }, subscribe: ["foo.>", "work.* workers"] } }
+  ]
+}
+"#;
+    let s = TestServer::with_config(conf);
+    let mut r = s.raw();
+    r.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"alice\",\"pass\":\"pw\"}\r\nPING\r\n");
+    r.expect_line("PONG");
+    r.send(b"PUB foo.secret 1\r\nx\r\nPUB bar 1\r\nx\r\nSUB bar q 2\r\nSUB work.a workers 3\r\nSUB work.a 4\r\nPING\r\n");
+    r.expect_line("-ERR 'Permissions Violation for Publish to \"foo.secret\"'");
+    r.expect_line("-ERR 'Permissions Violation for Publish to \"bar\"'");
+    r.expect_line("-ERR 'Permissions Violation for Subscription to \"bar\" using queue \"q\"'");
+    r.expect_line("-ERR 'Permissions Violation for Subscription to \"work.a\"'");
+    r.expect_line("PONG");
+}
+
+#[tokio::test]
+async fn async_nats_connects_with_a_creds_file() {
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "svc", open_user(), |_| {});
+    let creds = sealstream::auth::creds::format_creds(&token, &user.seed());
+    let client = async_nats::ConnectOptions::with_credentials(&creds)
+        .unwrap()
+        .connect(s.url())
+        .await
+        .unwrap();
+    let mut sub = client.subscribe("x.y").await.unwrap();
+    client.publish("x.y", "hello".into()).await.unwrap();
+    use futures::StreamExt;
+    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    assert_eq!(m.payload, "hello".as_bytes());
+}
