@@ -26,6 +26,186 @@ pub struct Cli {
 pub enum Command {
     /// Measure pub/sub throughput or request/reply latency against any NATS server.
     Bench(BenchArgs),
+    /// The operator identity (tenant onboarding starts here).
+    Operator {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: OperatorCmd,
+    },
+    /// Tenant accounts.
+    Account {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: AccountCmd,
+    },
+    /// Users of a tenant account.
+    User {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: UserCmd,
+    },
+    /// Account signing keys (scoped by role).
+    SigningKey {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: SigningKeyCmd,
+    },
+    /// Write a user's .creds file again (e.g. to hand it to a service).
+    Creds(CredsArgs),
+    /// Decode any NATS JWT (or .creds / .jwt file) and show its claims.
+    Describe {
+        /// A JWT, or a file holding one.
+        token: String,
+    },
+    /// Server-side configuration.
+    Server {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: ServerCmd,
+    },
+}
+
+/// Where the operator keeps keys.
+#[derive(Debug, Clone, Args)]
+pub struct KeysArg {
+    /// Keystore directory (created 0700).
+    #[arg(long = "keys", env = "SEALCTL_KEYS", default_value = "sealstream-keys")]
+    pub keys: std::path::PathBuf,
+}
+
+/// `sealctl operator ...`.
+#[derive(Debug, Subcommand)]
+pub enum OperatorCmd {
+    /// Create the operator identity, its signing key and the system account.
+    Init {
+        /// Operator name.
+        #[arg(long, default_value = "OP")]
+        name: String,
+        /// Replace an existing operator.
+        #[arg(long)]
+        force: bool,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+}
+
+/// `sealctl account ...`.
+#[derive(Debug, Subcommand)]
+pub enum AccountCmd {
+    /// Create a tenant account signed by the operator signing key.
+    Add {
+        /// Account name.
+        name: String,
+        /// Account limits policy (policies/*.conf).
+        #[arg(long)]
+        limits: Option<std::path::PathBuf>,
+        /// Allow bearer user tokens (off by default).
+        #[arg(long)]
+        allow_bearer: bool,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+    /// Revoke every user of the account issued until now.
+    Revoke {
+        /// Account name.
+        name: String,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+}
+
+/// `sealctl user ...`.
+#[derive(Debug, Subcommand)]
+pub enum UserCmd {
+    /// Issue a user and write its .creds file.
+    Add {
+        /// Account name.
+        account: String,
+        /// User name.
+        name: String,
+        /// User permissions policy (policies/*.conf), signed by the account key.
+        #[arg(long, conflicts_with = "role")]
+        policy: Option<std::path::PathBuf>,
+        /// Sign with this role's scoped signing key (permissions come from its template).
+        #[arg(long)]
+        role: Option<String>,
+        /// Validity, e.g. `30d`, `12h`.
+        #[arg(long)]
+        expiry: Option<String>,
+        /// A bearer token (no nonce signature; accepted over TLS only).
+        #[arg(long)]
+        bearer: bool,
+        /// Where to write the .creds file (default: in the keystore).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Replace an existing .creds file.
+        #[arg(long)]
+        force: bool,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+    /// Revoke a user (by name in the keystore, or by public key).
+    Revoke {
+        /// Account name.
+        account: String,
+        /// User name or `U...` public key.
+        user: String,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+}
+
+/// `sealctl signing-key ...`.
+#[derive(Debug, Subcommand)]
+pub enum SigningKeyCmd {
+    /// Add a scoped signing key for a role; users it signs get the policy's permissions.
+    Add {
+        /// Account name.
+        account: String,
+        /// Role name.
+        #[arg(long)]
+        role: String,
+        /// User permissions policy for the role.
+        #[arg(long)]
+        policy: std::path::PathBuf,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+}
+
+/// `sealctl creds`.
+#[derive(Debug, Clone, Args)]
+pub struct CredsArgs {
+    /// Account name.
+    pub account: String,
+    /// User name.
+    pub user: String,
+    /// Destination file.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+    /// Keystore.
+    #[command(flatten)]
+    pub keys: KeysArg,
+}
+
+/// `sealctl server ...`.
+#[derive(Debug, Subcommand)]
+pub enum ServerCmd {
+    /// Print the operator/resolver block to paste into the server config.
+    Config {
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
 }
 
 /// `sealctl bench`.

@@ -6,6 +6,8 @@
 
 pub mod args;
 pub mod commands;
+pub mod keystore;
+pub mod policy;
 
 use std::process::ExitCode;
 
@@ -38,7 +40,82 @@ pub fn main() -> ExitCode {
 /// # Errors
 /// Whatever the command reports; printed by [`main`].
 pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
+    use args::{AccountCmd, Command, OperatorCmd, ServerCmd, SigningKeyCmd, UserCmd};
+    use commands::tenant;
+    use keystore::Keystore;
     match cli.command {
-        args::Command::Bench(b) => commands::bench::run(&cli.server, b).await,
+        Command::Bench(b) => commands::bench::run(&cli.server, b).await,
+        Command::Operator {
+            cmd: OperatorCmd::Init { name, force, keys },
+        } => tenant::operator_init(&Keystore::new(&keys.keys), &name, force),
+        Command::Account { cmd } => match cmd {
+            AccountCmd::Add {
+                name,
+                limits,
+                allow_bearer,
+                keys,
+            } => tenant::account_add(
+                &Keystore::new(&keys.keys),
+                &name,
+                limits.as_deref(),
+                allow_bearer,
+            ),
+            AccountCmd::Revoke { name, keys } => {
+                tenant::account_revoke(&Keystore::new(&keys.keys), &name)
+            }
+        },
+        Command::SigningKey {
+            cmd:
+                SigningKeyCmd::Add {
+                    account,
+                    role,
+                    policy,
+                    keys,
+                },
+        } => tenant::signing_key_add(&Keystore::new(&keys.keys), &account, &role, &policy),
+        Command::User { cmd } => match cmd {
+            UserCmd::Add {
+                account,
+                name,
+                policy,
+                role,
+                expiry,
+                bearer,
+                out,
+                force,
+                keys,
+            } => {
+                let spec = tenant::UserSpec {
+                    account: &account,
+                    name: &name,
+                    policy: policy.as_deref(),
+                    role: role.as_deref(),
+                    expiry: expiry.as_deref(),
+                    bearer,
+                    out: out.as_deref(),
+                    force,
+                };
+                tenant::user_add(&Keystore::new(&keys.keys), &spec).map(|_| ())
+            }
+            UserCmd::Revoke {
+                account,
+                user,
+                keys,
+            } => tenant::user_revoke(&Keystore::new(&keys.keys), &account, &user),
+        },
+        Command::Creds(c) => tenant::creds(
+            &Keystore::new(&c.keys.keys),
+            &c.account,
+            &c.user,
+            &c.out,
+            c.force,
+        ),
+        Command::Describe { token } => tenant::describe(&token),
+        Command::Server {
+            cmd: ServerCmd::Config { keys },
+        } => {
+            print!("{}", tenant::server_config(&Keystore::new(&keys.keys))?);
+            Ok(())
+        }
     }
 }

@@ -382,7 +382,8 @@ pub async fn eventually<F: FnMut() -> bool>(limit: Duration, mut f: F) -> bool {
 /// (SUBs included) has been processed once this returns. (async-nats's `flush` only flushes
 /// the socket; a request nobody answers comes back as a no-responders status.)
 pub async fn sync(c: &async_nats::Client) {
-    let subject = format!("_sync.{}", c.new_inbox().replace('.', "_"));
+    // An `_INBOX.` subject: clients with narrow permissions may still publish there.
+    let subject = format!("_INBOX.sync_{}", c.new_inbox().replace('.', "_"));
     let r = tokio::time::timeout(
         Duration::from_secs(5),
         c.request(subject, bytes::Bytes::new()),

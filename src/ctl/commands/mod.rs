@@ -1,3 +1,4 @@
 //! One module per `sealctl` command.
 
 pub mod bench;
+pub mod tenant;
