@@ -162,3 +162,87 @@ fn system_account_never_takes_tenants() {
     let err = sealctl_fails(&keys, &["account", "add", "SYS"]);
     assert!(err.contains("system account"), "{err}");
 }
+
+#[test]
+fn account_push_updates_a_running_server_and_revokes_connected_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let jwt_dir = dir.path().join("jwt");
+    sealctl(&keys, &["operator", "init"]);
+    sealctl(&keys, &["account", "add", "TENANT"]);
+    sealctl(&keys, &["user", "add", "TENANT", "svc"]);
+    let conf = sealctl(
+        &keys,
+        &[
+            "server",
+            "config",
+            "--resolver-dir",
+            jwt_dir.to_str().unwrap(),
+        ],
+    );
+    let s = TestServer::with_config(&conf);
+
+    let creds = std::fs::read_to_string(keys.join("accounts/TENANT/users/svc.creds")).unwrap();
+    let (token, seed) = sealstream::auth::creds::parse_creds(&creds).unwrap();
+    let kp =
+        sealstream::auth::nkeys::KeyPair::from_seed(&seed, &[sealstream::auth::nkeys::Role::User])
+            .unwrap();
+    let login = |s: &TestServer| {
+        let mut r = s.raw();
+        let nonce = r.info["nonce"].as_str().unwrap().to_owned();
+        let sig = data_encoding::BASE64URL_NOPAD.encode(&kp.sign(nonce.as_bytes()));
+        r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"headers\":true,\"no_responders\":true,\"jwt\":\"{token}\",\"sig\":\"{sig}\"}}\r\nPING\r\n").as_bytes());
+        r
+    };
+    let mut connected = login(&s);
+    connected.expect_line("PONG");
+    // A tenant's $SYS.> is its own subject space: nobody answers there.
+    connected.send(b"SUB _INBOX.t 1\r\nPUB $SYS.REQ.CLAIMS.UPDATE _INBOX.t 1\r\nx\r\n");
+    connected.expect_line("HMSG _INBOX.t 1 54 54");
+    assert!(connected
+        .read_exact_bytes(56, Duration::from_secs(5))
+        .unwrap()
+        .starts_with(b"NATS/1.0 503"));
+
+    sealctl(&keys, &["user", "revoke", "TENANT", "svc"]);
+    let out = sealctl(&keys, &["--server", &s.url(), "account", "push", "TENANT"]);
+    assert!(out.contains("jwt updated"), "{out}");
+    connected.expect_line("-ERR 'User Authentication Revoked'");
+    assert!(connected.closed_within(Duration::from_secs(5)));
+    let mut again = login(&s);
+    again.expect_line("-ERR 'Authorization Violation'");
+
+    // The update was persisted by the directory resolver and survives a restart.
+    drop(s);
+    let s = TestServer::with_config(
+        &conf
+            .lines()
+            .filter(|l| !l.contains("# TENANT"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    let mut after = login(&s);
+    after.expect_line("-ERR 'Authorization Violation'");
+
+    // A JWT signed by another operator is refused and not stored.
+    let other = dir.path().join("other-keys");
+    sealctl(&other, &["operator", "init"]);
+    sealctl(&other, &["account", "add", "TENANT"]);
+    let sys_creds = keys.join("accounts/SYS/users/sys.creds");
+    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args([
+            "--server",
+            &s.url(),
+            "account",
+            "push",
+            "TENANT",
+            "--creds",
+            sys_creds.to_str().unwrap(),
+        ])
+        .env("SEALCTL_KEYS", &other)
+        .output()
+        .expect("run sealctl");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a trusted operator key"), "{err}");
+}

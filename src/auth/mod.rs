@@ -92,6 +92,9 @@ pub struct Identity {
     pub expires_at: Option<i64>,
     /// The account's connection limit.
     pub account_conn_limit: Option<u64>,
+    /// The user's public key and JWT issue time (operator mode), for revocation checks on
+    /// account updates.
+    pub user_key: Option<(String, i64)>,
 }
 
 /// Why authentication failed (logged, never sent to the client).

@@ -55,6 +55,8 @@ fn now_secs() -> i64 {
 pub struct Trust {
     signers: HashSet<String>,
     accounts: RwLock<HashMap<String, Arc<Claims<AccountClaims>>>>,
+    /// The full resolver's directory: verified account JWTs are persisted as `<id>.jwt`.
+    dir: Option<std::path::PathBuf>,
     /// The system account's public key, if configured.
     pub system_account: Option<String>,
 }
@@ -113,6 +115,7 @@ impl Trust {
         let trust = Trust {
             signers,
             accounts: RwLock::new(HashMap::new()),
+            dir: None,
             system_account: sys,
         };
         for (id, token) in preload {
@@ -124,6 +127,94 @@ impl Trust {
                 })?;
         }
         Ok(trust)
+    }
+
+    /// Adds a full resolver directory: loads every `<id>.jwt` in it (each verified; a bad file is
+    /// an error) and persists later updates there.
+    ///
+    /// # Errors
+    /// [`TrustError::Preload`] for a file that does not verify, or the directory's I/O error.
+    pub fn with_directory(mut self, dir: &std::path::Path) -> Result<Self, TrustError> {
+        std::fs::create_dir_all(dir).map_err(|e| TrustError::Preload {
+            id: dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let entries = std::fs::read_dir(dir).map_err(|e| TrustError::Preload {
+            id: dir.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("jwt") {
+                continue;
+            }
+            let id = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let token = std::fs::read_to_string(&path).map_err(|e| TrustError::Preload {
+                id: id.clone(),
+                reason: e.to_string(),
+            })?;
+            self.update_account(token.trim(), Some(&id))
+                .map_err(|e| TrustError::Preload {
+                    id,
+                    reason: e.to_string(),
+                })?;
+        }
+        self.dir = Some(dir.to_path_buf());
+        Ok(self)
+    }
+
+    /// Verifies, stores and (with a full resolver) persists an account JWT pushed by an
+    /// operator. Nothing is stored unless every check passes.
+    ///
+    /// # Errors
+    /// [`AuthError::Account`] naming the failed check, or the persistence error.
+    pub fn push_account(
+        &self,
+        token: &str,
+        expected_id: Option<&str>,
+    ) -> Result<String, AuthError> {
+        let acc = self.verify_account(token)?;
+        if let Some(id) = expected_id {
+            if acc.sub != id {
+                return Err(AuthError::Account(format!(
+                    "JWT subject {} does not match {id}",
+                    acc.sub
+                )));
+            }
+        }
+        if let Some(dir) = &self.dir {
+            let tmp = dir.join(format!(".{}.jwt.tmp", acc.sub));
+            let dst = dir.join(format!("{}.jwt", acc.sub));
+            let write = || -> std::io::Result<()> {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(token.as_bytes())?;
+                f.sync_all()?;
+                std::fs::rename(&tmp, &dst)?;
+                std::fs::File::open(dir)?.sync_all()
+            };
+            write().map_err(|e| {
+                AuthError::Account(format!("could not persist the account JWT: {e}"))
+            })?;
+        }
+        let id = acc.sub.clone();
+        self.accounts
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), Arc::new(acc));
+        Ok(id)
+    }
+
+    /// The raw claims lookup for `$SYS.REQ.ACCOUNT.<id>.CLAIMS.LOOKUP`-style queries: whether
+    /// `user` (issued at `iat`) is revoked in the current account JWT.
+    pub fn is_revoked(&self, account: &str, user: &str, iat: i64) -> bool {
+        self.account(account).is_some_and(|a| {
+            let r = |k: &str| a.nats.revocations.get(k).is_some_and(|t| *t >= iat);
+            r(user) || r("*")
+        })
     }
 
     /// Verifies an account JWT completely (signature, trusted issuer, expiry, supported
@@ -313,6 +404,7 @@ impl Trust {
             max_payload: limit(perms.payload),
             expires_at: (user.exp != 0).then_some(user.exp),
             account_conn_limit: conn_limit,
+            user_key: Some((user.sub.clone(), user.iat)),
         })
     }
 }

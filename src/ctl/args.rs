@@ -107,6 +107,17 @@ pub enum AccountCmd {
         #[command(flatten)]
         keys: KeysArg,
     },
+    /// Send the account JWT to a running server (`$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`).
+    Push {
+        /// Account name.
+        name: String,
+        /// A system-account user's creds (default: the keystore's SYS user).
+        #[arg(long)]
+        creds: Option<std::path::PathBuf>,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
     /// Revoke every user of the account issued until now.
     Revoke {
         /// Account name.
@@ -202,6 +213,9 @@ pub struct CredsArgs {
 pub enum ServerCmd {
     /// Print the operator/resolver block to paste into the server config.
     Config {
+        /// Use a directory resolver (accepts `sealctl account push`) instead of MEMORY.
+        #[arg(long)]
+        resolver_dir: Option<std::path::PathBuf>,
         /// Keystore.
         #[command(flatten)]
         keys: KeysArg,

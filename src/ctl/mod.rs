@@ -5,6 +5,7 @@
 //! [`args`], one file per command under [`commands`].
 
 pub mod args;
+pub mod client;
 pub mod commands;
 pub mod keystore;
 pub mod policy;
@@ -63,6 +64,10 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             AccountCmd::Revoke { name, keys } => {
                 tenant::account_revoke(&Keystore::new(&keys.keys), &name)
             }
+            AccountCmd::Push { name, creds, keys } => {
+                let ks = Keystore::new(&keys.keys);
+                tenant::account_push(&ks, &name, &cli.server, creds.as_deref()).await
+            }
         },
         Command::SigningKey {
             cmd:
@@ -112,9 +117,12 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
         ),
         Command::Describe { token } => tenant::describe(&token),
         Command::Server {
-            cmd: ServerCmd::Config { keys },
+            cmd: ServerCmd::Config { keys, resolver_dir },
         } => {
-            print!("{}", tenant::server_config(&Keystore::new(&keys.keys))?);
+            print!(
+                "{}",
+                tenant::server_config(&Keystore::new(&keys.keys), resolver_dir.as_deref())?
+            );
             Ok(())
         }
     }

@@ -16,6 +16,8 @@ pub const AUTHORIZATION_VIOLATION: &str = "Authorization Violation";
 pub const AUTHENTICATION_TIMEOUT: &str = "Authentication Timeout";
 /// A user JWT expired while connected. Closes.
 pub const USER_AUTHENTICATION_EXPIRED: &str = "User Authentication Expired";
+/// An account update revoked the connected user. Closes.
+pub const USER_AUTHENTICATION_REVOKED: &str = "User Authentication Revoked";
 /// Too many unanswered server PINGs. Closes.
 pub const STALE_CONNECTION: &str = "Stale Connection";
 /// CONNECT with a `protocol` other than 0 or 1. Closes.

@@ -11,7 +11,7 @@ use tracing::warn;
 use crate::auth::permissions::{Permissions, Rules};
 use crate::auth::{Authenticator, Trust, UserEntry};
 use crate::config::accounts::{Permissions as ConfigPermissions, UserConfig};
-use crate::config::options::ServerOptions;
+use crate::config::options::{ResolverConfig, ServerOptions};
 
 use super::account::Registry;
 use super::ServerError;
@@ -59,13 +59,26 @@ pub(crate) fn build(
                 "operator mode (operator/trusted_keys) cannot be combined with authorization users or accounts".into(),
             ));
         }
-        let trust = Trust::new(
+        let mut trust = Trust::new(
             &opts.operator,
             &opts.trusted_keys,
             &opts.resolver_preload,
             opts.system_account.clone(),
         )
         .map_err(|e| ServerError::Config(e.to_string()))?;
+        match &opts.resolver {
+            None | Some(ResolverConfig::Memory) => {}
+            Some(ResolverConfig::Dir { dir, .. }) => {
+                trust = trust
+                    .with_directory(dir)
+                    .map_err(|e| ServerError::Config(e.to_string()))?;
+            }
+            Some(ResolverConfig::Url(u)) => {
+                return Err(ServerError::Config(format!(
+                    "resolver URL({u}) is not supported; use MEMORY or a directory resolver"
+                )));
+            }
+        }
         return Ok(Authenticator::operator(trust));
     }
     let a = &opts.authorization;

@@ -23,6 +23,7 @@ mod monitor;
 pub(crate) mod router;
 mod shutdown;
 pub mod signal_command;
+pub(crate) mod system;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -125,6 +126,8 @@ pub(crate) struct Shared {
     pub(crate) lame_duck: AtomicBool,
     pub(crate) client_port: AtomicU64,
     pub(crate) http_req_stats: Mutex<HashMap<String, u64>>,
+    /// The system account's service, when a system account exists.
+    pub(crate) system: Option<Arc<system::System>>,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
     next_cid: AtomicU64,
 }
@@ -163,6 +166,16 @@ impl Shared {
         }
         let accounts = Registry::new();
         let auth = auth_setup::build(&opts, &accounts)?;
+        let system = if opts.no_system_account {
+            None
+        } else {
+            let name = auth
+                .trust()
+                .and_then(|t| t.system_account.clone())
+                .or_else(|| opts.system_account.clone())
+                .unwrap_or_else(|| "$SYS".to_owned());
+            Some(system::System::new(accounts.create(&name)))
+        };
         Ok(Shared {
             headers_supported: !opts.no_header_support,
             server_id,
@@ -176,6 +189,7 @@ impl Shared {
             lame_duck: AtomicBool::new(false),
             client_port: AtomicU64::new(0),
             http_req_stats: Mutex::new(HashMap::new()),
+            system,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
             opts,
@@ -240,6 +254,8 @@ impl Shared {
             ldm: self.lame_duck.load(Ordering::Relaxed),
             nonce: nonce.map(str::to_owned),
             connect_info,
+            acc_is_sys: account
+                .is_some_and(|a| self.system.as_ref().is_some_and(|s| s.account.name == a)),
             remote_account: account.map(str::to_owned),
             ..ServerInfo::default()
         };
@@ -301,6 +317,9 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     let files = startup_files(&shared, client_addr, monitor_addr)?;
     info!("Server is ready");
 
+    if let Some(sys) = &shared.system {
+        tokio::spawn(Arc::clone(sys).run(Arc::clone(&shared)));
+    }
     let accept = tokio::spawn(listener::accept_loop(
         client_listener,
         Arc::clone(&shared),

@@ -77,6 +77,8 @@ pub(crate) struct ConnMeta {
     pub(crate) version: Option<String>,
     pub(crate) user: Option<String>,
     pub(crate) account: String,
+    /// User public key and JWT issue time (operator mode).
+    pub(crate) user_key: Option<(String, i64)>,
 }
 
 /// The shared face of a connection.
@@ -104,7 +106,7 @@ pub(crate) struct ClientHandle {
 }
 
 impl ClientHandle {
-    fn new(cid: u64, peer: SocketAddr, max_pending: usize) -> Self {
+    pub(crate) fn new(cid: u64, peer: SocketAddr, max_pending: usize) -> Self {
         ClientHandle {
             cid,
             peer,

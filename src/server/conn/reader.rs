@@ -387,6 +387,7 @@ impl Session {
                     self.permissions = id.permissions;
                     let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
                     m.user = id.user;
+                    m.user_key = id.user_key;
                 }
                 Err(e) => {
                     warn!(cid = self.client.cid, reason = %e, "authentication failed");
@@ -413,6 +414,9 @@ impl Session {
             m.account = self.account.name.clone();
         }
         debug!(account = %self.account.name, "client connected");
+        if let Some(sys) = &self.shared.system {
+            sys.client_event(&self.shared, &self.client, true);
+        }
         self.ok();
         Flow::Continue
     }
@@ -565,6 +569,11 @@ impl Session {
 
     fn cleanup(&mut self) {
         self.flush();
+        if self.connected {
+            if let Some(sys) = &self.shared.system {
+                sys.client_event(&self.shared, &self.client, false);
+            }
+        }
         if self.counted {
             self.account.connections.fetch_sub(1, Ordering::AcqRel);
         }

@@ -1,0 +1,282 @@
+//! The system account: server events and the requests operators send to the server.
+//!
+//! An in-process client lives in the system account. Its subscriptions are ordinary ones, and
+//! messages reach it through an ordinary [`Outbound`](super::conn::outbound::Outbound) queue,
+//! which a task here drains and parses with the client-side protocol parser — so requests take
+//! exactly the path a real subscriber's messages take. It answers:
+//!
+//! - `$SYS.REQ.CLAIMS.UPDATE` and `$SYS.REQ.ACCOUNT.<id>.CLAIMS.UPDATE`: an account JWT pushed
+//!   by an operator. It is verified completely (signature, trusted operator, validity, `sub`)
+//!   **before** it is stored or persisted; connected users it revokes are disconnected with
+//!   `User Authentication Revoked`.
+//! - `$SYS.REQ.ACCOUNT.<id>.CLAIMS.LOOKUP`: the stored account JWT.
+//! - `$SYS.REQ.SERVER.PING` (and `.STATSZ`): server statistics.
+//!
+//! It publishes `$SYS.ACCOUNT.<account>.CONNECT` / `DISCONNECT` events. Tenants cannot reach
+//! any of this: `$SYS.>` in their account is their own subject space.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::{json, Value};
+use tracing::{debug, info, warn};
+
+use crate::proto::errors as perr;
+use crate::proto::parser::{Limits, Parser};
+use crate::proto::ServerOp;
+
+use super::account::{Account, Subscription};
+use super::conn::{ClientHandle, CloseReason};
+use super::router::{self, Publisher, RouteCtx};
+use super::{Shared, NATS_COMPAT_VERSION};
+
+/// Connection id of the internal client (real clients start at 1).
+const INTERNAL_CID: u64 = 0;
+/// Queue limit of the internal client: requests are small; a flood is dropped, not buffered.
+const INTERNAL_MAX_PENDING: usize = 64 * 1024 * 1024;
+
+/// The system account's in-process client.
+pub(crate) struct System {
+    /// The system account.
+    pub(crate) account: Arc<Account>,
+    client: Arc<ClientHandle>,
+    route: Mutex<RouteCtx>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    time::OffsetDateTime::from(t)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+impl System {
+    /// Creates the internal client and its subscriptions in `account`.
+    pub(crate) fn new(account: Arc<Account>) -> Arc<Self> {
+        let client = Arc::new(ClientHandle::new(
+            INTERNAL_CID,
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            INTERNAL_MAX_PENDING,
+        ));
+        client.headers.store(true, Ordering::Relaxed);
+        let subjects = [
+            "$SYS.REQ.CLAIMS.UPDATE",
+            "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
+            "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
+            "$SYS.REQ.SERVER.PING",
+            "$SYS.REQ.SERVER.PING.*",
+        ];
+        for (i, s) in subjects.iter().enumerate() {
+            let sub = Arc::new(Subscription {
+                client: Arc::clone(&client),
+                sid: Bytes::from(i.to_string()),
+                subject: Bytes::from_static(s.as_bytes()),
+                queue: None,
+                delivered: AtomicU64::new(0),
+                max: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                deny: None,
+            });
+            if account.subscribe(&sub).is_err() {
+                warn!(subject = s, "could not subscribe the system service");
+            }
+        }
+        Arc::new(System {
+            account,
+            client,
+            route: Mutex::new(RouteCtx::new(0x5157)),
+        })
+    }
+
+    fn publish(&self, subject: &str, body: &Value) {
+        let payload = Bytes::from(body.to_string());
+        let mut ctx = self.route.lock().unwrap_or_else(|p| p.into_inner());
+        let from = Publisher {
+            cid: INTERNAL_CID,
+            echo: false,
+            no_responders: false,
+        };
+        router::publish(
+            &mut ctx,
+            &self.account,
+            from,
+            subject.as_bytes(),
+            None,
+            None,
+            &payload,
+        );
+        for c in ctx.wake.drain(..) {
+            c.outbound.wake();
+        }
+        let _ = ctx.take_counts();
+    }
+
+    fn server_block(shared: &Shared) -> Value {
+        json!({
+            "name": shared.server_name,
+            "host": shared.opts.host,
+            "id": shared.server_id,
+            "ver": NATS_COMPAT_VERSION,
+            "jetstream": false,
+            "time": rfc3339(SystemTime::now()),
+        })
+    }
+
+    /// Publishes a CONNECT or DISCONNECT event for `client`.
+    pub(crate) fn client_event(&self, shared: &Shared, client: &ClientHandle, connect: bool) {
+        let m = client.meta();
+        let kind = if connect { "CONNECT" } else { "DISCONNECT" };
+        let body = json!({
+            "type": if connect { "io.nats.server.advisory.v1.client_connect" } else { "io.nats.server.advisory.v1.client_disconnect" },
+            "timestamp": rfc3339(SystemTime::now()),
+            "server": Self::server_block(shared),
+            "client": {
+                "start": rfc3339(client.start),
+                "host": client.peer.ip().to_string(),
+                "id": client.cid,
+                "acc": m.account,
+                "user": m.user.unwrap_or_default(),
+                "name": m.name.unwrap_or_default(),
+                "lang": m.lang.unwrap_or_default(),
+                "version": m.version.unwrap_or_default(),
+            },
+            "reason": client.close_reason().map(|r| r.as_str()).unwrap_or(""),
+        });
+        self.publish(&format!("$SYS.ACCOUNT.{}.{kind}", m.account), &body);
+    }
+
+    /// Drains the internal client's queue and answers requests until the server stops.
+    pub(crate) async fn run(self: Arc<Self>, shared: Arc<Shared>) {
+        let mut parser = Parser::new(Limits {
+            max_control_line: 1 << 20,
+            max_payload: usize::MAX,
+        });
+        let mut buf = BytesMut::new();
+        loop {
+            let batch = self.client.outbound.take();
+            if batch.closed {
+                return;
+            }
+            if batch.bytes == 0 {
+                self.client.outbound.wait().await;
+                continue;
+            }
+            self.client.outbound.written(batch.bytes);
+            for c in batch.chunks {
+                buf.extend_from_slice(&c);
+            }
+            loop {
+                match parser.next_server_op(&mut buf) {
+                    Ok(Some(ServerOp::Msg {
+                        subject,
+                        reply,
+                        payload,
+                        ..
+                    })) => {
+                        if let Some(reply) = reply {
+                            let answer = self.answer(&shared, &subject, &payload);
+                            self.publish(&String::from_utf8_lossy(&reply), &answer);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!(error = %e, "system service could not parse its own queue");
+                        buf.clear();
+                        parser = Parser::new(Limits {
+                            max_control_line: 1 << 20,
+                            max_payload: usize::MAX,
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn answer(&self, shared: &Shared, subject: &[u8], payload: &[u8]) -> Value {
+        let subject = String::from_utf8_lossy(subject);
+        let server = Self::server_block(shared);
+        let tokens: Vec<&str> = subject.split('.').collect();
+        match tokens.as_slice() {
+            ["$SYS", "REQ", "CLAIMS", "UPDATE"] => self.claims_update(shared, payload, None),
+            ["$SYS", "REQ", "ACCOUNT", id, "CLAIMS", "UPDATE"] => {
+                self.claims_update(shared, payload, Some(id))
+            }
+            ["$SYS", "REQ", "ACCOUNT", id, "CLAIMS", "LOOKUP"] => {
+                match shared.auth.trust().and_then(|t| t.account(id)) {
+                    Some(c) => json!({ "server": server, "data": { "account": id, "claims": *c } }),
+                    None => {
+                        json!({ "server": server, "error": { "account": id, "code": 404, "description": "account not found" } })
+                    }
+                }
+            }
+            ["$SYS", "REQ", "SERVER", "PING", ..] => {
+                let st = &shared.stats;
+                json!({
+                    "server": server,
+                    "statsz": {
+                        "start": rfc3339(shared.start),
+                        "connections": shared.num_clients(),
+                        "total_connections": st.total_connections.load(Ordering::Relaxed),
+                        "in_msgs": st.in_msgs.load(Ordering::Relaxed),
+                        "out_msgs": st.out_msgs.load(Ordering::Relaxed),
+                        "in_bytes": st.in_bytes.load(Ordering::Relaxed),
+                        "out_bytes": st.out_bytes.load(Ordering::Relaxed),
+                        "slow_consumers": st.slow_consumers.load(Ordering::Relaxed),
+                        "subscriptions": shared.accounts.subscription_count(),
+                    }
+                })
+            }
+            _ => {
+                json!({ "server": server, "error": { "code": 404, "description": "unknown request" } })
+            }
+        }
+    }
+
+    fn claims_update(&self, shared: &Shared, payload: &[u8], id: Option<&str>) -> Value {
+        let server = Self::server_block(shared);
+        let Some(trust) = shared.auth.trust() else {
+            return json!({ "server": server, "error": { "code": 500, "description": "the server is not in operator mode" } });
+        };
+        let token = String::from_utf8_lossy(payload);
+        match trust.push_account(token.trim(), id) {
+            Ok(account) => {
+                info!(%account, "account JWT updated");
+                let revoked = disconnect_revoked(shared, &account);
+                json!({ "server": server, "data": { "account": account, "code": 200, "message": "jwt updated", "disconnected": revoked } })
+            }
+            Err(e) => {
+                warn!(error = %e, "account JWT update refused");
+                json!({ "server": server, "error": { "account": id.unwrap_or(""), "code": 500, "description": e.to_string() } })
+            }
+        }
+    }
+}
+
+/// Closes the connections of `account` whose user the current account JWT revokes.
+fn disconnect_revoked(shared: &Shared, account: &str) -> usize {
+    let Some(trust) = shared.auth.trust() else {
+        return 0;
+    };
+    let mut n = 0;
+    for c in shared.clients() {
+        let m = c.meta();
+        if m.account != account {
+            continue;
+        }
+        if let Some((user, iat)) = &m.user_key {
+            if trust.is_revoked(account, user, *iat) {
+                debug!(cid = c.cid, "user revoked by account update");
+                c.send_err_and_close(
+                    perr::USER_AUTHENTICATION_REVOKED,
+                    CloseReason::AuthenticationFailure,
+                );
+                n += 1;
+            }
+        }
+    }
+    n
+}
