@@ -102,10 +102,82 @@ pub(crate) fn build(
             users.push(entry(u, Some(&acc.name)));
         }
     }
+    install_routes(opts, registry);
     for u in &users {
         if u.user.is_none() && u.nkey.is_none() {
             warn!("a user entry has neither a user name nor an nkey and can never log in");
         }
     }
     Ok(Authenticator::users(users, opts.no_auth_user.clone()))
+}
+
+/// Builds each account's cross-account routes from the config's exports and imports (the
+/// config layer has already checked that every import names a matching, permitted export).
+fn install_routes(opts: &ServerOptions, registry: &Registry) {
+    use std::collections::HashMap;
+
+    use crate::config::accounts::{ExportKind, ResponseType};
+    use crate::subject::filter_is_subset_of;
+
+    use super::account::imports::{Routes, ServiceRoute, StreamRoute};
+
+    let mut routes: HashMap<String, Routes> = HashMap::new();
+    for importer in &opts.accounts {
+        let Some(importer_acc) = registry.get(&importer.name) else {
+            continue;
+        };
+        for imp in &importer.imports {
+            let Some(exporter_acc) = registry.get(&imp.account) else {
+                warn!(account = %importer.name, exporter = %imp.account, "import from an unknown account ignored");
+                continue;
+            };
+            match imp.kind {
+                ExportKind::Stream => {
+                    routes
+                        .entry(imp.account.clone())
+                        .or_default()
+                        .streams
+                        .push(StreamRoute {
+                            pattern: imp.subject.clone(),
+                            importer: Arc::clone(&importer_acc),
+                            prefix: imp.prefix.clone(),
+                            to: imp.to.clone(),
+                        })
+                }
+                ExportKind::Service => {
+                    let singleton = opts
+                        .accounts
+                        .iter()
+                        .find(|a| a.name == imp.account)
+                        .and_then(|a| {
+                            a.exports.iter().find(|e| {
+                                e.kind == ExportKind::Service
+                                    && filter_is_subset_of(
+                                        imp.subject.as_bytes(),
+                                        e.subject.as_bytes(),
+                                    )
+                            })
+                        })
+                        .is_none_or(|e| e.response_type == ResponseType::Singleton);
+                    routes
+                        .entry(importer.name.clone())
+                        .or_default()
+                        .services
+                        .push(ServiceRoute {
+                            local: imp.to.clone().unwrap_or_else(|| imp.subject.clone()),
+                            remote: imp.subject.clone(),
+                            exporter: Arc::clone(&exporter_acc),
+                            singleton,
+                        });
+                    // The exporter needs a reply table even if it imports nothing itself.
+                    routes.entry(imp.account.clone()).or_default();
+                }
+            }
+        }
+    }
+    for (name, r) in routes {
+        if let Some(acc) = registry.get(&name) {
+            acc.set_routes(r);
+        }
+    }
 }

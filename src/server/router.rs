@@ -21,7 +21,7 @@ use tracing::warn;
 use crate::proto::headers::no_responders_block;
 use crate::subject::MatchCache;
 
-use super::account::{Account, Matches, SubRef, Subscription};
+use super::account::{imports, Account, Matches, SubRef, Subscription};
 use super::conn::outbound::PushError;
 use super::conn::{ClientHandle, CloseReason};
 
@@ -34,11 +34,15 @@ pub(crate) struct Publisher {
     pub(crate) echo: bool,
     /// Answer requests nobody listens to with a 503 status.
     pub(crate) no_responders: bool,
+    /// The message already crossed an account boundary: it is not exported again.
+    pub(crate) crossed: bool,
 }
 
 /// Per-reader routing state; lives as long as the connection.
 pub(crate) struct RouteCtx {
     cache: MatchCache<SubRef>,
+    /// The account the cache holds results for (its address); other accounts bypass it.
+    cache_owner: Option<usize>,
     rng: u64,
     /// Outbound queues that became dirty during this batch and need a wake-up.
     pub(crate) wake: Vec<Arc<ClientHandle>>,
@@ -54,6 +58,7 @@ impl RouteCtx {
     pub(crate) fn new(seed: u64) -> Self {
         RouteCtx {
             cache: MatchCache::new(),
+            cache_owner: None,
             rng: seed | 1,
             wake: Vec::new(),
             expired: Vec::new(),
@@ -87,6 +92,10 @@ impl RouteCtx {
     }
 
     fn lookup(&mut self, account: &Account, subject: &[u8]) -> Arc<Matches> {
+        let owner = std::ptr::from_ref(account) as usize;
+        if *self.cache_owner.get_or_insert(owner) != owner {
+            return Arc::new(account.matches(subject).0);
+        }
         let generation = account.generation();
         if let Some(hit) = self.cache.get(subject, generation) {
             return hit;
@@ -101,7 +110,7 @@ impl RouteCtx {
 /// Routes one message within `account`. Returns how many subscriptions it was queued to.
 pub(crate) fn publish(
     ctx: &mut RouteCtx,
-    account: &Account,
+    account: &Arc<Account>,
     from: Publisher,
     subject: &[u8],
     reply: Option<&[u8]>,
@@ -139,13 +148,15 @@ pub(crate) fn publish(
             }
         }
     }
-    if matches.plain.is_empty() && matches.groups.is_empty() && from.no_responders {
+    let crossed = cross_accounts(ctx, account, from, subject, reply, headers, payload);
+    if matches.plain.is_empty() && matches.groups.is_empty() && !crossed && from.no_responders {
         if let Some(reply) = reply {
             let status = no_responders_block(subject);
             let answer = Publisher {
                 cid: from.cid,
                 echo: true,
                 no_responders: false,
+                crossed: false,
             };
             publish(
                 ctx,
@@ -223,4 +234,81 @@ fn deliver(
         }
         Err(PushError::Closed) => false,
     }
+}
+
+/// Delivers through exports/imports (one hop). Returns whether the message was handed to
+/// another account (a service import counts as interest for no-responders).
+fn cross_accounts(
+    ctx: &mut RouteCtx,
+    account: &Arc<Account>,
+    from: Publisher,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> bool {
+    let Some(routes) = account.routes() else {
+        return false;
+    };
+    let mut crossed = false;
+    let hop = Publisher {
+        cid: from.cid,
+        echo: true,
+        no_responders: false,
+        crossed: true,
+    };
+    if subject.starts_with(b"_R_.") {
+        if let Some((importer, back)) = routes.take_reply(subject) {
+            publish(ctx, &importer, hop, &back, None, headers, payload);
+            crossed = true;
+        }
+    }
+    if from.crossed {
+        return crossed;
+    }
+    for s in &routes.streams {
+        let mapped = match (&s.prefix, &s.to) {
+            (Some(prefix), _)
+                if crate::subject::subject_matches_filter(subject, s.pattern.as_bytes()) =>
+            {
+                let mut v = prefix.as_bytes().to_vec();
+                v.push(b'.');
+                v.extend_from_slice(subject);
+                Some(v)
+            }
+            (None, Some(to)) => imports::transform(subject, &s.pattern, to),
+            (None, None) => crate::subject::subject_matches_filter(subject, s.pattern.as_bytes())
+                .then(|| subject.to_vec()),
+            _ => None,
+        };
+        if let Some(m) = mapped {
+            publish(ctx, &s.importer, hop, &m, reply, headers, payload);
+        }
+    }
+    for svc in &routes.services {
+        let Some(remote) = imports::transform(subject, &svc.local, &svc.remote) else {
+            continue;
+        };
+        let Some(exporter_routes) = svc.exporter.routes() else {
+            continue;
+        };
+        let mapped_reply = reply.map(|r| {
+            exporter_routes.map_reply(
+                Arc::clone(account),
+                Bytes::copy_from_slice(r),
+                svc.singleton,
+            )
+        });
+        publish(
+            ctx,
+            &svc.exporter,
+            hop,
+            &remote,
+            mapped_reply.as_deref(),
+            headers,
+            payload,
+        );
+        crossed = true;
+    }
+    crossed
 }

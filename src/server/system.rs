@@ -97,6 +97,7 @@ impl System {
             cid: INTERNAL_CID,
             echo: false,
             no_responders: false,
+            crossed: false,
         };
         router::publish(
             &mut ctx,

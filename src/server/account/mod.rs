@@ -17,6 +17,8 @@ use bytes::Bytes;
 
 use crate::subject::{MatchResult, SubjectTree};
 
+pub(crate) mod imports;
+
 use super::conn::ClientHandle;
 
 /// Name of the default global account.
@@ -78,6 +80,8 @@ pub(crate) struct Account {
     pub(crate) connections: AtomicU64,
     tree: RwLock<SubjectTree<SubRef>>,
     generation: AtomicU64,
+    /// Cross-account routes, fixed at startup (see [`imports`]).
+    routes: std::sync::OnceLock<imports::Routes>,
 }
 
 impl Account {
@@ -88,7 +92,18 @@ impl Account {
             connections: AtomicU64::new(0),
             tree: RwLock::new(SubjectTree::new()),
             generation: AtomicU64::new(0),
+            routes: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The account's cross-account routes, if it has any.
+    pub(crate) fn routes(&self) -> Option<&imports::Routes> {
+        self.routes.get()
+    }
+
+    /// Installs the cross-account routes (once, at startup).
+    pub(crate) fn set_routes(&self, routes: imports::Routes) {
+        let _ = self.routes.set(routes);
     }
 
     /// The tree's generation, readable without a lock; changes on every insert or remove.

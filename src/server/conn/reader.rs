@@ -454,6 +454,7 @@ impl Session {
             cid: self.client.cid,
             echo: self.echo,
             no_responders: self.no_responders,
+            crossed: false,
         };
         router::publish(
             &mut self.route,

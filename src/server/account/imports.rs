@@ -1,0 +1,162 @@
+//! Crossing accounts: stream and service exports/imports (config `accounts {}` blocks).
+//!
+//! Nothing crosses an account boundary unless the exporter declared an export and the importer
+//! an import naming it (the config layer checks both and the `accounts` restriction).
+//!
+//! - **Stream import**: a message published in the exporter on a subject matching the import
+//!   is also delivered in the importer, under `prefix.<subject>` or the `to` mapping.
+//! - **Service import**: a request published in the importer on the local subject (`to`, or
+//!   the exporter's subject) is delivered in the exporter on the exported subject, with its
+//!   reply rewritten to a server-made `_R_.<random>` subject; the exporter's answer on that
+//!   subject is routed back to the importer's original reply (once for singleton services).
+//!
+//! Cross-account deliveries take one hop: a message that crossed is not re-exported, so
+//! import cycles cannot loop.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::subject::subject_matches_filter;
+
+use super::Account;
+
+/// How long an unanswered `_R_` reply mapping lives.
+pub(crate) const RESPONSE_TTL: Duration = Duration::from_secs(120);
+/// Most live reply mappings per exporter; the oldest are dropped beyond it.
+const MAX_RESPONSES: usize = 100_000;
+
+/// A stream import as seen from the exporter.
+pub(crate) struct StreamRoute {
+    /// Exporter subject pattern.
+    pub(crate) pattern: String,
+    /// The importing account.
+    pub(crate) importer: Arc<Account>,
+    /// Prefix added to delivered subjects.
+    pub(crate) prefix: Option<String>,
+    /// Or a subject mapping target.
+    pub(crate) to: Option<String>,
+}
+
+/// A service import as seen from the importer.
+pub(crate) struct ServiceRoute {
+    /// Local subject pattern in the importer.
+    pub(crate) local: String,
+    /// Subject pattern in the exporter.
+    pub(crate) remote: String,
+    /// The exporting account.
+    pub(crate) exporter: Arc<Account>,
+    /// The exporter answers once per request.
+    pub(crate) singleton: bool,
+}
+
+/// Where an exporter's answer on an `_R_` subject goes.
+pub(crate) struct ReplyRoute {
+    pub(crate) importer: Arc<Account>,
+    pub(crate) reply: Bytes,
+    pub(crate) singleton: bool,
+    pub(crate) expires: Instant,
+}
+
+/// The cross-account routes of one account.
+#[derive(Default)]
+pub(crate) struct Routes {
+    /// Stream imports of this account's subjects by other accounts.
+    pub(crate) streams: Vec<StreamRoute>,
+    /// Service imports this account makes.
+    pub(crate) services: Vec<ServiceRoute>,
+    /// Live `_R_` reply mappings for requests this account answers.
+    pub(crate) responses: Mutex<HashMap<Bytes, ReplyRoute>>,
+}
+
+impl Routes {
+    /// Records a reply mapping and returns the `_R_` subject to use as the reply.
+    pub(crate) fn map_reply(&self, importer: Arc<Account>, reply: Bytes, singleton: bool) -> Bytes {
+        let id = crate::crypto::random_id();
+        let hex: String = id.iter().take(10).map(|b| format!("{b:02x}")).collect();
+        let subject = Bytes::from(format!("_R_.{}.{}", &hex[..10], &hex[10..]));
+        let mut m = self.responses.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_RESPONSES {
+            let now = Instant::now();
+            m.retain(|_, r| r.expires > now);
+        }
+        m.insert(
+            subject.clone(),
+            ReplyRoute {
+                importer,
+                reply,
+                singleton,
+                expires: Instant::now() + RESPONSE_TTL,
+            },
+        );
+        subject
+    }
+
+    /// The importer and reply for an answer published on `subject`, if it is a live mapping.
+    pub(crate) fn take_reply(&self, subject: &[u8]) -> Option<(Arc<Account>, Bytes)> {
+        let mut m = self.responses.lock().unwrap_or_else(|p| p.into_inner());
+        let live = m.get(subject).is_some_and(|r| r.expires > Instant::now());
+        if !live {
+            m.remove(subject);
+            return None;
+        }
+        let r = m.get(subject)?;
+        let out = (Arc::clone(&r.importer), r.reply.clone());
+        if r.singleton {
+            m.remove(subject);
+        }
+        Some(out)
+    }
+}
+
+/// Maps `subject` (matching `from`) onto `to`, carrying wildcard tokens across in order:
+/// `asvc.>` → `svc.>` turns `asvc.a.b` into `svc.a.b`. `None` when it does not match.
+pub(crate) fn transform(subject: &[u8], from: &str, to: &str) -> Option<Vec<u8>> {
+    if !subject_matches_filter(subject, from.as_bytes()) {
+        return None;
+    }
+    let mut captured: Vec<Vec<u8>> = Vec::new();
+    let mut tokens = subject.split(|b| *b == b'.');
+    for pt in from.split('.') {
+        match pt {
+            "*" => captured.push(tokens.next()?.to_vec()),
+            ">" => {
+                let rest: Vec<&[u8]> = tokens.by_ref().collect();
+                captured.push(rest.join(&b'.'));
+            }
+            _ => {
+                tokens.next()?;
+            }
+        }
+    }
+    let mut caps = captured.into_iter();
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for pt in to.split('.') {
+        match pt {
+            "*" | ">" => out.push(caps.next()?),
+            lit => out.push(lit.as_bytes().to_vec()),
+        }
+    }
+    Some(out.join(&b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_carry_across_mappings() {
+        assert_eq!(
+            transform(b"asvc.a.b", "asvc.>", "svc.>").unwrap(),
+            b"svc.a.b"
+        );
+        assert_eq!(transform(b"x.1.y", "x.*.y", "z.*").unwrap(), b"z.1");
+        assert_eq!(
+            transform(b"svc.echo", "svc.echo", "svc.echo").unwrap(),
+            b"svc.echo"
+        );
+        assert!(transform(b"other", "asvc.>", "svc.>").is_none());
+    }
+}
