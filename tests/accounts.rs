@@ -32,7 +32,7 @@ async fn login(s: &TestServer, user: &str) -> async_nats::Client {
     async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
         .connect(s.url())
         .await
-        .unwrap()
+        .expect("login")
 }
 
 #[tokio::test]
