@@ -392,3 +392,59 @@ async fn async_nats_connects_with_a_creds_file() {
     let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
     assert_eq!(m.payload, "hello".as_bytes());
 }
+
+#[test]
+fn allow_responses_lets_a_responder_answer_once() {
+    let conf = r#"
+authorization {
+  users: [
+    { user: svc, password: pw, permissions: { publish: { deny: [">"] }, subscribe: ["svc.>"], allow_responses: true } }
+    { user: cli, password: pw }
+  ]
+}
+"#;
+    let s = TestServer::with_config(conf);
+    let mut svc = s.raw();
+    svc.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"svc\",\"pass\":\"pw\"}\r\nSUB svc.echo 1\r\nPING\r\n");
+    svc.expect_line("PONG");
+    let mut cli = s.raw();
+    cli.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"cli\",\"pass\":\"pw\"}\r\nSUB _INBOX.r 1\r\nPUB svc.echo _INBOX.r 2\r\nhi\r\nPING\r\n");
+    cli.expect_line("PONG");
+    svc.expect_line("MSG svc.echo 1 _INBOX.r 2");
+    assert_eq!(svc.read_exact_bytes(4, T).unwrap(), b"hi\r\n");
+    // The first reply is allowed, a second one is not, and an unrelated publish never was.
+    svc.send(b"PUB _INBOX.r 2\r\nok\r\nPUB _INBOX.r 2\r\nno\r\nPUB other 1\r\nx\r\nPING\r\n");
+    svc.expect_line("-ERR 'Permissions Violation for Publish to \"_INBOX.r\"'");
+    svc.expect_line("-ERR 'Permissions Violation for Publish to \"other\"'");
+    svc.expect_line("PONG");
+    cli.expect_line("MSG _INBOX.r 1 2");
+    assert_eq!(cli.read_exact_bytes(4, T).unwrap(), b"ok\r\n");
+}
+
+#[test]
+fn repeated_failures_from_one_address_are_throttled_but_still_answered() {
+    if support::server_binary().1 {
+        return; // sealstream's throttle policy
+    }
+    let s = TestServer::with_config("authorization { token: \"s3cr3t\" }\n");
+    for _ in 0..25 {
+        let mut r = s.raw();
+        r.send(b"CONNECT {\"verbose\":false,\"auth_token\":\"bad\",\"protocol\":1}\r\nPING\r\n");
+        r.expect_line("-ERR 'Authorization Violation'");
+    }
+    // Throttled: the INFO of a new connection comes only after the delay, and a right token
+    // still works.
+    let started = std::time::Instant::now();
+    let mut ok = s.raw();
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "connection was delayed"
+    );
+    ok.send(b"CONNECT {\"verbose\":false,\"auth_token\":\"s3cr3t\",\"protocol\":1}\r\nPING\r\n");
+    ok.expect_line("PONG");
+    let log = s.log_text();
+    assert!(
+        log.matches("authentication failed").count() < 25,
+        "failure logs are rate-limited"
+    );
+}

@@ -4,8 +4,8 @@
 //! knows nothing about sockets or the config file: the server builds an [`Authenticator`] from
 //! plain [`UserEntry`] values and asks it one question per connection.
 //!
-//! Modes: no auth; a single token; configured users with passwords (plain text or bcrypt
-//! `$2a$`/`$2b$`/`$2y$` hashes) or nkeys (nonce signature), each optionally bound to a named
+//! Modes: no auth; a single token; configured users with passwords (plain text, bcrypt
+//! `$2a$`/`$2b$`/`$2y$` hashes, or argon2id PHC strings `$argon2id$...`) or nkeys (nonce signature), each optionally bound to a named
 //! account, plus `no_auth_user`; and operator mode, where user JWTs chain to trusted operator
 //! keys through account JWTs ([`trust`]). [`permissions`] decides what an identity may publish
 //! and subscribe to.
@@ -272,6 +272,16 @@ fn secret_matches(given: &str, configured: &str) -> bool {
     if is_bcrypt(configured) {
         return bcrypt::verify(given, configured).unwrap_or(false);
     }
+    if configured.starts_with("$argon2id$") {
+        use argon2::password_hash::{PasswordHash, PasswordVerifier};
+        return PasswordHash::new(configured)
+            .map(|h| {
+                argon2::Argon2::default()
+                    .verify_password(given.as_bytes(), &h)
+                    .is_ok()
+            })
+            .unwrap_or(false);
+    }
     bool::from(given.as_bytes().ct_eq(configured.as_bytes()))
 }
 
@@ -341,6 +351,18 @@ mod tests {
         assert!(a
             .authenticate(&creds(Some("u"), Some("nope"), None))
             .is_err());
+    }
+
+    #[test]
+    fn argon2id_phc_strings_are_verified() {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let salt = SaltString::encode_b64(b"0123456789abcdef").unwrap();
+        let params = argon2::Params::new(1024, 1, 1, None).unwrap();
+        let a2 = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+        let phc = a2.hash_password(b"pw", &salt).unwrap().to_string();
+        let a = Authenticator::users(vec![entry("u", phc, None)], None);
+        assert!(a.authenticate(&creds(Some("u"), Some("pw"), None)).is_ok());
+        assert!(a.authenticate(&creds(Some("u"), Some("px"), None)).is_err());
     }
 
     #[test]

@@ -92,7 +92,13 @@ pub(crate) async fn accept_loop(
                     continue;
                 }
                 debug!(remote = %peer, "accepted client");
-                tokio::spawn(conn::serve(Arc::clone(&shared), stream, peer));
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    if shared.auth_throttled(peer.ip()) {
+                        tokio::time::sleep(super::AUTH_THROTTLE_DELAY).await;
+                    }
+                    conn::serve(shared, stream, peer).await;
+                });
             }
             Err(e) => {
                 error!(error = %e, "accept failed; backing off {backoff:?}");

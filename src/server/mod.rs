@@ -45,6 +45,17 @@ use self::conn::ClientHandle;
 /// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.
 pub const NATS_COMPAT_VERSION: &str = "2.11.0";
 
+/// Failed authentications from one address within [`AUTH_FAILURE_WINDOW`] before its new
+/// connections are delayed by [`AUTH_THROTTLE_DELAY`].
+pub(crate) const AUTH_FAILURE_THRESHOLD: u32 = 20;
+/// The window over which failed authentications are counted.
+pub(crate) const AUTH_FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// Delay before serving a new connection from a throttled address. Valid users from other
+/// addresses are never affected.
+pub(crate) const AUTH_THROTTLE_DELAY: Duration = Duration::from_millis(500);
+/// Addresses remembered before stale entries are swept.
+const AUTH_FAILURE_TABLE: usize = 10_000;
+
 /// Errors that stop the server from starting or running.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -126,6 +137,8 @@ pub(crate) struct Shared {
     pub(crate) lame_duck: AtomicBool,
     pub(crate) client_port: AtomicU64,
     pub(crate) http_req_stats: Mutex<HashMap<String, u64>>,
+    /// Failed authentications per source address (for throttling).
+    auth_failures: Mutex<HashMap<std::net::IpAddr, (u32, std::time::Instant)>>,
     /// The system account's service, when a system account exists.
     pub(crate) system: Option<Arc<system::System>>,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
@@ -189,10 +202,35 @@ impl Shared {
             lame_duck: AtomicBool::new(false),
             client_port: AtomicU64::new(0),
             http_req_stats: Mutex::new(HashMap::new()),
+            auth_failures: Mutex::new(HashMap::new()),
             system,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
             opts,
+        })
+    }
+
+    /// Records a failed authentication from `ip`; returns how many failures it has in the
+    /// current window (callers log the first few and stay quiet after).
+    pub(crate) fn record_auth_failure(&self, ip: std::net::IpAddr) -> u32 {
+        let mut m = self.auth_failures.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if m.len() > AUTH_FAILURE_TABLE {
+            m.retain(|_, (_, since)| now.duration_since(*since) < AUTH_FAILURE_WINDOW);
+        }
+        let e = m.entry(ip).or_insert((0, now));
+        if now.duration_since(e.1) >= AUTH_FAILURE_WINDOW {
+            *e = (0, now);
+        }
+        e.0 += 1;
+        e.0
+    }
+
+    /// Whether connections from `ip` are throttled after too many failed authentications.
+    pub(crate) fn auth_throttled(&self, ip: std::net::IpAddr) -> bool {
+        let m = self.auth_failures.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&ip).is_some_and(|(n, since)| {
+            *n >= AUTH_FAILURE_THRESHOLD && since.elapsed() < AUTH_FAILURE_WINDOW
         })
     }
 

@@ -204,6 +204,11 @@ fn deliver(
         return false;
     }
     let client = &sub.client;
+    if let Some(r) = reply {
+        if client.track_replies.load(Ordering::Relaxed) {
+            record_reply(client, r);
+        }
+    }
     let headers = if client.headers.load(Ordering::Relaxed) {
         headers
     } else {
@@ -311,4 +316,20 @@ fn cross_accounts(
         crossed = true;
     }
     crossed
+}
+
+/// Most reply permissions one connection holds at once; older ones are dropped.
+const MAX_TRACKED_REPLIES: usize = 10_000;
+
+/// Lets `client` (whose permissions allow responses) publish to `reply`.
+fn record_reply(client: &ClientHandle, reply: &[u8]) {
+    let Some((max, ttl)) = client.response_permission() else {
+        return;
+    };
+    let mut m = client.replies.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::time::Instant::now();
+    if m.len() >= MAX_TRACKED_REPLIES {
+        m.retain(|_, (_, deadline)| *deadline > now);
+    }
+    m.insert(Bytes::copy_from_slice(reply), (max, now + ttl));
 }

@@ -101,6 +101,12 @@ pub(crate) struct ClientHandle {
     pub(crate) subs: AtomicU64,
     /// Monitoring metadata, written at CONNECT.
     pub(crate) meta: Mutex<ConnMeta>,
+    /// Set when the user's permissions include `allow_responses`: reply subjects of requests
+    /// delivered to it are recorded in `replies` and may be published to.
+    pub(crate) track_replies: AtomicBool,
+    /// Reply subject → (replies left, deadline).
+    pub(crate) replies: Mutex<std::collections::HashMap<bytes::Bytes, (u32, std::time::Instant)>>,
+    response_perm: Mutex<Option<(u32, std::time::Duration)>>,
     cancel: CancellationToken,
     reason: Mutex<Option<CloseReason>>,
 }
@@ -117,6 +123,9 @@ impl ClientHandle {
             in_bytes: AtomicU64::new(0),
             subs: AtomicU64::new(0),
             meta: Mutex::new(ConnMeta::default()),
+            track_replies: AtomicBool::new(false),
+            replies: Mutex::new(std::collections::HashMap::new()),
+            response_perm: Mutex::new(None),
             cancel: CancellationToken::new(),
             reason: Mutex::new(None),
         }
@@ -153,6 +162,35 @@ impl ClientHandle {
     /// Resolves when the connection is being closed.
     pub(crate) fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.cancel.cancelled()
+    }
+
+    /// Enables `allow_responses` for this connection.
+    pub(crate) fn allow_responses(&self, max: u32, ttl: std::time::Duration) {
+        *self.response_perm.lock().unwrap_or_else(|p| p.into_inner()) = Some((max, ttl));
+        self.track_replies.store(true, Ordering::Relaxed);
+    }
+
+    /// The response permission (max replies, window) when `track_replies` is set.
+    pub(crate) fn response_permission(&self) -> Option<(u32, std::time::Duration)> {
+        *self.response_perm.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Uses one reply permission for `subject`; true if the publish is allowed by it.
+    pub(crate) fn use_reply(&self, subject: &[u8]) -> bool {
+        let mut m = self.replies.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let Some((left, deadline)) = m.get_mut(subject) else {
+            return false;
+        };
+        if *deadline <= now || *left == 0 {
+            m.remove(subject);
+            return false;
+        }
+        *left -= 1;
+        if *left == 0 {
+            m.remove(subject);
+        }
+        true
     }
 
     /// The account name recorded for monitoring.

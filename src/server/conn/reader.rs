@@ -384,13 +384,21 @@ impl Session {
                         let left = Duration::from_secs(u64::try_from(exp - now).unwrap_or(0));
                         self.expires = Some(Instant::now() + left);
                     }
+                    if let Some((max, ttl)) = id.permissions.as_ref().and_then(|p| p.responses) {
+                        self.client.allow_responses(max, ttl);
+                    }
                     self.permissions = id.permissions;
                     let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
                     m.user = id.user;
                     m.user_key = id.user_key;
                 }
                 Err(e) => {
-                    warn!(cid = self.client.cid, reason = %e, "authentication failed");
+                    let n = self.shared.record_auth_failure(self.client.peer.ip());
+                    if n <= 3 || n.is_power_of_two() {
+                        warn!(cid = self.client.cid, remote = %self.client.peer, failures = n, reason = %e, "authentication failed");
+                    } else {
+                        debug!(cid = self.client.cid, reason = %e, "authentication failed");
+                    }
                     return self.fatal(
                         perr::AUTHORIZATION_VIOLATION,
                         CloseReason::AuthenticationFailure,
@@ -438,7 +446,7 @@ impl Session {
             return Flow::Continue;
         }
         if let Some(p) = &self.permissions {
-            if !p.may_publish(&subject) {
+            if !p.may_publish(&subject) && !self.client.use_reply(&subject) {
                 debug!("publish permission denied");
                 let text = perr::publish_violation(&String::from_utf8_lossy(&subject));
                 self.err(&text);
