@@ -48,6 +48,9 @@ pub struct Credentials<'a> {
     pub tls: bool,
     /// The client's address.
     pub ip: Option<IpAddr>,
+    /// Identities from a verified client certificate (SAN e-mails and DNS names, subject DN),
+    /// for `verify_and_map`.
+    pub cert_identities: &'a [String],
 }
 
 impl Credentials<'_> {
@@ -134,6 +137,7 @@ enum Mode {
 pub struct Authenticator {
     mode: Mode,
     no_auth_user: Option<String>,
+    tls_map: bool,
 }
 
 impl Authenticator {
@@ -142,6 +146,7 @@ impl Authenticator {
         Authenticator {
             mode: Mode::Open,
             no_auth_user: None,
+            tls_map: false,
         }
     }
 
@@ -150,6 +155,7 @@ impl Authenticator {
         Authenticator {
             mode: Mode::Token(token),
             no_auth_user: None,
+            tls_map: false,
         }
     }
 
@@ -161,6 +167,7 @@ impl Authenticator {
         Authenticator {
             mode: Mode::Users(users),
             no_auth_user,
+            tls_map: false,
         }
     }
 
@@ -169,7 +176,14 @@ impl Authenticator {
         Authenticator {
             mode: Mode::Operator(trust),
             no_auth_user: None,
+            tls_map: false,
         }
+    }
+
+    /// Turns on `verify_and_map`: a verified client certificate selects the user.
+    pub fn with_tls_map(mut self, on: bool) -> Self {
+        self.tls_map = on;
+        self
     }
 
     /// Whether INFO must say `auth_required` (false with `no_auth_user`, as the reference).
@@ -226,6 +240,21 @@ impl Authenticator {
                     permissions: u.permissions.clone(),
                     ..Identity::default()
                 };
+                if self.tls_map {
+                    let u = users
+                        .iter()
+                        .find(|u| {
+                            u.user
+                                .as_ref()
+                                .is_some_and(|n| c.cert_identities.iter().any(|i| i == n))
+                        })
+                        .ok_or_else(|| {
+                            AuthError::UnknownUser(
+                                c.cert_identities.first().cloned().unwrap_or_default(),
+                            )
+                        })?;
+                    return Ok(found(u));
+                }
                 if c.is_empty() {
                     if let Some(name) = &self.no_auth_user {
                         let u = users

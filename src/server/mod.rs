@@ -24,6 +24,7 @@ pub(crate) mod router;
 mod shutdown;
 pub mod signal_command;
 pub(crate) mod system;
+pub(crate) mod tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -141,6 +142,10 @@ pub(crate) struct Shared {
     auth_failures: Mutex<HashMap<std::net::IpAddr, (u32, std::time::Instant)>>,
     /// The system account's service, when a system account exists.
     pub(crate) system: Option<Arc<system::System>>,
+    /// TLS for the client port, when configured.
+    pub(crate) tls: Option<Arc<tls::TlsSetup>>,
+    /// TLS is offered but optional (`allow_non_tls`).
+    pub(crate) allow_non_tls: bool,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
     next_cid: AtomicU64,
 }
@@ -178,7 +183,14 @@ impl Shared {
             )));
         }
         let accounts = Registry::new();
-        let auth = auth_setup::build(&opts, &accounts)?;
+        let tls = match &opts.tls {
+            Some(t) if t.cert_file.is_some() || t.key_file.is_some() => {
+                Some(Arc::new(tls::TlsSetup::load(t)?))
+            }
+            _ => None,
+        };
+        let auth = auth_setup::build(&opts, &accounts)?
+            .with_tls_map(tls.as_ref().is_some_and(|t| t.opts.verify_and_map));
         let system = if opts.no_system_account {
             None
         } else {
@@ -204,6 +216,8 @@ impl Shared {
             http_req_stats: Mutex::new(HashMap::new()),
             auth_failures: Mutex::new(HashMap::new()),
             system,
+            allow_non_tls: opts.allow_non_tls,
+            tls,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
             opts,
@@ -289,6 +303,9 @@ impl Shared {
             client_id: client.cid,
             client_ip: client.peer.ip().to_string(),
             auth_required: self.auth.required(),
+            tls_required: self.tls.is_some() && !self.allow_non_tls,
+            tls_available: self.tls.is_some() && self.allow_non_tls,
+            tls_verify: self.tls.as_ref().is_some_and(|t| t.verify()),
             ldm: self.lame_duck.load(Ordering::Relaxed),
             nonce: nonce.map(str::to_owned),
             connect_info,

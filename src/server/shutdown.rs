@@ -62,7 +62,13 @@ pub(crate) async fn wait_for_signals(shared: &Arc<Shared>, shutdown: &Shutdown) 
                 lame_duck(shared, shutdown).await;
                 return;
             }
-            _ = hup.recv() => warn!("configuration reload (SIGHUP) is not supported yet; ignored"),
+            _ = hup.recv() => match &shared.tls {
+                Some(tls) => match tls.reload() {
+                    Ok(()) => info!("Reloaded: TLS certificate and key"),
+                    Err(e) => warn!("TLS reload failed, keeping the current certificate: {e}"),
+                },
+                None => info!("Reload requested (SIGHUP): nothing reloadable is configured (only TLS certificates are reloaded)"),
+            },
             _ = usr1.recv() => info!("log file reopen requested (SIGUSR1): nothing to reopen"),
         }
     }

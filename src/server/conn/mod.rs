@@ -199,6 +199,18 @@ impl ClientHandle {
     }
 }
 
+/// How the connection started, for the reader.
+pub(crate) struct Start {
+    /// INFO was already written (in plaintext, before a TLS upgrade).
+    pub(crate) info_sent: bool,
+    /// The connection runs over TLS.
+    pub(crate) tls: bool,
+    /// Identities from a verified client certificate.
+    pub(crate) cert_identities: Vec<String>,
+    /// The nonce INFO carries, when nkey/JWT auth is possible.
+    pub(crate) nonce: Option<String>,
+}
+
 /// Serves one accepted TCP connection until it closes.
 pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
@@ -208,13 +220,18 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
     async move {
         debug!("client connection created");
         shared.register(Arc::clone(&client));
-        let (r, w) = stream.into_split();
-        let writer = tokio::spawn(writer::run(w, Arc::clone(&client), shared.write_deadline()));
-        reader::run(r, Arc::clone(&client), Arc::clone(&shared)).await;
-        if client.close_reason().is_none() {
-            client.close(CloseReason::ClientClosed);
+        let nonce = shared.auth.needs_nonce().then(reader::new_nonce);
+        match upgrade(&shared, &client, stream, nonce).await {
+            Some(Transport::Plain(stream, start)) => {
+                let (r, w) = stream.into_split();
+                run_halves(&shared, &client, r, w, start).await;
+            }
+            Some(Transport::Tls(stream, start)) => {
+                let (r, w) = tokio::io::split(*stream);
+                run_halves(&shared, &client, r, w, start).await;
+            }
+            None => client.close(CloseReason::ProtocolViolation),
         }
-        let _ = writer.await;
         shared.unregister(&client);
         debug!(
             reason = client.close_reason().map_or("", CloseReason::as_str),
@@ -223,6 +240,114 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
     }
     .instrument(span)
     .await;
+}
+
+enum Transport {
+    Plain(TcpStream, Start),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, Start),
+}
+
+async fn run_halves<R, W>(
+    shared: &Arc<Shared>,
+    client: &Arc<ClientHandle>,
+    r: R,
+    w: W,
+    start: Start,
+) where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let writer = tokio::spawn(writer::run(w, Arc::clone(client), shared.write_deadline()));
+    reader::run(r, Arc::clone(client), Arc::clone(shared), start).await;
+    if client.close_reason().is_none() {
+        client.close(CloseReason::ClientClosed);
+    }
+    let _ = writer.await;
+}
+
+/// Whether the first byte the client sends (within `wait`) starts a TLS handshake.
+async fn peek_is_tls(stream: &TcpStream, wait: std::time::Duration) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(wait, stream.peek(&mut b)).await,
+        Ok(Ok(1))
+    ) && b == [0x16]
+}
+
+/// Runs the TLS modes (client-protocol §9): classic (INFO in plaintext, then the handshake),
+/// handshake first (optionally with a fallback delay), and optional TLS (`allow_non_tls`).
+async fn upgrade(
+    shared: &Arc<Shared>,
+    client: &Arc<ClientHandle>,
+    mut stream: TcpStream,
+    nonce: Option<String>,
+) -> Option<Transport> {
+    use crate::config::options::HandshakeFirst;
+    use tokio::io::AsyncWriteExt;
+
+    let plain = |stream, info_sent, nonce| {
+        Transport::Plain(
+            stream,
+            Start {
+                info_sent,
+                tls: false,
+                cert_identities: vec![],
+                nonce,
+            },
+        )
+    };
+    let Some(tls) = shared.tls.clone() else {
+        return Some(plain(stream, false, nonce));
+    };
+    let first = match tls.opts.handshake_first {
+        HandshakeFirst::On => true,
+        HandshakeFirst::Fallback(d) => peek_is_tls(&stream, d).await,
+        HandshakeFirst::Off => false,
+    };
+    if !first {
+        let info = shared.info_line(client, false, None, nonce.as_deref());
+        if stream.write_all(&info).await.is_err() {
+            return None;
+        }
+        if shared.allow_non_tls && !peek_is_tls(&stream, shared.limits.auth_timeout).await {
+            return Some(plain(stream, true, nonce));
+        }
+    }
+    match tokio::time::timeout(tls.opts.timeout, tls.acceptor().accept(stream)).await {
+        Ok(Ok(s)) => {
+            let leaf = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first().cloned());
+            if !tls.pinned_ok(leaf.as_ref()) {
+                tracing::warn!(
+                    cid = client.cid,
+                    "client certificate is not in pinned_certs"
+                );
+                return None;
+            }
+            let cert_identities = leaf
+                .as_ref()
+                .map(super::tls::peer_identities)
+                .unwrap_or_default();
+            let start = Start {
+                info_sent: !first,
+                tls: true,
+                cert_identities,
+                nonce,
+            };
+            Some(Transport::Tls(Box::new(s), start))
+        }
+        Ok(Err(e)) => {
+            debug!(error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            debug!("TLS handshake timed out");
+            None
+        }
+    }
 }
 
 /// Whether queued data should be flushed for this close reason.

@@ -59,6 +59,10 @@ struct Session {
     in_bytes: u64,
     /// Nonce sent in INFO, when nkey/JWT auth is possible.
     nonce: Option<String>,
+    /// The connection runs over TLS.
+    tls: bool,
+    /// Identities from a verified client certificate.
+    cert_identities: Vec<String>,
     permissions: Option<Arc<Permissions>>,
     max_subs: usize,
     /// When the user's credentials expire.
@@ -80,7 +84,9 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     mut r: R,
     client: Arc<ClientHandle>,
     shared: Arc<Shared>,
+    start: super::Start,
 ) {
+    let info_sent = start.info_sent;
     let limits = Limits {
         max_control_line: shared.limits.max_control_line,
         max_payload: shared.limits.max_payload,
@@ -107,7 +113,9 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         own_dirty: false,
         in_msgs: 0,
         in_bytes: 0,
-        nonce: shared.auth.needs_nonce().then(new_nonce),
+        nonce: start.nonce.clone(),
+        tls: start.tls,
+        cert_identities: start.cert_identities,
         permissions: None,
         max_subs: shared.limits.max_subscriptions,
         expires: None,
@@ -115,11 +123,13 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         subs_limited: false,
         shared,
     };
-    let info = s
-        .shared
-        .info_line(&s.client, false, None, s.nonce.as_deref());
-    s.push_raw(&info);
-    s.flush();
+    if !info_sent {
+        let info = s
+            .shared
+            .info_line(&s.client, false, None, s.nonce.as_deref());
+        s.push_raw(&info);
+        s.flush();
+    }
 
     let auth_deadline = Instant::now() + s.shared.limits.auth_timeout;
     let auth_required = s.shared.auth.required();
@@ -327,8 +337,9 @@ impl Session {
                 jwt: info.jwt.as_deref(),
                 sig: info.sig.as_deref(),
                 nonce: self.nonce.as_deref().unwrap_or(""),
-                tls: false,
+                tls: self.tls,
                 ip: Some(self.client.peer.ip()),
+                cert_identities: &self.cert_identities,
             };
             match self.shared.auth.authenticate(&creds) {
                 Ok(id) => {
@@ -595,7 +606,7 @@ impl Session {
 }
 
 /// A fresh nonce for INFO: 11 random bytes, base64url without padding (15 characters).
-fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     let mut b = [0u8; 11];
     crate::crypto::random_bytes(&mut b);
     data_encoding::BASE64URL_NOPAD.encode(&b)
