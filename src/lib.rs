@@ -13,6 +13,7 @@
 //!   match cache.
 //! - [`config`]: the nats-server configuration language and command-line flags → options.
 //! - [`auth`]: who may connect, and as whom.
+//! - [`store`]: the sealed store: header, keyring, catalog (and the segment log).
 //! - [`crypto`]: keys (argon2id, HKDF, wrapped data keys) and XChaCha20-Poly1305 sealing.
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
@@ -29,4 +30,5 @@ pub mod crypto;
 pub mod ctl;
 pub mod proto;
 pub mod server;
+pub mod store;
 pub mod subject;

@@ -95,6 +95,10 @@ pub enum ServerError {
     /// An option combination that cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The sealed store could not be opened (wrong key, corrupt header, locked...). Nothing
+    /// under the store directory was changed.
+    #[error("JetStream store: {0}")]
+    Store(#[from] crate::store::meta::MetaError),
 }
 
 /// Limits copied out of the options once, in the types the hot path wants.
@@ -146,6 +150,8 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<Arc<tls::TlsSetup>>,
     /// TLS is offered but optional (`allow_non_tls`).
     pub(crate) allow_non_tls: bool,
+    /// The sealed store's metadata layer, when JetStream is enabled.
+    pub(crate) store: Option<Mutex<crate::store::meta::MetaStore>>,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
     next_cid: AtomicU64,
 }
@@ -217,6 +223,7 @@ impl Shared {
             auth_failures: Mutex::new(HashMap::new()),
             system,
             allow_non_tls: opts.allow_non_tls,
+            store: None,
             tls,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
@@ -326,11 +333,13 @@ impl Shared {
 /// # Errors
 /// [`ServerError`] when a listener cannot be bound or a startup file cannot be written.
 pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
-    check_store_dir(&opts)?;
+    let store = open_store(&opts)?;
     for key in &opts.ignored {
         warn!("option {key:?} is not supported yet and is ignored");
     }
-    let shared = Arc::new(Shared::new(opts)?);
+    let mut shared_state = Shared::new(opts)?;
+    shared_state.store = store.map(Mutex::new);
+    let shared = Arc::new(shared_state);
     let client_listener = listener::bind_clients(&shared).await?;
     let client_addr = client_listener
         .local_addr()
@@ -395,22 +404,45 @@ fn display_addr(a: SocketAddr) -> String {
     a.to_string()
 }
 
-/// Checks (and creates) the JetStream storage directory when JetStream is requested.
-fn check_store_dir(opts: &ServerOptions) -> Result<(), ServerError> {
+/// Opens (or creates) the sealed store when JetStream is requested: `<store_dir>/jetstream`,
+/// keyed by `jetstream.key` (passphrase), `jetstream.key_file`, `SEALSTREAM_STORE_KEY[_FILE]`,
+/// or an automatically generated `<store_dir>/jetstream.key` next to (outside) the store. A
+/// wrong key stops the server here, before anything under the store is written.
+fn open_store(opts: &ServerOptions) -> Result<Option<crate::store::meta::MetaStore>, ServerError> {
+    use crate::store::meta::{KeyConfig, KeySource, MetaOptions, MetaStore};
     if !opts.jetstream.enabled {
-        return Ok(());
+        return Ok(None);
     }
-    warn!("JetStream is not available in this build yet; the server runs core NATS only");
-    let Some(dir) = &opts.jetstream.store_dir else {
-        return Ok(());
+    let base = match &opts.jetstream.store_dir {
+        Some(d) => d.clone(),
+        None => {
+            let d = std::env::temp_dir().join("nats");
+            warn!(
+                "no store_dir configured; using {} (set -sd or jetstream.store_dir)",
+                d.display()
+            );
+            d
+        }
     };
-    if dir.exists() && !dir.is_dir() {
-        return Err(ServerError::StoreNotDir(dir.clone()));
+    if base.exists() && !base.is_dir() {
+        return Err(ServerError::StoreNotDir(base));
     }
-    std::fs::create_dir_all(dir.join("jetstream")).map_err(|e| ServerError::StoreCreate {
-        path: dir.clone(),
+    std::fs::create_dir_all(&base).map_err(|e| ServerError::StoreCreate {
+        path: base.clone(),
         source: e,
-    })
+    })?;
+    let root = base.join("jetstream");
+    let cfg = KeyConfig {
+        cipher: opts.jetstream.cipher.clone(),
+        key: opts.jetstream.key.clone().map(zeroize::Zeroizing::new),
+        key_file: opts.jetstream.key_file.clone(),
+    };
+    let source = KeySource::resolve_with_process_env(&cfg)?;
+    let described = source.describe();
+    let store = MetaStore::open(&root, source, MetaOptions::default())?;
+    info!("Sealed store at {} (key: {described})", root.display());
+    warn!("JetStream streams and consumers are not served yet; the sealed store is opened and verified");
+    Ok(Some(store))
 }
 
 /// Writes the pid file and the ports file; returns the paths to remove on exit.
