@@ -1,5 +1,6 @@
 //! Config-mode accounts: isolated subject spaces, and the two declared ways across them
 //! (stream and service exports/imports). Runs unchanged against nats-server.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

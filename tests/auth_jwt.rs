@@ -1,6 +1,7 @@
 //! Accounts, nkeys and JWTs end to end: operator mode with a memory resolver, nkey users,
 //! permissions with exact -ERR texts, account isolation, expiry, revocation, limits.
 //! Tokens are minted here with our own issuer; the same tests pass against nats-server.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

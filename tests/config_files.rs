@@ -1,6 +1,7 @@
 //! Every configuration in `examples/configs/` (the operations guides' snippets and the spec's
 //! examples) through the real binary's `-t`, against what nats-server 2.15 says about the same
 //! file (`examples/configs/expected.txt`). Runs unchanged against nats-server.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! Core pub/sub through a real client (async-nats) against the real binary.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

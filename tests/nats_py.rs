@@ -3,6 +3,7 @@
 //!
 //! Needs the project's virtualenv (`scripts/setup-test-env`, which `scripts/test` runs). Under
 //! CI its absence is a failure; on a developer machine without it the test says so and passes.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

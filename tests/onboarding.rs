@@ -1,5 +1,6 @@
 //! Tenant onboarding with `sealctl`, end to end: operator init → account add (limits policy) →
 //! scoped signing key → users → `server config` → a real server → real clients with the .creds.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

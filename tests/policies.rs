@@ -1,4 +1,5 @@
 //! Every file in `policies/` loads as the kind of policy its README says it is.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

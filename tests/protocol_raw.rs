@@ -1,5 +1,6 @@
 //! Exact bytes on the wire: INFO, +OK, -ERR texts, PING/PONG, split-boundary parsing.
 //! These run unchanged against nats-server (`SEALSTREAM_TEST_SERVER=.../nats-server`).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! Queue groups: each message to exactly one member of each group.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The binary as operators and client test harnesses drive it: flags, config checks, startup
 //! errors, files, signals and the monitoring port.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The sealed store's keys through the real binary: an automatic key file outside the store,
 //! passphrases from the config, and a wrong key refused before anything is touched.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
 
