@@ -359,11 +359,32 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
             if let Some(a) = addr {
                 info!("Starting http monitor on {}", display_addr(a));
             }
-            tokio::spawn(monitor::serve(l, Arc::clone(&shared), shutdown.token()));
+            tokio::spawn(monitor::serve(
+                l,
+                Arc::clone(&shared),
+                shutdown.token(),
+                None,
+            ));
             addr
         }
         None => None,
     };
+    if let Some(l) = monitor::bind_https(&shared).await? {
+        let Some(tls) = shared.tls.clone() else {
+            return Err(ServerError::Config(
+                "https_port needs a tls {} block".into(),
+            ));
+        };
+        if let Ok(a) = l.local_addr() {
+            info!("Starting https monitor on {}", display_addr(a));
+        }
+        tokio::spawn(monitor::serve(
+            l,
+            Arc::clone(&shared),
+            shutdown.token(),
+            Some(tls),
+        ));
+    }
     info!("Starting sealstream-server");
     info!(
         "  Version:  {NATS_COMPAT_VERSION} (sealstream {})",

@@ -42,8 +42,28 @@ pub(crate) async fn bind(shared: &Shared) -> Result<Option<TcpListener>, ServerE
         .map(Some)
 }
 
-/// Serves monitoring requests until `stop` is cancelled.
-pub(crate) async fn serve(l: TcpListener, shared: Arc<Shared>, stop: CancellationToken) {
+/// Binds the HTTPS monitoring listener if `https_port` is configured.
+pub(crate) async fn bind_https(shared: &Shared) -> Result<Option<TcpListener>, ServerError> {
+    let Some(port) = shared.opts.https_port else {
+        return Ok(None);
+    };
+    let host = if shared.opts.http_host.is_empty() {
+        &shared.opts.host
+    } else {
+        &shared.opts.http_host
+    };
+    listener::bind(host, port, "https monitoring")
+        .await
+        .map(Some)
+}
+
+/// Serves monitoring requests until `stop` is cancelled (over TLS when `tls` is given).
+pub(crate) async fn serve(
+    l: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tls: Option<Arc<super::tls::TlsSetup>>,
+) {
     loop {
         let (stream, _) = tokio::select! {
             _ = stop.cancelled() => break,
@@ -57,12 +77,32 @@ pub(crate) async fn serve(l: TcpListener, shared: Arc<Shared>, stop: Cancellatio
             },
         };
         let shared = Arc::clone(&shared);
+        let tls = tls.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| handle(Arc::clone(&shared), req));
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
+            let result = match tls {
+                None => {
+                    http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await
+                }
+                Some(tls) => {
+                    match tokio::time::timeout(tls.opts.timeout, tls.acceptor().accept(stream))
+                        .await
+                    {
+                        Ok(Ok(s)) => {
+                            http1::Builder::new()
+                                .serve_connection(TokioIo::new(s), svc)
+                                .await
+                        }
+                        _ => {
+                            debug!("monitor TLS handshake failed");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(e) = result {
                 debug!(error = %e, "monitor connection error");
             }
         });

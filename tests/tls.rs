@@ -1,0 +1,482 @@
+//! TLS through real clients: async-nats over TLS, client certificates, verify_and_map,
+//! handshake_first, allow_non_tls, expired certificates, SIGHUP certificate reload.
+//! Certificates are made here with rcgen.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::TestServer;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        Ca {
+            issuer: CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap(),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf certificate; returns (cert pem, key pem).
+    fn leaf(
+        &self,
+        cn: &str,
+        sans: Vec<SanType>,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> (String, String) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.subject_alt_names = sans;
+        edit(&mut p);
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+fn server_sans() -> Vec<SanType> {
+    vec![
+        SanType::DnsName("localhost".try_into().unwrap()),
+        SanType::IpAddress("127.0.0.1".parse().unwrap()),
+    ]
+}
+
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Self {
+        Files {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn put(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+}
+
+fn tls_conf(cert: &Path, key: &Path, extra: &str) -> String {
+    format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n{extra}\n}}\n",
+        cert.display(),
+        key.display()
+    )
+}
+
+/// A raw TLS connection: reads the plaintext INFO (unless `first`), upgrades, returns the
+/// stream and the peer certificate's subject CN as seen by the client.
+async fn raw_tls(
+    port: u16,
+    ca_pem: &Path,
+    client: Option<(&Path, &Path)>,
+    first: bool,
+) -> std::io::Result<(
+    tokio_rustls::client::TlsStream<TcpStream>,
+    serde_json::Value,
+)> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await?;
+    let mut info = serde_json::Value::Null;
+    if !first {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            tcp.read_exact(&mut b).await?;
+            line.push(b[0]);
+        }
+        let text = String::from_utf8_lossy(&line);
+        info = serde_json::from_str(text.trim_start_matches("INFO ").trim()).unwrap();
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca_pem).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((c, k)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_file_iter(c)
+                    .unwrap()
+                    .map(|c| c.unwrap())
+                    .collect(),
+                PrivateKeyDer::from_pem_file(k).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await?;
+    if first {
+        let mut r = BufReader::new(&mut tls);
+        let mut line = String::new();
+        r.read_line(&mut line).await?;
+        info = serde_json::from_str(line.trim_start_matches("INFO ").trim()).unwrap();
+    }
+    Ok((tls, info))
+}
+
+async fn tls_lines(
+    tls: &mut tokio_rustls::client::TlsStream<TcpStream>,
+    send: &[u8],
+    until: &str,
+) -> Vec<String> {
+    if tls.write_all(send).await.is_err() {
+        return vec![];
+    }
+    let mut r = BufReader::new(tls);
+    let mut out = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut line))
+            .await
+            .unwrap();
+        if !matches!(n, Ok(n) if n > 0) {
+            return out;
+        }
+        let l = line.trim_end().to_owned();
+        let done = l == until;
+        out.push(l);
+        if done {
+            return out;
+        }
+    }
+}
+
+#[tokio::test]
+async fn async_nats_over_tls_and_untrusted_or_plain_clients_refused() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::with_config(&tls_conf(&cert, &key, ""));
+    // Plain INFO says TLS is required.
+    let r = s.raw();
+    assert_eq!(r.info["tls_required"], true);
+    drop(r);
+    let c = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(ca_pem.clone())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let mut sub = c.subscribe("secure.x").await.unwrap();
+    c.publish("secure.x", "hello".into()).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload, "hello".as_bytes());
+    // A client that does not trust our CA fails.
+    let other = Ca::new("other-ca");
+    let other_pem = f.put("other.pem", &other.pem());
+    assert!(raw_tls(s.port, &other_pem, None, false).await.is_err());
+    // A plaintext client on the TLS-only port is dropped.
+    let mut plain = s.raw();
+    plain.send(b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n");
+    assert!(plain.closed_within(Duration::from_secs(5)));
+}
+
+#[tokio::test]
+async fn client_certificates_are_required_when_verify_is_on() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let (cc, ck) = ca.leaf("client", vec![], |_| {});
+    let (cc, ck) = (f.put("client.pem", &cc), f.put("client-key.pem", &ck));
+    let rogue = Ca::new("rogue-ca");
+    let (rc, rk) = rogue.leaf("client", vec![], |_| {});
+    let (rc, rk) = (f.put("rogue.pem", &rc), f.put("rogue-key.pem", &rk));
+    let s = TestServer::with_config(&tls_conf(
+        &cert,
+        &key,
+        &format!("  ca_file: \"{}\"\n  verify: true", ca_pem.display()),
+    ));
+    assert_eq!(s.raw().info["tls_verify"], true);
+    // No client certificate: the handshake (or the first read) fails.
+    let no_cert = match raw_tls(s.port, &ca_pem, None, false).await {
+        Err(_) => true,
+        Ok((mut t, _)) => {
+            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
+                .await
+                .last()
+                .map(String::as_str)
+                != Some("PONG")
+        }
+    };
+    assert!(no_cert, "no client certificate must fail");
+    let rogue_fails = match raw_tls(s.port, &ca_pem, Some((&rc, &rk)), false).await {
+        Err(_) => true,
+        Ok((mut t, _)) => {
+            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
+                .await
+                .last()
+                .map(String::as_str)
+                != Some("PONG")
+        }
+    };
+    assert!(rogue_fails, "a certificate from another CA must fail");
+    let c = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(ca_pem)
+        .add_client_certificate(cc, ck)
+        .connect(s.url())
+        .await
+        .unwrap();
+    c.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn verify_and_map_picks_the_user_and_its_permissions() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let (cc, ck) = ca.leaf(
+        "alice",
+        vec![SanType::Rfc822Name("alice@example.com".try_into().unwrap())],
+        |_| {},
+    );
+    let (cc, ck) = (f.put("alice.pem", &cc), f.put("alice-key.pem", &ck));
+    let (bc, bk) = ca.leaf("mallory", vec![], |_| {});
+    let (bc, bk) = (f.put("mallory.pem", &bc), f.put("mallory-key.pem", &bk));
+    let conf = format!(
+        "{}authorization {{ users: [ {{ user: \"alice@example.com\", permissions: {{ publish: [\"a.>\"] }} }} ] }}\n",
+        tls_conf(&cert, &key, &format!("  ca_file: \"{}\"\n  verify_and_map: true", ca_pem.display()))
+    );
+    let s = TestServer::with_config(&conf);
+    let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&cc, &ck)), false)
+        .await
+        .unwrap();
+    let lines = tls_lines(
+        &mut t,
+        b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPUB b.x 1\r\nx\r\nPING\r\n",
+        "PONG",
+    )
+    .await;
+    assert!(
+        lines.contains(&"-ERR 'Permissions Violation for Publish to \"b.x\"'".to_owned()),
+        "{lines:?}"
+    );
+    assert_eq!(lines.last().map(String::as_str), Some("PONG"));
+    // A valid certificate that maps to no user is refused.
+    let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&bc, &bk)), false)
+        .await
+        .unwrap();
+    let lines = tls_lines(
+        &mut t,
+        b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n",
+        "PONG",
+    )
+    .await;
+    assert!(
+        lines.contains(&"-ERR 'Authorization Violation'".to_owned()),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn handshake_first_works_with_a_client_that_asks_for_it() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::with_config(&tls_conf(&cert, &key, "  handshake_first: true"));
+    let c = async_nats::ConnectOptions::new()
+        .tls_first()
+        .add_root_certificates(ca_pem.clone())
+        .connect(s.url())
+        .await
+        .unwrap();
+    c.flush().await.unwrap();
+    let (_, info) = raw_tls(s.port, &ca_pem, None, true).await.unwrap();
+    assert_eq!(info["tls_required"], true, "INFO comes inside TLS");
+}
+
+#[tokio::test]
+async fn allow_non_tls_serves_both() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::with_config(&format!(
+        "{}allow_non_tls: true\n",
+        tls_conf(&cert, &key, "")
+    ));
+    let mut plain = s.raw();
+    assert_eq!(plain.info["tls_available"], true);
+    assert!(plain.info.get("tls_required").is_none());
+    plain.handshake("");
+    let (mut t, info) = raw_tls(s.port, &ca_pem, None, false).await.unwrap();
+    assert_eq!(info["tls_available"], true);
+    let lines = tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG").await;
+    assert_eq!(lines.last().map(String::as_str), Some("PONG"));
+}
+
+#[test]
+fn expired_server_certificate_is_reported_at_startup() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let (cert, key) = (f.put("server.pem", &cert), f.put("server-key.pem", &key));
+    let conf = f.put("s.conf", &tls_conf(&cert, &key, ""));
+    let (bin, reference) = support::server_binary();
+    if reference {
+        return;
+    }
+    let out = std::process::Command::new(bin)
+        .args(["-p", "-1", "-c", conf.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not valid now") && err.contains("server.pem"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn sighup_serves_the_new_certificate_to_new_connections() {
+    if support::server_binary().1 {
+        return;
+    }
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("first", server_sans(), |_| {});
+    let (cert_p, key_p, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::with_config(&tls_conf(&cert_p, &key_p, ""));
+    let subject_cn = |t: &tokio_rustls::client::TlsStream<TcpStream>| {
+        let der = t.get_ref().1.peer_certificates().unwrap()[0].clone();
+        let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        let cn = c
+            .subject()
+            .iter_common_name()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned();
+        cn
+    };
+    let (old_conn, _) = raw_tls(s.port, &ca_pem, None, false).await.unwrap();
+    assert_eq!(subject_cn(&old_conn), "first");
+    let (cert2, key2) = ca.leaf("second", server_sans(), |_| {});
+    std::fs::write(&cert_p, cert2).unwrap();
+    std::fs::write(&key_p, key2).unwrap();
+    s.signal("HUP");
+    let ok = support::eventually(Duration::from_secs(5), || {
+        s.log_text().contains("Reloaded: TLS certificate")
+    })
+    .await;
+    assert!(ok, "reload logged");
+    let (new_conn, _) = raw_tls(s.port, &ca_pem, None, false).await.unwrap();
+    assert_eq!(subject_cn(&new_conn), "second");
+    // The existing connection keeps working.
+    let mut old_conn = old_conn;
+    let lines = tls_lines(
+        &mut old_conn,
+        b"CONNECT {\"verbose\":false}\r\nPING\r\n",
+        "PONG",
+    )
+    .await;
+    assert_eq!(lines.last().map(String::as_str), Some("PONG"));
+}
+
+#[tokio::test]
+async fn monitoring_over_https() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::start_with(&["-ms", "-1"], Some(&tls_conf(&cert, &key, "")));
+    let log = s.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("Starting https monitor on "))
+        .expect("https monitor line");
+    let port: u16 = line.rsplit(':').next().unwrap().trim().parse().unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca_pem).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut t = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    t.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    let _ = t.read_to_string(&mut body).await;
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    let json = body.split("\r\n\r\n").nth(1).unwrap();
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(v["status"], "ok");
+}
