@@ -480,3 +480,158 @@ async fn monitoring_over_https() {
     let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(v["status"], "ok");
 }
+
+#[tokio::test]
+async fn pinned_certs_admit_only_listed_client_certificates() {
+    if support::server_binary().1 {
+        return; // the reference does not implement pinned_certs
+    }
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let (good_c, good_k) = ca.leaf("good", vec![], |_| {});
+    let (bad_c, bad_k) = ca.leaf("bad", vec![], |_| {});
+    let der = CertificateDer::from_pem_slice(good_c.as_bytes()).unwrap();
+    let pin: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(der.as_ref())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let (good_c, good_k, bad_c, bad_k) = (
+        f.put("g.pem", &good_c),
+        f.put("gk.pem", &good_k),
+        f.put("b.pem", &bad_c),
+        f.put("bk.pem", &bad_k),
+    );
+    let extra = format!(
+        "  ca_file: \"{}\"\n  verify: true\n  pinned_certs: [\"{pin}\"]",
+        ca_pem.display()
+    );
+    let s = TestServer::with_config(&tls_conf(&cert, &key, &extra));
+    let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&good_c, &good_k)), false)
+        .await
+        .unwrap();
+    let lines = tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG").await;
+    assert_eq!(lines.last().map(String::as_str), Some("PONG"));
+    let refused = match raw_tls(s.port, &ca_pem, Some((&bad_c, &bad_k)), false).await {
+        Err(_) => true,
+        Ok((mut t, _)) => {
+            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
+                .await
+                .last()
+                .map(String::as_str)
+                != Some("PONG")
+        }
+    };
+    assert!(refused, "a valid but unpinned certificate is refused");
+}
+
+#[tokio::test]
+async fn tls_flags_enable_tls_without_a_config_file() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::start_with(
+        &[
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+        ],
+        None,
+    );
+    let c = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(ca_pem)
+        .connect(s.url())
+        .await
+        .unwrap();
+    c.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn bearer_tokens_need_tls() {
+    use sealstream::auth::jwt::claims::{AccountLimits, UserPermissionsLimits};
+    use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims, UserClaims};
+    use sealstream::auth::nkeys::{KeyPair as NKey, Role};
+    if support::server_binary().1 {
+        return; // the reference accepts bearer tokens on plain connections
+    }
+    let op = NKey::generate(Role::Operator);
+    let mut oc = Claims {
+        sub: op.public_key(),
+        nats: OperatorClaims {
+            kind: "operator".into(),
+            version: 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let op_jwt = jwt::encode(&mut oc, &op);
+    let acc = NKey::generate(Role::Account);
+    let mut ac = Claims {
+        sub: acc.public_key(),
+        nats: AccountClaims {
+            kind: "account".into(),
+            version: 2,
+            limits: AccountLimits::default(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let acc_jwt = jwt::encode(&mut ac, &op);
+    let user = NKey::generate(Role::User);
+    let perms = UserPermissionsLimits {
+        subs: -1,
+        data: -1,
+        payload: -1,
+        bearer_token: true,
+        ..Default::default()
+    };
+    let mut uc = Claims {
+        sub: user.public_key(),
+        nats: UserClaims {
+            kind: "user".into(),
+            version: 2,
+            perms,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = jwt::encode(&mut uc, &acc);
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let conf = format!(
+        "operator: \"{op_jwt}\"\nresolver: MEMORY\nresolver_preload: {{ {}: \"{acc_jwt}\" }}\n{}allow_non_tls: true\n",
+        acc.public_key(),
+        tls_conf(&cert, &key, "")
+    );
+    let s = TestServer::with_config(&conf);
+    let connect =
+        format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"jwt\":\"{token}\"}}\r\nPING\r\n");
+    let mut plain = s.raw();
+    plain.send(connect.as_bytes());
+    plain.expect_line("-ERR 'Authorization Violation'");
+    let (mut t, _) = raw_tls(s.port, &ca_pem, None, false).await.unwrap();
+    let lines = tls_lines(&mut t, connect.as_bytes(), "PONG").await;
+    assert_eq!(lines.last().map(String::as_str), Some("PONG"), "{lines:?}");
+}
