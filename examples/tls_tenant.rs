@@ -33,20 +33,29 @@ fn args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    Ok(Args { url, creds: creds.ok_or("--creds is required")?, ca })
+    Ok(Args {
+        url,
+        creds: creds.ok_or("--creds is required")?,
+        ca,
+    })
 }
 
 #[tokio::main]
 async fn main() -> Result<(), async_nats::Error> {
-    let a = args().map_err(|e| format!("{e}\nusage: tls_tenant --url URL --creds FILE [--ca ca.pem]"))?;
-    let mut opts = async_nats::ConnectOptions::with_credentials_file(a.creds).await?.require_tls(true);
+    let a = args()
+        .map_err(|e| format!("{e}\nusage: tls_tenant --url URL --creds FILE [--ca ca.pem]"))?;
+    let mut opts = async_nats::ConnectOptions::with_credentials_file(a.creds)
+        .await?
+        .require_tls(true);
     if let Some(ca) = a.ca {
         opts = opts.add_root_certificates(ca);
     }
     let client = opts.connect(&a.url).await?;
     println!("connected over TLS as {:?}", client.server_info().client_id);
     let mut sub = client.subscribe("tenant.hello").await?;
-    client.publish("tenant.hello", "sealed in transit".into()).await?;
+    client
+        .publish("tenant.hello", "sealed in transit".into())
+        .await?;
     client.flush().await?;
     if let Some(m) = sub.next().await {
         println!("{}: {}", m.subject, String::from_utf8_lossy(&m.payload));

@@ -6,7 +6,10 @@ port, runs `sealctl bench` for every scenario against each one — alternating w
 goes first — and prints a Markdown table of throughput, server CPU per delivered message and
 peak RSS, with sealstream/nats-server ratios. Used to write docs/PERFORMANCE.md.
 
-    cargo build --release && .venv/bin/python scripts/bench_compare.py [--quick]
+    cargo build --release && .venv/bin/python scripts/bench_compare.py [--quick] [--tls]
+
+With --tls, both servers also run with the same TLS certificate (made with openssl) and the
+1:1 scenarios are measured over TLS too.
 """
 import json
 import os
@@ -27,9 +30,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(binary):
+def make_certs(dir):
+    def run(*a):
+        subprocess.run(a, check=True, capture_output=True)
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", f"{dir}/ca.key", "-out", f"{dir}/ca.pem", "-days", "2", "-subj", "/CN=bench-ca")
+    run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", f"{dir}/server.key", "-out", f"{dir}/server.csr", "-subj", "/CN=localhost")
+    with open(f"{dir}/ext.cnf", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("openssl", "x509", "-req", "-in", f"{dir}/server.csr", "-CA", f"{dir}/ca.pem", "-CAkey", f"{dir}/ca.key",
+        "-CAcreateserial", "-out", f"{dir}/server.pem", "-days", "2", "-extfile", f"{dir}/ext.cnf")
+    return f"{dir}/server.pem", f"{dir}/server.key", f"{dir}/ca.pem"
+
+
+def start(binary, tls=None):
     port = free_port()
-    p = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)],
+    extra = ["--tls", "--tlscert", tls[0], "--tlskey", tls[1]] if tls else []
+    p = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 10
     while time.time() < deadline:
@@ -69,10 +87,33 @@ def scenarios(quick):
     return out
 
 
+def tls_rows(quick):
+    import tempfile
+    n = 200_000 if quick else 500_000
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        cert, key, ca = make_certs(d)
+        for name, binary in (("sealstream", SEAL), ("nats-server", NATS)):
+            p, port = start(binary, (cert, key))
+            try:
+                for size in (128, 1024):
+                    r = bench(port, p.pid, ["--msgs", str(n), "--size", str(size), "--tlsca", ca])
+                    rows.append((name, size, r))
+            finally:
+                p.kill()
+    return rows
+
+
 def main():
     quick = "--quick" in sys.argv
     rows = []
     servers = {"sealstream": SEAL, "nats-server": NATS}
+    if "--tls" in sys.argv:
+        print("| TLS, 1 pub -> 1 sub | msgs/s | server CPU µs/msg |")
+        print("|---|---:|---:|")
+        for name, size, r in tls_rows(quick):
+            print(f"| {name}, {size} B | {r['delivered_msgs_per_sec']:,.0f} | {r['server_cpu_us_per_msg'] or 0:.3f} |")
+        print()
     procs = {name: start(b) for name, b in servers.items()}
     try:
         for i, (label, args) in enumerate(scenarios(quick)):

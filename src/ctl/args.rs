@@ -249,4 +249,7 @@ pub struct BenchArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Connect over TLS, trusting this CA bundle (PEM).
+    #[arg(long)]
+    pub tlsca: Option<std::path::PathBuf>,
 }

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::ctl::args::BenchArgs;
@@ -34,21 +33,76 @@ const PONG_WINDOW: u64 = 32;
 /// Give up if a run makes no progress for this long.
 const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A connection speaking the raw protocol.
+/// A connection speaking the raw protocol (over TCP or TLS).
 struct RawConn {
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+    rd: Box<dyn AsyncRead + Unpin + Send>,
+    wr: Box<dyn AsyncWrite + Unpin + Send>,
     buf: BytesMut,
     parser: Parser,
 }
 
+/// Reads the plaintext INFO line before a TLS upgrade.
+async fn read_info_line(s: &mut TcpStream) -> anyhow::Result<()> {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        s.read_exact(&mut b).await?;
+        line.push(b[0]);
+        if line.len() > 64 * 1024 {
+            bail!("INFO line too long");
+        }
+    }
+    if !line.starts_with(b"INFO ") {
+        bail!("expected INFO");
+    }
+    Ok(())
+}
+
+fn tls_connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("read {}", ca.display()))?;
+    for c in certs {
+        roots.add(c?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)))
+}
+
+type Halves = (
+    Box<dyn AsyncRead + Unpin + Send>,
+    Box<dyn AsyncWrite + Unpin + Send>,
+);
+
 impl RawConn {
-    async fn connect(addr: &str, name: &str) -> anyhow::Result<Self> {
-        let s = TcpStream::connect(addr)
+    async fn connect(
+        addr: &str,
+        name: &str,
+        tlsca: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
+        let mut s = TcpStream::connect(addr)
             .await
             .with_context(|| format!("connect {addr}"))?;
         s.set_nodelay(true)?;
-        let (rd, wr) = s.into_split();
+        let (rd, wr): Halves = match tlsca {
+            None => {
+                let (r, w) = s.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Some(ca) => {
+                read_info_line(&mut s).await?;
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
+                let server = rustls_pki_types::ServerName::try_from(host)?;
+                let tls = tls_connector(ca)?.connect(server, s).await?;
+                let (r, w) = tokio::io::split(tls);
+                (Box::new(r), Box::new(w))
+            }
+        };
         let limits = Limits {
             max_control_line: 1 << 20,
             max_payload: usize::MAX,
@@ -59,9 +113,11 @@ impl RawConn {
             buf: BytesMut::with_capacity(256 * 1024),
             parser: Parser::new(limits),
         };
-        match c.next().await? {
-            ServerOp::Info(_) => {}
-            other => bail!("expected INFO, got {other:?}"),
+        if tlsca.is_none() {
+            match c.next().await? {
+                ServerOp::Info(_) => {}
+                other => bail!("expected INFO, got {other:?}"),
+            }
         }
         let connect = format!(
             "{{\"verbose\":false,\"pedantic\":false,\"protocol\":1,\"headers\":true,\"no_responders\":true,\"name\":\"{name}\",\"lang\":\"sealctl\",\"version\":\"{}\"}}",
@@ -221,7 +277,7 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     let finished = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
     for i in 0..subs {
-        let mut c = RawConn::connect(addr, &format!("bench-sub-{i}")).await?;
+        let mut c = RawConn::connect(addr, &format!("bench-sub-{i}"), a.tlsca.as_deref()).await?;
         c.send(&ClientOp::Sub {
             subject: Bytes::from(a.subject.clone()),
             queue: a.queue.clone().map(Bytes::from),
@@ -256,7 +312,7 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
             }
         }));
     }
-    let mut publisher = RawConn::connect(addr, "bench-pub").await?;
+    let mut publisher = RawConn::connect(addr, "bench-pub", a.tlsca.as_deref()).await?;
     let payload = Bytes::from(vec![b'x'; a.size]);
     let mut frame = BytesMut::new();
     encode_client_op(
@@ -324,7 +380,7 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
 
 /// Sequential request/reply round trips through one responder.
 pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
-    let mut responder = RawConn::connect(addr, "bench-responder").await?;
+    let mut responder = RawConn::connect(addr, "bench-responder", a.tlsca.as_deref()).await?;
     responder
         .send(&ClientOp::Sub {
             subject: Bytes::from(a.subject.clone()),
@@ -362,7 +418,7 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
             }
         }
     });
-    let mut req = RawConn::connect(addr, "bench-requester").await?;
+    let mut req = RawConn::connect(addr, "bench-requester", a.tlsca.as_deref()).await?;
     let inbox = Bytes::from_static(b"_INBOX.sealctl.bench");
     req.send(&ClientOp::Sub {
         subject: inbox.clone(),
