@@ -57,6 +57,9 @@ pub enum Command {
         /// A JWT, or a file holding one.
         token: String,
     },
+    /// Offline, read-only proof that a store is sealed and intact (exit codes: 0 clean,
+    /// 1 integrity, 2 leak, 3 key/header, 4 layout).
+    Audit(AuditArgs),
     /// Server-side configuration.
     Server {
         /// What to do.
@@ -252,4 +255,26 @@ pub struct BenchArgs {
     /// Connect over TLS, trusting this CA bundle (PEM).
     #[arg(long)]
     pub tlsca: Option<std::path::PathBuf>,
+}
+
+/// `sealctl audit`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// The store directory (`store_dir` or `store_dir/jetstream`).
+    pub store: std::path::PathBuf,
+    /// The store passphrase (or set SEALSTREAM_STORE_KEY).
+    #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// The store key file (default: `<store>.key` next to the store).
+    #[arg(long)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// Without a key: check structure and entropy only.
+    #[arg(long)]
+    pub no_key: bool,
+    /// A string that must not appear in any file or path (repeatable).
+    #[arg(long)]
+    pub canary: Vec<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -116,6 +116,27 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             c.force,
         ),
         Command::Describe { token } => tenant::describe(&token),
+        Command::Audit(a) => {
+            let opts = commands::audit::AuditOptions {
+                store: a.store,
+                key: a.key.map(zeroize::Zeroizing::new),
+                key_file: a.key_file,
+                no_key: a.no_key,
+                canaries: a.canary,
+                progress: !a.json,
+            };
+            let report = tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                commands::audit::print_summary(&report);
+            }
+            let code = report.exit_code();
+            if code != 0 {
+                std::process::exit(i32::from(code));
+            }
+            Ok(())
+        }
         Command::Server {
             cmd: ServerCmd::Config { keys, resolver_dir },
         } => {

@@ -1,4 +1,5 @@
 //! One module per `sealctl` command.
 
+pub mod audit;
 pub mod bench;
 pub mod tenant;

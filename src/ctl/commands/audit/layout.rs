@@ -61,12 +61,16 @@ pub struct LayoutFinding {
 }
 
 fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn gen_of(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
     let digits = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    (digits.len() == 8 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+    let n: u64 = digits.parse().ok()?;
+    // Zero-padded to at least 8 digits, and nothing else (`kr-12.bin`, `kr-0000001a.bin` fail).
+    (digits.bytes().all(|b| b.is_ascii_digit()) && format!("{n:08}") == digits).then_some(n)
 }
 
 /// Classifies a path relative to the store root (components joined by `/`).
@@ -88,15 +92,24 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
                     .and_then(|h| u64::from_str_radix(h, 16).ok())
             };
             if let Some(segment) = seg(".log") {
-                Some(FileKind::Segment { stream: (*id).to_owned(), segment })
+                Some(FileKind::Segment {
+                    stream: (*id).to_owned(),
+                    segment,
+                })
             } else {
-                seg(".idx").map(|segment| FileKind::SegmentIndex { stream: (*id).to_owned(), segment })
+                seg(".idx").map(|segment| FileKind::SegmentIndex {
+                    stream: (*id).to_owned(),
+                    segment,
+                })
             }
         }
         (["s", id, "c", f], false) if is_hex(id, 32) => f
             .strip_suffix(".st")
             .filter(|c| is_hex(c, 32))
-            .map(|c| FileKind::ConsumerState { stream: (*id).to_owned(), consumer: c.to_owned() }),
+            .map(|c| FileKind::ConsumerState {
+                stream: (*id).to_owned(),
+                consumer: c.to_owned(),
+            }),
         (["tmp", _], false) => Some(FileKind::Temp),
         _ => None,
     }
@@ -112,7 +125,10 @@ pub fn walk(root: &Path) -> (Vec<(PathBuf, FileKind, u64)>, Vec<LayoutFinding>) 
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
             Err(e) => {
-                findings.push(LayoutFinding { path: rel(root, &dir), reason: format!("unreadable: {e}") });
+                findings.push(LayoutFinding {
+                    path: rel(root, &dir),
+                    reason: format!("unreadable: {e}"),
+                });
                 continue;
             }
         };
@@ -120,26 +136,41 @@ pub fn walk(root: &Path) -> (Vec<(PathBuf, FileKind, u64)>, Vec<LayoutFinding>) 
             let path = entry.path();
             let relp = rel(root, &path);
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                findings.push(LayoutFinding { path: relp, reason: "cannot stat".into() });
+                findings.push(LayoutFinding {
+                    path: relp,
+                    reason: "cannot stat".into(),
+                });
                 continue;
             };
             let ft = meta.file_type();
             if ft.is_symlink() {
-                findings.push(LayoutFinding { path: relp, reason: "symbolic link".into() });
+                findings.push(LayoutFinding {
+                    path: relp,
+                    reason: "symbolic link".into(),
+                });
                 continue;
             }
             if !ft.is_dir() && !ft.is_file() {
-                findings.push(LayoutFinding { path: relp, reason: "not a regular file or directory".into() });
+                findings.push(LayoutFinding {
+                    path: relp,
+                    reason: "not a regular file or directory".into(),
+                });
                 continue;
             }
             if ft.is_file() && meta.nlink() > 1 {
-                findings.push(LayoutFinding { path: relp.clone(), reason: format!("{} hard links", meta.nlink()) });
+                findings.push(LayoutFinding {
+                    path: relp.clone(),
+                    reason: format!("{} hard links", meta.nlink()),
+                });
             }
             let text = relp.to_string_lossy().replace('\\', "/");
             match classify(&text, ft.is_dir()) {
                 Some(FileKind::Dir) => stack.push(path),
                 Some(kind) => files.push((relp, kind, meta.len())),
-                None => findings.push(LayoutFinding { path: relp, reason: "name outside the layout grammar".into() }),
+                None => findings.push(LayoutFinding {
+                    path: relp,
+                    reason: "name outside the layout grammar".into(),
+                }),
             }
         }
     }
@@ -148,7 +179,9 @@ pub fn walk(root: &Path) -> (Vec<(PathBuf, FileKind, u64)>, Vec<LayoutFinding>) 
 }
 
 fn rel(root: &Path, p: &Path) -> PathBuf {
-    p.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf())
+    p.strip_prefix(root)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| p.to_path_buf())
 }
 
 #[cfg(test)]
@@ -160,8 +193,14 @@ mod tests {
     #[test]
     fn layout_names_are_recognised() {
         assert_eq!(classify("STORE", false), Some(FileKind::StoreHeader));
-        assert_eq!(classify("keyring/kr-00000003.bin", false), Some(FileKind::Keyring(3)));
-        assert_eq!(classify("catalog/cat-00000001.log", false), Some(FileKind::Catalog(1)));
+        assert_eq!(
+            classify("keyring/kr-00000003.bin", false),
+            Some(FileKind::Keyring(3))
+        );
+        assert_eq!(
+            classify("catalog/cat-00000001.log", false),
+            Some(FileKind::Catalog(1))
+        );
         assert!(matches!(
             classify(&format!("s/{SID}/seg-000000000000000a.log"), false),
             Some(FileKind::Segment { segment: 10, .. })
@@ -176,7 +215,10 @@ mod tests {
     fn names_with_text_are_findings() {
         assert_eq!(classify("s/ORDERS/seg-0000000000000001.log", false), None);
         assert_eq!(classify("keyring/kr-3.bin", false), None);
-        assert_eq!(classify(&format!("s/{}/seg-1.log", SID.to_uppercase()), false), None);
+        assert_eq!(
+            classify(&format!("s/{}/seg-1.log", SID.to_uppercase()), false),
+            None
+        );
         assert_eq!(classify("meta.inf", false), None);
     }
 }

@@ -1,0 +1,477 @@
+//! `sealctl audit <store_dir>`: an offline, read-only proof that a store is sealed and intact
+//! (security spec §5.3).
+//!
+//! 1. **Layout** ([`layout`]): every path matches the layout grammar; no symlinks, devices,
+//!    extra hard links or leftover `tmp/` files.
+//! 2. **Structure, no key**: `STORE` and segment magics, block framing (sync marker, length,
+//!    contiguous blocks), and ciphertext entropy above 7.5 bits/byte for blocks over 256 bytes.
+//! 3. **Authentication, with key**: the store opens read-only (header MAC, keyring, catalog);
+//!    every block of every stream authenticates at its position, chains and seals hold, every
+//!    consumer state file opens.
+//! 4. **Leak scan, with key**: every decrypted subject (and token of 4+ bytes), stream, account
+//!    and consumer name and payload prefix (8+ bytes), plus `--canary` strings, is searched for
+//!    in every raw file and path.
+//! 5. **Report**: a human summary (progress on stderr) or `--json`, and the exit code: 0 clean,
+//!    1 integrity failure, 2 leak, 3 key or header error, 4 layout violation (the most serious
+//!    class found wins, in that order: 3, 1, 2, 4).
+//!
+//! Nothing is written: the store is opened with a shared lock and read-only options.
+
+pub mod layout;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use zeroize::Zeroizing;
+
+use crate::store::block::{FRAME_HEADER_LEN, MAX_BLOCK_LEN, SYNC_MARKER};
+use crate::store::file_store::{FileStore, FileStoreConfig};
+use crate::store::io::OsIo;
+use crate::store::meta::{KeySource, MetaOptions, MetaStore};
+use crate::store::segment::{StreamKeys, SEGMENT_HEADER_LEN};
+use crate::store::StreamStore;
+
+use layout::FileKind;
+use scan::{entropy_bits_per_byte, Needles};
+
+/// Finding classes, with their exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A block, header or state file that does not authenticate or frame correctly (exit 1).
+    Integrity,
+    /// Plaintext found in a raw file or path (exit 2).
+    Leak,
+    /// The key does not open the store, or a header is damaged (exit 3).
+    Key,
+    /// A path outside the layout grammar (exit 4).
+    Layout,
+}
+
+impl Class {
+    fn exit_code(self) -> u8 {
+        match self {
+            Class::Integrity => 1,
+            Class::Leak => 2,
+            Class::Key => 3,
+            Class::Layout => 4,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Class::Key => 0,
+            Class::Integrity => 1,
+            Class::Leak => 2,
+            Class::Layout => 3,
+        }
+    }
+}
+
+/// One problem.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Its class.
+    pub class: Class,
+    /// The file (relative to the store root).
+    pub path: String,
+    /// Byte offset, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+/// Per-stream figures (with a key).
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamReport {
+    /// Stream id (hex).
+    pub id: String,
+    /// Segments scanned.
+    pub segments: u64,
+    /// Blocks authenticated.
+    pub blocks: u64,
+    /// Messages readable.
+    pub messages: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Bytes a torn tail would cut.
+    pub torn_tail_bytes: u64,
+    /// Consumers whose state opened.
+    pub consumers: u64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The store root audited.
+    pub store: String,
+    /// Files examined.
+    pub files: u64,
+    /// Bytes examined.
+    pub bytes: u64,
+    /// Segment blocks whose framing was checked without the key.
+    pub blocks_framed: u64,
+    /// Whether a key was used.
+    pub keyed: bool,
+    /// Distinct plaintext fragments searched for.
+    pub needles: usize,
+    /// Streams (with a key).
+    pub streams: Vec<StreamReport>,
+    /// Everything found.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// The exit code for this report.
+    pub fn exit_code(&self) -> u8 {
+        self.findings
+            .iter()
+            .map(|f| f.class)
+            .min_by_key(|c| c.rank())
+            .map_or(0, Class::exit_code)
+    }
+}
+
+/// What to audit and with which key.
+pub struct AuditOptions {
+    /// The store (`store_dir`, or `store_dir/jetstream`).
+    pub store: PathBuf,
+    /// A passphrase.
+    pub key: Option<Zeroizing<String>>,
+    /// A key file.
+    pub key_file: Option<PathBuf>,
+    /// Check structure and entropy only.
+    pub no_key: bool,
+    /// Extra strings that must not appear anywhere.
+    pub canaries: Vec<String>,
+    /// Print progress to stderr.
+    pub progress: bool,
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// Runs the audit.
+pub fn audit(o: &AuditOptions) -> Report {
+    let root =
+        if o.store.join("STORE").exists() || !o.store.join("jetstream").join("STORE").exists() {
+            o.store.clone()
+        } else {
+            o.store.join("jetstream")
+        };
+    let mut report = Report {
+        store: root.display().to_string(),
+        files: 0,
+        bytes: 0,
+        blocks_framed: 0,
+        keyed: !o.no_key,
+        needles: 0,
+        streams: vec![],
+        findings: vec![],
+    };
+    let (files, layout_findings) = layout::walk(&root);
+    for f in layout_findings {
+        report.findings.push(Finding {
+            class: Class::Layout,
+            path: f.path.display().to_string(),
+            offset: None,
+            detail: f.reason,
+        });
+    }
+    if !root.join("STORE").is_file() {
+        report.findings.push(Finding {
+            class: Class::Key,
+            path: "STORE".into(),
+            offset: None,
+            detail: "no STORE header: not a sealstream store".into(),
+        });
+        return report;
+    }
+    let total = files.len();
+    for (i, (path, kind, len)) in files.iter().enumerate() {
+        if o.progress && (i % 16 == 0 || i + 1 == total) {
+            eprint!("\rstructure: {}/{} files", i + 1, total);
+        }
+        report.files += 1;
+        report.bytes += len;
+        let full = root.join(path);
+        let relp = path.display().to_string();
+        match kind {
+            FileKind::Temp => report.findings.push(Finding {
+                class: Class::Layout,
+                path: relp,
+                offset: None,
+                detail: "leftover tmp/ file on a stopped store".into(),
+            }),
+            FileKind::StoreHeader
+                if std::fs::read(&full)
+                    .map(|b| !b.starts_with(b"SEALSTOR"))
+                    .unwrap_or(true) =>
+            {
+                report.findings.push(Finding {
+                    class: Class::Key,
+                    path: relp,
+                    offset: Some(0),
+                    detail: "bad STORE magic".into(),
+                });
+            }
+            FileKind::Segment { .. } => check_segment_framing(&full, &relp, &mut report),
+            _ => {}
+        }
+    }
+    if o.progress {
+        eprintln!();
+    }
+    let mut needles = Needles::default();
+    for c in &o.canaries {
+        needles.add(c.as_bytes());
+    }
+    if !o.no_key {
+        keyed_checks(&root, o, &mut report, &mut needles);
+    }
+    report.needles = needles.len();
+    if !needles.is_empty() {
+        for (path, _, _) in &files {
+            let relp = path.display().to_string();
+            for hit in needles.found_in(relp.as_bytes()) {
+                report.findings.push(Finding {
+                    class: Class::Leak,
+                    path: relp.clone(),
+                    offset: None,
+                    detail: format!("path contains {hit:?}"),
+                });
+            }
+            if let Ok(bytes) = std::fs::read(root.join(path)) {
+                for hit in needles.found_in(&bytes) {
+                    let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
+                    report.findings.push(Finding {
+                        class: Class::Leak,
+                        path: relp.clone(),
+                        offset,
+                        detail: format!("plaintext {hit:?} in the raw bytes"),
+                    });
+                }
+            }
+        }
+    }
+    report
+}
+
+/// Walks a segment's blocks by their framing (no key needed) and checks ciphertext entropy.
+fn check_segment_framing(full: &Path, relp: &str, report: &mut Report) {
+    let Ok(bytes) = std::fs::read(full) else {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path: relp.into(),
+            offset: None,
+            detail: "unreadable".into(),
+        });
+        return;
+    };
+    if !bytes.starts_with(b"SEALSEG1") {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path: relp.into(),
+            offset: Some(0),
+            detail: "bad segment magic".into(),
+        });
+        return;
+    }
+    let mut off = SEGMENT_HEADER_LEN;
+    while off < bytes.len() {
+        let word = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_le_bytes)
+        };
+        let (Some(sync), Some(len)) = (word(off), word(off + 4)) else {
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "truncated block frame".into(),
+            });
+            return;
+        };
+        if sync != SYNC_MARKER || len > MAX_BLOCK_LEN || (len as usize) < FRAME_HEADER_LEN {
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "no block frame here (sync marker or length)".into(),
+            });
+            return;
+        }
+        let end = off + len as usize;
+        let Some(block) = bytes.get(off..end) else {
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "block runs past the end of the file".into(),
+            });
+            return;
+        };
+        let ct = block.get(FRAME_HEADER_LEN..).unwrap_or(&[]);
+        if ct.len() > 256 && entropy_bits_per_byte(ct) <= 7.5 {
+            report.findings.push(Finding {
+                class: Class::Leak,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "block body does not look like ciphertext (entropy)".into(),
+            });
+        }
+        report.blocks_framed += 1;
+        off = end;
+    }
+}
+
+fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mut Needles) {
+    let source = match (&o.key, &o.key_file) {
+        (Some(k), _) => KeySource::Passphrase(k.clone()),
+        (None, Some(f)) => KeySource::KeyFile(f.clone()),
+        (None, None) => KeySource::Auto,
+    };
+    let meta = match MetaStore::open(root, source, MetaOptions::read_only()) {
+        Ok(m) => m,
+        Err(e) => {
+            report.findings.push(Finding {
+                class: Class::Key,
+                path: "STORE".into(),
+                offset: None,
+                detail: e.to_string(),
+            });
+            return;
+        }
+    };
+    let io: Arc<dyn crate::store::io::SegmentIo> = Arc::new(OsIo);
+    for account in meta.list_accounts() {
+        needles.add(account.as_bytes());
+        for sm in meta.list_streams(&account) {
+            needles.add(sm.name.as_bytes());
+            let handle = match meta.open_stream(sm.stream_id) {
+                Ok(h) => h,
+                Err(e) => {
+                    report.findings.push(Finding {
+                        class: Class::Integrity,
+                        path: format!("s/{}", sm.stream_id.to_hex()),
+                        offset: None,
+                        detail: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let mut keys = StreamKeys::new(
+                handle.store_uuid,
+                *handle.stream_id.as_bytes(),
+                handle.dek_version,
+                handle.dek,
+            );
+            for v in 1..handle.dek_version {
+                if let Ok(old) = meta.stream_key(sm.stream_id, v) {
+                    keys = keys.with_previous(v, old);
+                }
+            }
+            let store = match FileStore::open_inspect(
+                Arc::clone(&io),
+                keys,
+                FileStoreConfig::new(handle.dir.clone()),
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    report.findings.push(Finding {
+                        class: Class::Integrity,
+                        path: rel(root, &handle.dir),
+                        offset: None,
+                        detail: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let rep = store.report().clone();
+            for c in &rep.corruption {
+                report.findings.push(Finding {
+                    class: Class::Integrity,
+                    path: rel(root, &c.file),
+                    offset: Some(c.offset),
+                    detail: c.reason.clone(),
+                });
+            }
+            let st = store.state();
+            let mut messages = 0;
+            let mut seq = st.first_seq;
+            while seq != 0 && seq <= st.last_seq {
+                if let Ok(Some(m)) = store.get(seq) {
+                    messages += 1;
+                    needles.add_subject(&m.subject);
+                    if m.payload.len() >= 8 {
+                        needles.add(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
+                    }
+                }
+                seq += 1;
+            }
+            let mut consumers = 0;
+            if let Ok(list) = meta.list_consumers(sm.stream_id) {
+                for c in list {
+                    needles.add(c.name.as_bytes());
+                    match meta.load_consumer_state(sm.stream_id, c.consumer_id) {
+                        Ok(_) => consumers += 1,
+                        Err(e) => report.findings.push(Finding {
+                            class: Class::Integrity,
+                            path: format!(
+                                "s/{}/c/{}.st",
+                                sm.stream_id.to_hex(),
+                                c.consumer_id.to_hex()
+                            ),
+                            offset: None,
+                            detail: e.to_string(),
+                        }),
+                    }
+                }
+            }
+            report.streams.push(StreamReport {
+                id: sm.stream_id.to_hex(),
+                segments: rep.segments_scanned,
+                blocks: rep.blocks_verified,
+                messages,
+                bytes: store.disk_bytes(),
+                torn_tail_bytes: rep.torn_tail.as_ref().map_or(0, |t| t.bytes),
+                consumers,
+            });
+        }
+    }
+}
+
+/// Prints the human summary.
+pub fn print_summary(r: &Report) {
+    println!("store:   {}", r.store);
+    println!(
+        "files:   {} ({} bytes), {} blocks framed",
+        r.files, r.bytes, r.blocks_framed
+    );
+    if r.keyed {
+        let msgs: u64 = r.streams.iter().map(|s| s.messages).sum();
+        println!(
+            "streams: {} ({} messages authenticated), {} plaintext fragments searched",
+            r.streams.len(),
+            msgs,
+            r.needles
+        );
+    } else {
+        println!("no key: structure and entropy checked only");
+    }
+    if r.findings.is_empty() {
+        println!("result:  clean");
+        return;
+    }
+    println!("findings:");
+    for f in &r.findings {
+        let at = f.offset.map(|o| format!(" @ {o}")).unwrap_or_default();
+        println!("  [{:?}] {}{at}: {}", f.class, f.path, f.detail);
+    }
+}
