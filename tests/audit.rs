@@ -149,3 +149,39 @@ fn a_wrong_key_is_exit_three_and_a_stray_file_exit_four() {
     assert_eq!(code, 4, "{v:#}");
     assert_eq!(v["findings"][0]["class"], "layout");
 }
+
+#[test]
+fn master_rotation_switches_the_key_without_rewriting_data() {
+    let b = build_store();
+    let seg = first_segment(&b.root);
+    let before = std::fs::read(&seg).unwrap();
+    let new_key = b.root.parent().unwrap().join("new.key");
+    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args(["store", "rotate-master"])
+        .arg(&b.root)
+        .arg("--key-file")
+        .arg(&b.key)
+        .arg("--new-key-file")
+        .arg(&new_key)
+        .env_remove("SEALSTREAM_STORE_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        before,
+        "segments are not rewritten"
+    );
+    assert_eq!(
+        audit(&b.root, &["--key-file", b.key.to_str().unwrap()]).0,
+        3,
+        "the old key no longer opens it"
+    );
+    let (code, v) = audit(&b.root, &["--key-file", new_key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["streams"][0]["messages"], 200);
+}

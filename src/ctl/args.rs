@@ -57,6 +57,12 @@ pub enum Command {
         /// A JWT, or a file holding one.
         token: String,
     },
+    /// Offline store maintenance (the server must be stopped).
+    Store {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: StoreCmd,
+    },
     /// Offline, read-only proof that a store is sealed and intact (exit codes: 0 clean,
     /// 1 integrity, 2 leak, 3 key/header, 4 layout).
     Audit(AuditArgs),
@@ -277,4 +283,27 @@ pub struct AuditArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `sealctl store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCmd {
+    /// Rewrap every data key under a new master key without rewriting data (crash-safe: the
+    /// store opens with the old or the new key at every step).
+    RotateMaster {
+        /// The store directory (`store_dir/jetstream`).
+        store: std::path::PathBuf,
+        /// The current passphrase.
+        #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// The current key file (default: `<store>.key`).
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
+        /// The new passphrase.
+        #[arg(long, env = "SEALSTREAM_NEW_STORE_KEY", hide_env_values = true)]
+        new_key: Option<String>,
+        /// The new key file (created 0600 when it does not exist).
+        #[arg(long)]
+        new_key_file: Option<std::path::PathBuf>,
+    },
 }

@@ -116,6 +116,16 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             c.force,
         ),
         Command::Describe { token } => tenant::describe(&token),
+        Command::Store {
+            cmd:
+                args::StoreCmd::RotateMaster {
+                    store,
+                    key,
+                    key_file,
+                    new_key,
+                    new_key_file,
+                },
+        } => commands::audit::rotate_master(&store, key, key_file, new_key, new_key_file),
         Command::Audit(a) => {
             let opts = commands::audit::AuditOptions {
                 store: a.store,
