@@ -324,3 +324,36 @@ fn auth_flag_sets_a_token() {
     bad.send(b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPING\r\n");
     bad.expect_line("-ERR 'Authorization Violation'");
 }
+
+#[test]
+fn sighup_reloads_authorization_for_new_connections() {
+    if server_binary().1 {
+        return; // the reference also reloads, but closes removed users; ours keeps them
+    }
+    let s =
+        TestServer::with_config("authorization { users: [ { user: alice, password: pw1 } ] }\n");
+    let mut kept = s.raw();
+    kept.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"alice\",\"pass\":\"pw1\"}\r\nPING\r\n");
+    kept.expect_line("PONG");
+    std::fs::write(
+        s.dir.path().join("server.conf"),
+        "authorization { users: [ { user: bob, password: pw2 } ] }\n",
+    )
+    .unwrap();
+    s.signal("HUP");
+    let reloaded = (0..250).any(|_| {
+        support::spin_pause(Duration::from_millis(20));
+        s.log_text().contains("Reloaded: authorization")
+    });
+    assert!(reloaded, "reload logged:\n{}", s.log_text());
+    let mut old = s.raw();
+    old.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"alice\",\"pass\":\"pw1\"}\r\nPING\r\n");
+    old.expect_line("-ERR 'Authorization Violation'");
+    let mut new = s.raw();
+    new.send(
+        b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"bob\",\"pass\":\"pw2\"}\r\nPING\r\n",
+    );
+    new.expect_line("PONG");
+    kept.send(b"PING\r\n");
+    kept.expect_line("PONG");
+}

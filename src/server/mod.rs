@@ -134,7 +134,7 @@ pub(crate) struct Shared {
     pub(crate) server_name: String,
     pub(crate) limits: Limits,
     pub(crate) accounts: Registry,
-    pub(crate) auth: Authenticator,
+    auth: std::sync::RwLock<Arc<Authenticator>>,
     pub(crate) stats: Stats,
     pub(crate) seed: u64,
     pub(crate) headers_supported: bool,
@@ -213,7 +213,7 @@ impl Shared {
             server_name,
             limits,
             accounts,
-            auth,
+            auth: std::sync::RwLock::new(Arc::new(auth)),
             stats: Stats::default(),
             seed: rand::random(),
             start: SystemTime::now(),
@@ -253,6 +253,30 @@ impl Shared {
         m.get(&ip).is_some_and(|(n, since)| {
             *n >= AUTH_FAILURE_THRESHOLD && since.elapsed() < AUTH_FAILURE_WINDOW
         })
+    }
+
+    /// The current authenticator (replaced as a whole by a config reload).
+    pub(crate) fn auth(&self) -> Arc<Authenticator> {
+        Arc::clone(&self.auth.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Re-reads the config file's authorization (SIGHUP): users, passwords, nkeys,
+    /// permissions, tokens and operator trust. New connections use it; existing connections keep
+    /// what they authenticated with until they reconnect. Accounts added by the new file are
+    /// created; cross-account routes are fixed at startup.
+    ///
+    /// # Errors
+    /// A parse or configuration error; the current authorization stays in place.
+    pub(crate) fn reload_auth(&self) -> Result<bool, ServerError> {
+        let Some(path) = &self.opts.config_file else {
+            return Ok(false);
+        };
+        let fresh =
+            crate::config::load_file(path).map_err(|e| ServerError::Config(e.to_string()))?;
+        let auth = auth_setup::build(&fresh, &self.accounts)?
+            .with_tls_map(self.tls.as_ref().is_some_and(|t| t.opts.verify_and_map));
+        *self.auth.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(auth);
+        Ok(true)
     }
 
     pub(crate) fn next_cid(&self) -> u64 {
@@ -309,7 +333,7 @@ impl Shared {
             jetstream: false,
             client_id: client.cid,
             client_ip: client.peer.ip().to_string(),
-            auth_required: self.auth.required(),
+            auth_required: self.auth().required(),
             tls_required: self.tls.is_some() && !self.allow_non_tls,
             tls_available: self.tls.is_some() && self.allow_non_tls,
             tls_verify: self.tls.as_ref().is_some_and(|t| t.verify()),

@@ -3,8 +3,8 @@
 //! SIGTERM and SIGINT stop the server gracefully: stop accepting, flush what every connection
 //! has queued, close them, exit 0. SIGUSR2 enters lame-duck mode: stop accepting, tell clients
 //! (`ldm: true` in an async INFO) so they reconnect elsewhere, wait the grace period, then close
-//! clients evenly over `lame_duck_duration`. SIGHUP (reload) is logged and otherwise ignored
-//! until configuration reload exists.
+//! clients evenly over `lame_duck_duration`. SIGHUP reloads TLS certificates and the config
+//! file's authorization (new connections use them; existing ones keep theirs).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -62,13 +62,7 @@ pub(crate) async fn wait_for_signals(shared: &Arc<Shared>, shutdown: &Shutdown) 
                 lame_duck(shared, shutdown).await;
                 return;
             }
-            _ = hup.recv() => match &shared.tls {
-                Some(tls) => match tls.reload() {
-                    Ok(()) => info!("Reloaded: TLS certificate and key"),
-                    Err(e) => warn!("TLS reload failed, keeping the current certificate: {e}"),
-                },
-                None => info!("Reload requested (SIGHUP): nothing reloadable is configured (only TLS certificates are reloaded)"),
-            },
+            _ = hup.recv() => reload(shared),
             _ = usr1.recv() => info!("log file reopen requested (SIGUSR1): nothing to reopen"),
         }
     }
@@ -114,5 +108,21 @@ pub(crate) async fn close_clients(shared: &Arc<Shared>) {
     let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
     while shared.num_clients() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// SIGHUP: re-read TLS certificates and the config file's authorization. A failure keeps the
+/// current configuration and is logged.
+fn reload(shared: &Arc<Shared>) {
+    if let Some(tls) = &shared.tls {
+        match tls.reload() {
+            Ok(()) => info!("Reloaded: TLS certificate and key"),
+            Err(e) => warn!("TLS reload failed, keeping the current certificate: {e}"),
+        }
+    }
+    match shared.reload_auth() {
+        Ok(true) => info!("Reloaded: authorization"),
+        Ok(false) => info!("Reload: no configuration file, nothing else to reload"),
+        Err(e) => warn!("authorization reload failed, keeping the current one: {e}"),
     }
 }

@@ -207,7 +207,8 @@ impl System {
                 self.claims_update(shared, payload, Some(id))
             }
             ["$SYS", "REQ", "ACCOUNT", id, "CLAIMS", "LOOKUP"] => {
-                match shared.auth.trust().and_then(|t| t.account(id)) {
+                let auth = shared.auth();
+                match auth.trust().and_then(|t| t.account(id)) {
                     Some(c) => json!({ "server": server, "data": { "account": id, "claims": *c } }),
                     None => {
                         json!({ "server": server, "error": { "account": id, "code": 404, "description": "account not found" } })
@@ -239,7 +240,8 @@ impl System {
 
     fn claims_update(&self, shared: &Shared, payload: &[u8], id: Option<&str>) -> Value {
         let server = Self::server_block(shared);
-        let Some(trust) = shared.auth.trust() else {
+        let auth = shared.auth();
+        let Some(trust) = auth.trust() else {
             return json!({ "server": server, "error": { "code": 500, "description": "the server is not in operator mode" } });
         };
         let token = String::from_utf8_lossy(payload);
@@ -259,7 +261,8 @@ impl System {
 
 /// Closes the connections of `account` whose user the current account JWT revokes.
 fn disconnect_revoked(shared: &Shared, account: &str) -> usize {
-    let Some(trust) = shared.auth.trust() else {
+    let auth = shared.auth();
+    let Some(trust) = auth.trust() else {
         return 0;
     };
     let mut n = 0;

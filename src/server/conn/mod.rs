@@ -220,7 +220,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
     async move {
         debug!("client connection created");
         shared.register(Arc::clone(&client));
-        let nonce = shared.auth.needs_nonce().then(reader::new_nonce);
+        let nonce = shared.auth().needs_nonce().then(reader::new_nonce);
         match upgrade(&shared, &client, stream, nonce).await {
             Some(Transport::Plain(stream, start)) => {
                 let (r, w) = stream.into_split();

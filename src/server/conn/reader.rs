@@ -57,6 +57,8 @@ struct Session {
     own_dirty: bool,
     in_msgs: u64,
     in_bytes: u64,
+    /// The authorization in force when the connection started.
+    auth: Arc<crate::auth::Authenticator>,
     /// Nonce sent in INFO, when nkey/JWT auth is possible.
     nonce: Option<String>,
     /// The connection runs over TLS.
@@ -113,6 +115,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         own_dirty: false,
         in_msgs: 0,
         in_bytes: 0,
+        auth: shared.auth(),
         nonce: start.nonce.clone(),
         tls: start.tls,
         cert_identities: start.cert_identities,
@@ -132,7 +135,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
     }
 
     let auth_deadline = Instant::now() + s.shared.limits.auth_timeout;
-    let auth_required = s.shared.auth.required();
+    let auth_required = s.auth.required();
     let ping_every = s.shared.limits.ping_interval.max(Duration::from_millis(10));
     let mut ping =
         tokio::time::interval_at(Instant::now() + ping_every.min(FIRST_PING_MAX), ping_every);
@@ -260,7 +263,7 @@ impl Session {
     }
 
     fn handle(&mut self, op: ClientOp) -> Flow {
-        if !self.connected && self.shared.auth.enabled() && !matches!(op, ClientOp::Connect(_)) {
+        if !self.connected && self.auth.enabled() && !matches!(op, ClientOp::Connect(_)) {
             debug!("operation before CONNECT on a server that requires auth");
             return self.fatal(
                 perr::AUTHORIZATION_VIOLATION,
@@ -341,10 +344,10 @@ impl Session {
                 ip: Some(self.client.peer.ip()),
                 cert_identities: &self.cert_identities,
             };
-            match self.shared.auth.authenticate(&creds) {
+            match self.auth.authenticate(&creds) {
                 Ok(id) => {
                     if let Some(acc) = &id.account {
-                        let bound = if self.shared.auth.trust().is_some() {
+                        let bound = if self.auth.trust().is_some() {
                             Some(self.shared.accounts.create(acc))
                         } else {
                             self.shared.accounts.get(acc)

@@ -90,7 +90,7 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "proto": 1,
         "host": o.host,
         "port": s.client_port.load(Ordering::Relaxed),
-        "auth_required": s.auth.required(),
+        "auth_required": s.auth().required(),
         "max_connections": s.limits.max_connections,
         "ping_interval": nanos(s.limits.ping_interval),
         "ping_max": s.limits.ping_max,
