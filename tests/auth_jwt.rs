@@ -10,111 +10,11 @@ use std::time::Duration;
 use sealstream::auth::jwt::claims::{
     AccountLimits, ScopedSigningKey, SigningKey, UserPermissionsLimits,
 };
-use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims, UserClaims};
 use sealstream::auth::nkeys::{KeyPair, Role};
+use support::jwt::{now, open_user, user_jwt, World};
 use support::{Raw, TestServer};
 
 const T: Duration = Duration::from_secs(5);
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs() as i64
-}
-
-struct Tenant {
-    key: KeyPair,
-    claims: Claims<AccountClaims>,
-}
-
-struct World {
-    operator: KeyPair,
-    operator_jwt: String,
-}
-
-impl World {
-    fn new() -> Self {
-        let operator = KeyPair::generate(Role::Operator);
-        let mut c = Claims {
-            sub: operator.public_key(),
-            name: "OP".into(),
-            nats: OperatorClaims {
-                kind: "operator".into(),
-                version: 2,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let operator_jwt = jwt::encode(&mut c, &operator);
-        World {
-            operator,
-            operator_jwt,
-        }
-    }
-
-    fn tenant(&self, name: &str, limits: AccountLimits) -> Tenant {
-        let key = KeyPair::generate(Role::Account);
-        let claims = Claims {
-            sub: key.public_key(),
-            name: name.into(),
-            nats: AccountClaims {
-                kind: "account".into(),
-                version: 2,
-                limits,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Tenant { key, claims }
-    }
-
-    fn account_jwt(&self, t: &Tenant) -> String {
-        jwt::encode(&mut t.claims.clone(), &self.operator)
-    }
-
-    fn config(&self, tenants: &[&Tenant]) -> String {
-        let preload: String = tenants
-            .iter()
-            .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), self.account_jwt(t)))
-            .collect();
-        format!(
-            "operator: \"{}\"\nresolver: MEMORY\nresolver_preload: {{\n{preload}}}\n",
-            self.operator_jwt
-        )
-    }
-}
-
-fn open_user() -> UserPermissionsLimits {
-    UserPermissionsLimits {
-        subs: -1,
-        data: -1,
-        payload: -1,
-        ..Default::default()
-    }
-}
-
-fn user_jwt(
-    signer: &KeyPair,
-    user: &KeyPair,
-    name: &str,
-    perms: UserPermissionsLimits,
-    edit: impl FnOnce(&mut Claims<UserClaims>),
-) -> String {
-    let mut c = Claims {
-        sub: user.public_key(),
-        name: name.into(),
-        nats: UserClaims {
-            kind: "user".into(),
-            version: 2,
-            perms,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    edit(&mut c);
-    jwt::encode(&mut c, signer)
-}
 
 /// CONNECT with a user JWT, signing the nonce from INFO.
 fn connect_jwt(r: &mut Raw, token: &str, user: &KeyPair) {

@@ -565,34 +565,13 @@ async fn tls_flags_enable_tls_without_a_config_file() {
 #[tokio::test]
 async fn bearer_tokens_need_tls() {
     use sealstream::auth::jwt::claims::{AccountLimits, UserPermissionsLimits};
-    use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims, UserClaims};
     use sealstream::auth::nkeys::{KeyPair as NKey, Role};
+    use support::jwt::{user_jwt, World};
     if support::server_binary().1 {
         return; // the reference accepts bearer tokens on plain connections
     }
-    let op = NKey::generate(Role::Operator);
-    let mut oc = Claims {
-        sub: op.public_key(),
-        nats: OperatorClaims {
-            kind: "operator".into(),
-            version: 2,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let op_jwt = jwt::encode(&mut oc, &op);
-    let acc = NKey::generate(Role::Account);
-    let mut ac = Claims {
-        sub: acc.public_key(),
-        nats: AccountClaims {
-            kind: "account".into(),
-            version: 2,
-            limits: AccountLimits::default(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let acc_jwt = jwt::encode(&mut ac, &op);
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
     let user = NKey::generate(Role::User);
     let perms = UserPermissionsLimits {
         subs: -1,
@@ -601,17 +580,7 @@ async fn bearer_tokens_need_tls() {
         bearer_token: true,
         ..Default::default()
     };
-    let mut uc = Claims {
-        sub: user.public_key(),
-        nats: UserClaims {
-            kind: "user".into(),
-            version: 2,
-            perms,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = jwt::encode(&mut uc, &acc);
+    let token = user_jwt(&t.key, &user, "bearer", perms, |_| {});
     let ca = Ca::new("test-ca");
     let f = Files::new();
     let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
@@ -621,8 +590,8 @@ async fn bearer_tokens_need_tls() {
         f.put("ca.pem", &ca.pem()),
     );
     let conf = format!(
-        "operator: \"{op_jwt}\"\nresolver: MEMORY\nresolver_preload: {{ {}: \"{acc_jwt}\" }}\n{}allow_non_tls: true\n",
-        acc.public_key(),
+        "{}{}allow_non_tls: true\n",
+        w.config(&[&t]),
         tls_conf(&cert, &key, "")
     );
     let s = TestServer::with_config(&conf);

@@ -176,6 +176,17 @@ impl Trust {
         token: &str,
         expected_id: Option<&str>,
     ) -> Result<String, AuthError> {
+        self.accept(token, expected_id, true)
+    }
+
+    /// Verifies `token` completely and stores it; with `persist` (and a full resolver) also
+    /// writes `<id>.jwt` atomically before the in-memory copy changes.
+    fn accept(
+        &self,
+        token: &str,
+        expected_id: Option<&str>,
+        persist: bool,
+    ) -> Result<String, AuthError> {
         let acc = self.verify_account(token)?;
         if let Some(id) = expected_id {
             if acc.sub != id {
@@ -185,7 +196,7 @@ impl Trust {
                 )));
             }
         }
-        if let Some(dir) = &self.dir {
+        if let (true, Some(dir)) = (persist, &self.dir) {
             let tmp = dir.join(format!(".{}.jwt.tmp", acc.sub));
             let dst = dir.join(format!("{}.jwt", acc.sub));
             let write = || -> std::io::Result<()> {
@@ -218,7 +229,7 @@ impl Trust {
     }
 
     /// Verifies an account JWT completely (signature, trusted issuer, expiry, supported
-    /// features, and `sub == expected_id` when given) and only then stores it.
+    /// features, and `sub == expected_id` when given) and only then stores it (in memory).
     ///
     /// # Errors
     /// [`AuthError::Account`] naming the failed check.
@@ -227,21 +238,7 @@ impl Trust {
         token: &str,
         expected_id: Option<&str>,
     ) -> Result<String, AuthError> {
-        let acc = self.verify_account(token)?;
-        if let Some(id) = expected_id {
-            if acc.sub != id {
-                return Err(AuthError::Account(format!(
-                    "JWT subject {} does not match {id}",
-                    acc.sub
-                )));
-            }
-        }
-        let id = acc.sub.clone();
-        self.accounts
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), Arc::new(acc));
-        Ok(id)
+        self.accept(token, expected_id, false)
     }
 
     fn verify_account(&self, token: &str) -> Result<Claims<AccountClaims>, AuthError> {

@@ -11,6 +11,8 @@
     reason = "shared by every test crate, each using a different part; a harness may panic"
 )]
 
+pub mod jwt;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
