@@ -349,3 +349,55 @@ fn repeated_failures_from_one_address_are_throttled_but_still_answered() {
         "failure logs are rate-limited"
     );
 }
+
+#[test]
+fn strict_operators_trust_signing_keys_only() {
+    use sealstream::auth::jwt::claims::SigningKey;
+    use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims};
+    let identity = KeyPair::generate(Role::Operator);
+    let signer = KeyPair::generate(Role::Operator);
+    let mut oc = Claims {
+        sub: identity.public_key(),
+        nats: OperatorClaims {
+            kind: "operator".into(),
+            version: 2,
+            signing_keys: vec![signer.public_key()],
+            strict_signing_key_usage: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let op_jwt = jwt::encode(&mut oc, &identity);
+    let acc = KeyPair::generate(Role::Account);
+    let acc_signer = KeyPair::generate(Role::Account);
+    let mut ac = Claims {
+        sub: acc.public_key(),
+        nats: AccountClaims {
+            kind: "account".into(),
+            version: 2,
+            signing_keys: vec![SigningKey::Key(acc_signer.public_key())],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let acc_jwt = jwt::encode(&mut ac, &signer);
+    let conf = format!(
+        "operator: \"{op_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{acc_jwt}\"\n}}\n",
+        acc.public_key()
+    );
+    let s = TestServer::with_config(&conf);
+    let user = KeyPair::generate(Role::User);
+    // Signed by the account's signing key (issuer_account names the account): admitted.
+    let account_id = acc.public_key();
+    let token = user_jwt(&acc_signer, &user, "u", open_user(), |c| {
+        c.nats.issuer_account = Some(account_id.clone())
+    });
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    r.expect_line("PONG");
+    // Signed by the account identity key under a strict operator: refused, as the reference does.
+    let token = user_jwt(&acc, &user, "u", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    expect_auth_violation(&mut r);
+}

@@ -55,6 +55,10 @@ fn now_secs() -> i64 {
 pub struct Trust {
     signers: HashSet<String>,
     accounts: RwLock<HashMap<String, Arc<Claims<AccountClaims>>>>,
+    /// An operator sets `strict_signing_key_usage`: identity keys sign nothing day to day, so
+    /// users signed by an account's identity key (rather than one of its signing keys) are
+    /// refused, as the reference refuses them.
+    strict: bool,
     /// The full resolver's directory: verified account JWTs are persisted as `<id>.jwt`.
     dir: Option<std::path::PathBuf>,
     /// The system account's public key, if configured.
@@ -75,6 +79,7 @@ impl Trust {
     ) -> Result<Self, TrustError> {
         let mut signers = HashSet::new();
         let mut sys = system_account;
+        let mut strict = false;
         for entry in operators {
             let text = if entry.trim_start().starts_with("eyJ") {
                 entry.clone()
@@ -98,7 +103,9 @@ impl Trust {
                         .into(),
                 });
             }
-            if !op.nats.strict_signing_key_usage {
+            if op.nats.strict_signing_key_usage {
+                strict = true;
+            } else {
                 signers.insert(op.sub.clone());
             }
             signers.extend(op.nats.signing_keys.iter().cloned());
@@ -115,6 +122,7 @@ impl Trust {
         let trust = Trust {
             signers,
             accounts: RwLock::new(HashMap::new()),
+            strict,
             dir: None,
             system_account: sys,
         };
@@ -316,6 +324,11 @@ impl Trust {
             return Err(AuthError::Account("account JWT expired".into()));
         }
         let perms = if user.iss == account.sub {
+            if self.strict {
+                return Err(AuthError::Jwt(
+                    "strict signing key usage: the user is signed by the account identity key, not a signing key".into(),
+                ));
+            }
             user.nats.perms.clone()
         } else {
             match account

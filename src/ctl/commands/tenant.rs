@@ -77,12 +77,19 @@ pub fn operator_init(ks: &Keystore, name: &str, force: bool) -> anyhow::Result<(
         format!("{}\n", sys.seed().as_str()).as_bytes(),
         true,
     )?;
+    let sys_signer = KeyPair::generate(Role::Account);
+    ks.write(
+        &dir.join("signing.seed"),
+        format!("{}\n", sys_signer.seed().as_str()).as_bytes(),
+        true,
+    )?;
     let mut acc = Claims {
         sub: sys.public_key(),
         name: SYSTEM_ACCOUNT.into(),
         nats: AccountClaims {
             kind: "account".into(),
             version: 2,
+            signing_keys: vec![SigningKey::Key(sys_signer.public_key())],
             ..Default::default()
         },
         ..Default::default()
@@ -110,11 +117,12 @@ pub fn operator_init(ks: &Keystore, name: &str, force: bool) -> anyhow::Result<(
             kind: "user".into(),
             version: 2,
             perms,
+            issuer_account: Some(sys.public_key()),
             ..Default::default()
         },
         ..Default::default()
     };
-    let token = jwt::encode(&mut uc, &sys);
+    let token = jwt::encode(&mut uc, &sys_signer);
     ks.write(
         &dir.join("users").join("sys.creds"),
         format_creds(&token, &sys_user.seed()).as_bytes(),
@@ -160,6 +168,14 @@ pub fn account_add(
         format!("{}\n", key.seed().as_str()).as_bytes(),
         false,
     )?;
+    // Users are signed by this unscoped signing key, never by the identity key: the operator is
+    // strict (as nats-server enforces it), and the identity seed can then be vaulted.
+    let signer = KeyPair::generate(Role::Account);
+    ks.write(
+        &dir.join("signing.seed"),
+        format!("{}\n", signer.seed().as_str()).as_bytes(),
+        false,
+    )?;
     let mut claims = Claims {
         sub: key.public_key(),
         name: name.to_owned(),
@@ -167,6 +183,7 @@ pub fn account_add(
             kind: "account".into(),
             version: 2,
             limits,
+            signing_keys: vec![SigningKey::Key(signer.public_key())],
             ..Default::default()
         },
         ..Default::default()
@@ -284,7 +301,14 @@ pub fn user_add(ks: &Keystore, spec: &UserSpec<'_>) -> anyhow::Result<PathBuf> {
                     ..Default::default()
                 },
             };
-            (account_key, perms, None)
+            // The operator is strict: users are signed by the account's signing key, not its
+            // identity key (whose seed can then be vaulted).
+            let seed = Keystore::account_dir(spec.account).join("signing.seed");
+            let signer = ks
+                .seed(&seed, Role::Account)
+                .context("no account signing key")?;
+            drop(account_key);
+            (signer, perms, Some(account.sub.clone()))
         }
     };
     if spec.bearer {
