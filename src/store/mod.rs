@@ -32,6 +32,8 @@
 
 pub mod block;
 pub mod file_store;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group_commit;
 pub mod index;
 pub mod io;
