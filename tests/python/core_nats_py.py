@@ -27,7 +27,10 @@ async def main(url: str) -> None:
     for i in range(100):
         await other.publish(f"py.{i % 3}", str(i).encode())
     await other.flush()
-    await asyncio.wait_for(done.wait(), 5)
+    try:
+        await asyncio.wait_for(done.wait(), 15)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"received {len(got)} of 100 messages") from None
     assert [d for _, d in got] == [str(i).encode() for i in range(100)], got[:5]
 
     # request/reply
