@@ -420,3 +420,90 @@ fn strict_operators_trust_signing_keys_only() {
     connect_jwt(&mut r, &token, &user);
     expect_auth_violation(&mut r);
 }
+
+#[tokio::test]
+async fn jwt_declared_exports_and_imports_cross_accounts() {
+    use futures::StreamExt;
+    use sealstream::auth::jwt::claims::{Export, Import};
+    let w = World::new();
+    let mut a = w.tenant("A", AccountLimits::default());
+    a.claims.nats.exports = vec![
+        Export {
+            subject: "pub.>".into(),
+            kind: "stream".into(),
+            ..Default::default()
+        },
+        Export {
+            subject: "svc.>".into(),
+            kind: "service".into(),
+            ..Default::default()
+        },
+    ];
+    let mut b = w.tenant("B", AccountLimits::default());
+    b.claims.nats.imports = vec![
+        Import {
+            subject: "pub.>".into(),
+            account: a.key.public_key(),
+            kind: "stream".into(),
+            ..Default::default()
+        },
+        Import {
+            subject: "svc.>".into(),
+            account: a.key.public_key(),
+            kind: "service".into(),
+            local_subject: Some("asvc.>".into()),
+            ..Default::default()
+        },
+    ];
+    let c = w.tenant("C", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&a, &b, &c]));
+    let login = |t: &support::jwt::Tenant, name: &str| {
+        let user = KeyPair::generate(Role::User);
+        let token = user_jwt(&t.key, &user, name, open_user(), |_| {});
+        let creds = sealstream::auth::creds::format_creds(&token, &user.seed());
+        let url = s.url();
+        async move {
+            async_nats::ConnectOptions::with_credentials(&creds)
+                .unwrap()
+                .connect(url)
+                .await
+                .unwrap()
+        }
+    };
+    let (ca, cb, cc) = (
+        login(&a, "a").await,
+        login(&b, "b").await,
+        login(&c, "c").await,
+    );
+    let mut b_pub = cb.subscribe("pub.>").await.unwrap();
+    let mut c_pub = cc.subscribe("pub.>").await.unwrap();
+    support::sync(&cb).await;
+    support::sync(&cc).await;
+    let mut svc = ca.subscribe("svc.>").await.unwrap();
+    support::sync(&ca).await;
+    let ca2 = ca.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc.next().await {
+            if let Some(r) = m.reply {
+                ca2.publish(r, format!("answer:{}", m.subject).into())
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    ca.publish("pub.news", "hello".into()).await.unwrap();
+    support::sync(&ca).await;
+    let m = tokio::time::timeout(T, b_pub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "pub.news");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), c_pub.next())
+            .await
+            .is_err(),
+        "C imports nothing"
+    );
+    let resp = cb.request("asvc.echo", "x".into()).await.unwrap();
+    assert_eq!(resp.payload, "answer:svc.echo".as_bytes());
+}

@@ -114,14 +114,11 @@ pub(crate) fn build(
 /// Builds each account's cross-account routes from the config's exports and imports (the
 /// config layer has already checked that every import names a matching, permitted export).
 fn install_routes(opts: &ServerOptions, registry: &Registry) {
-    use std::collections::HashMap;
-
     use crate::config::accounts::{ExportKind, ResponseType};
     use crate::subject::filter_is_subset_of;
 
-    use super::account::imports::{Routes, ServiceRoute, StreamRoute};
+    use super::account::imports::{ServiceRoute, StreamRoute};
 
-    let mut routes: HashMap<String, Routes> = HashMap::new();
     for importer in &opts.accounts {
         let Some(importer_acc) = registry.get(&importer.name) else {
             continue;
@@ -132,18 +129,12 @@ fn install_routes(opts: &ServerOptions, registry: &Registry) {
                 continue;
             };
             match imp.kind {
-                ExportKind::Stream => {
-                    routes
-                        .entry(imp.account.clone())
-                        .or_default()
-                        .streams
-                        .push(StreamRoute {
-                            pattern: imp.subject.clone(),
-                            importer: Arc::clone(&importer_acc),
-                            prefix: imp.prefix.clone(),
-                            to: imp.to.clone(),
-                        })
-                }
+                ExportKind::Stream => exporter_acc.routes_init().add_stream(StreamRoute {
+                    pattern: imp.subject.clone(),
+                    importer: Arc::clone(&importer_acc),
+                    prefix: imp.prefix.clone(),
+                    to: imp.to.clone(),
+                }),
                 ExportKind::Service => {
                     let singleton = opts
                         .accounts
@@ -159,25 +150,76 @@ fn install_routes(opts: &ServerOptions, registry: &Registry) {
                             })
                         })
                         .is_none_or(|e| e.response_type == ResponseType::Singleton);
-                    routes
-                        .entry(importer.name.clone())
-                        .or_default()
-                        .services
-                        .push(ServiceRoute {
-                            local: imp.to.clone().unwrap_or_else(|| imp.subject.clone()),
-                            remote: imp.subject.clone(),
-                            exporter: Arc::clone(&exporter_acc),
-                            singleton,
-                        });
+                    importer_acc.routes_init().add_service(ServiceRoute {
+                        local: imp.to.clone().unwrap_or_else(|| imp.subject.clone()),
+                        remote: imp.subject.clone(),
+                        exporter: Arc::clone(&exporter_acc),
+                        singleton,
+                    });
                     // The exporter needs a reply table even if it imports nothing itself.
-                    routes.entry(imp.account.clone()).or_default();
+                    exporter_acc.routes_init();
                 }
             }
         }
     }
-    for (name, r) in routes {
-        if let Some(acc) = registry.get(&name) {
-            acc.set_routes(r);
+}
+
+/// Operator mode: installs the cross-account routes an account JWT declares (its imports,
+/// each checked against a matching export in the exporter's JWT), the first time a user of
+/// the account logs in. Later account updates do not change installed routes.
+pub(crate) fn install_jwt_routes(
+    trust: &crate::auth::Trust,
+    registry: &Registry,
+    account: &Arc<super::account::Account>,
+) {
+    use super::account::imports::{ServiceRoute, StreamRoute};
+    use crate::subject::filter_is_subset_of;
+
+    if !account.claim_jwt_routes() {
+        return;
+    }
+    let Some(claims) = trust.account(&account.name) else {
+        return;
+    };
+    for imp in &claims.nats.imports {
+        let Some(exporter_claims) = trust.account(&imp.account) else {
+            warn!(account = %account.name, exporter = %imp.account, "import from an unknown account ignored");
+            continue;
+        };
+        let Some(export) = exporter_claims.nats.exports.iter().find(|e| {
+            e.kind.eq_ignore_ascii_case(&imp.kind)
+                && filter_is_subset_of(imp.subject.as_bytes(), e.subject.as_bytes())
+        }) else {
+            warn!(account = %account.name, subject = %imp.subject, "import without a matching export ignored");
+            continue;
+        };
+        if export.token_req {
+            warn!(account = %account.name, subject = %imp.subject, "import of a token-required export ignored (activation tokens are not supported)");
+            continue;
+        }
+        let exporter = registry.create(&imp.account);
+        if imp.kind.eq_ignore_ascii_case("stream") {
+            exporter.routes_init().add_stream(StreamRoute {
+                pattern: imp.subject.clone(),
+                importer: Arc::clone(account),
+                prefix: None,
+                to: imp.local_subject.clone(),
+            });
+        } else {
+            exporter.routes_init();
+            let singleton = export
+                .response_type
+                .as_deref()
+                .is_none_or(|t| t.eq_ignore_ascii_case("singleton"));
+            account.routes_init().add_service(ServiceRoute {
+                local: imp
+                    .local_subject
+                    .clone()
+                    .unwrap_or_else(|| imp.subject.clone()),
+                remote: imp.subject.clone(),
+                exporter,
+                singleton,
+            });
         }
     }
 }

@@ -271,7 +271,7 @@ fn cross_accounts(
     if from.crossed {
         return crossed;
     }
-    for s in &routes.streams {
+    for s in routes.streams().iter() {
         let mapped = match (&s.prefix, &s.to) {
             (Some(prefix), _)
                 if crate::subject::subject_matches_filter(subject, s.pattern.as_bytes()) =>
@@ -290,7 +290,7 @@ fn cross_accounts(
             publish(ctx, &s.importer, hop, &m, reply, headers, payload);
         }
     }
-    for svc in &routes.services {
+    for svc in routes.services().iter() {
         let Some(remote) = imports::transform(subject, &svc.local, &svc.remote) else {
             continue;
         };

@@ -14,7 +14,7 @@
 //! import cycles cannot loop.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -40,6 +40,17 @@ pub(crate) struct StreamRoute {
     pub(crate) to: Option<String>,
 }
 
+impl StreamRoute {
+    fn clone_route(&self) -> Self {
+        StreamRoute {
+            pattern: self.pattern.clone(),
+            importer: Arc::clone(&self.importer),
+            prefix: self.prefix.clone(),
+            to: self.to.clone(),
+        }
+    }
+}
+
 /// A service import as seen from the importer.
 pub(crate) struct ServiceRoute {
     /// Local subject pattern in the importer.
@@ -52,6 +63,17 @@ pub(crate) struct ServiceRoute {
     pub(crate) singleton: bool,
 }
 
+impl ServiceRoute {
+    fn clone_route(&self) -> Self {
+        ServiceRoute {
+            local: self.local.clone(),
+            remote: self.remote.clone(),
+            exporter: Arc::clone(&self.exporter),
+            singleton: self.singleton,
+        }
+    }
+}
+
 /// Where an exporter's answer on an `_R_` subject goes.
 pub(crate) struct ReplyRoute {
     pub(crate) importer: Arc<Account>,
@@ -60,18 +82,45 @@ pub(crate) struct ReplyRoute {
     pub(crate) expires: Instant,
 }
 
-/// The cross-account routes of one account.
+/// The cross-account routes of one account. Route lists are swapped whole (copy on write), so
+/// a publisher takes a snapshot and never holds a lock while it delivers.
 #[derive(Default)]
 pub(crate) struct Routes {
     /// Stream imports of this account's subjects by other accounts.
-    pub(crate) streams: Vec<StreamRoute>,
+    streams: RwLock<Arc<Vec<StreamRoute>>>,
     /// Service imports this account makes.
-    pub(crate) services: Vec<ServiceRoute>,
+    services: RwLock<Arc<Vec<ServiceRoute>>>,
     /// Live `_R_` reply mappings for requests this account answers.
     pub(crate) responses: Mutex<HashMap<Bytes, ReplyRoute>>,
 }
 
 impl Routes {
+    /// The stream routes now.
+    pub(crate) fn streams(&self) -> Arc<Vec<StreamRoute>> {
+        Arc::clone(&self.streams.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The service routes now.
+    pub(crate) fn services(&self) -> Arc<Vec<ServiceRoute>> {
+        Arc::clone(&self.services.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Adds a stream route (an importer of this account's subjects).
+    pub(crate) fn add_stream(&self, r: StreamRoute) {
+        let mut g = self.streams.write().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<StreamRoute> = g.iter().map(StreamRoute::clone_route).collect();
+        v.push(r);
+        *g = Arc::new(v);
+    }
+
+    /// Adds a service route (an import this account makes).
+    pub(crate) fn add_service(&self, r: ServiceRoute) {
+        let mut g = self.services.write().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<ServiceRoute> = g.iter().map(ServiceRoute::clone_route).collect();
+        v.push(r);
+        *g = Arc::new(v);
+    }
+
     /// Records a reply mapping and returns the `_R_` subject to use as the reply.
     pub(crate) fn map_reply(&self, importer: Arc<Account>, reply: Bytes, singleton: bool) -> Bytes {
         let id = crate::crypto::random_id();

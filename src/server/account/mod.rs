@@ -80,8 +80,10 @@ pub(crate) struct Account {
     pub(crate) connections: AtomicU64,
     tree: RwLock<SubjectTree<SubRef>>,
     generation: AtomicU64,
-    /// Cross-account routes, fixed at startup (see [`imports`]).
+    /// Cross-account routes (see [`imports`]); absent for accounts that never cross.
     routes: std::sync::OnceLock<imports::Routes>,
+    /// The account JWT's imports were installed (operator mode, on first login).
+    jwt_routes: AtomicBool,
 }
 
 impl Account {
@@ -93,6 +95,7 @@ impl Account {
             tree: RwLock::new(SubjectTree::new()),
             generation: AtomicU64::new(0),
             routes: std::sync::OnceLock::new(),
+            jwt_routes: AtomicBool::new(false),
         }
     }
 
@@ -101,9 +104,14 @@ impl Account {
         self.routes.get()
     }
 
-    /// Installs the cross-account routes (once, at startup).
-    pub(crate) fn set_routes(&self, routes: imports::Routes) {
-        let _ = self.routes.set(routes);
+    /// The account's routes, created empty on first use.
+    pub(crate) fn routes_init(&self) -> &imports::Routes {
+        self.routes.get_or_init(imports::Routes::default)
+    }
+
+    /// Marks the JWT-declared imports as installed; true the first time only.
+    pub(crate) fn claim_jwt_routes(&self) -> bool {
+        !self.jwt_routes.swap(true, Ordering::AcqRel)
     }
 
     /// The tree's generation, readable without a lock; changes on every insert or remove.

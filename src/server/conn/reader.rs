@@ -347,8 +347,14 @@ impl Session {
             match self.auth.authenticate(&creds) {
                 Ok(id) => {
                     if let Some(acc) = &id.account {
-                        let bound = if self.auth.trust().is_some() {
-                            Some(self.shared.accounts.create(acc))
+                        let bound = if let Some(trust) = self.auth.trust() {
+                            let a = self.shared.accounts.create(acc);
+                            super::super::auth_setup::install_jwt_routes(
+                                trust,
+                                &self.shared.accounts,
+                                &a,
+                            );
+                            Some(a)
                         } else {
                             self.shared.accounts.get(acc)
                         };
