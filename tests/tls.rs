@@ -142,6 +142,17 @@ async fn raw_tls(
     Ok((tls, info))
 }
 
+/// Whether a TLS client (with `client` certificate, if any) gets through CONNECT to a PONG.
+async fn tls_session_works(port: u16, ca_pem: &Path, client: Option<(&Path, &Path)>) -> bool {
+    match raw_tls(port, ca_pem, client, false).await {
+        Err(_) => false,
+        Ok((mut t, _)) => {
+            let lines = tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG").await;
+            lines.last().map(String::as_str) == Some("PONG")
+        }
+    }
+}
+
 async fn tls_lines(
     tls: &mut tokio_rustls::client::TlsStream<TcpStream>,
     send: &[u8],
@@ -229,27 +240,9 @@ async fn client_certificates_are_required_when_verify_is_on() {
     ));
     assert_eq!(s.raw().info["tls_verify"], true);
     // No client certificate: the handshake (or the first read) fails.
-    let no_cert = match raw_tls(s.port, &ca_pem, None, false).await {
-        Err(_) => true,
-        Ok((mut t, _)) => {
-            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
-                .await
-                .last()
-                .map(String::as_str)
-                != Some("PONG")
-        }
-    };
+    let no_cert = !tls_session_works(s.port, &ca_pem, None).await;
     assert!(no_cert, "no client certificate must fail");
-    let rogue_fails = match raw_tls(s.port, &ca_pem, Some((&rc, &rk)), false).await {
-        Err(_) => true,
-        Ok((mut t, _)) => {
-            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
-                .await
-                .last()
-                .map(String::as_str)
-                != Some("PONG")
-        }
-    };
+    let rogue_fails = !tls_session_works(s.port, &ca_pem, Some((&rc, &rk))).await;
     assert!(rogue_fails, "a certificate from another CA must fail");
     let c = async_nats::ConnectOptions::new()
         .require_tls(true)
@@ -520,16 +513,7 @@ async fn pinned_certs_admit_only_listed_client_certificates() {
         .unwrap();
     let lines = tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG").await;
     assert_eq!(lines.last().map(String::as_str), Some("PONG"));
-    let refused = match raw_tls(s.port, &ca_pem, Some((&bad_c, &bad_k)), false).await {
-        Err(_) => true,
-        Ok((mut t, _)) => {
-            tls_lines(&mut t, b"CONNECT {\"verbose\":false}\r\nPING\r\n", "PONG")
-                .await
-                .last()
-                .map(String::as_str)
-                != Some("PONG")
-        }
-    };
+    let refused = !tls_session_works(s.port, &ca_pem, Some((&bad_c, &bad_k))).await;
     assert!(refused, "a valid but unpinned certificate is refused");
 }
 
