@@ -14,6 +14,8 @@
 //! - [`config`]: the nats-server configuration language and command-line flags → options.
 //! - [`auth`]: who may connect, and as whom.
 //! - [`store`]: the sealed store: header, keyring, catalog (and the segment log).
+//! - [`jetstream`]: streams, consumers, acks and retention over the store; decisions, no I/O
+//!   of its own beyond the store.
 //! - [`crypto`]: keys (argon2id, HKDF, wrapped data keys) and XChaCha20-Poly1305 sealing.
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
@@ -28,6 +30,7 @@ pub mod auth;
 pub mod config;
 pub mod crypto;
 pub mod ctl;
+pub mod jetstream;
 pub mod proto;
 pub mod server;
 pub mod store;

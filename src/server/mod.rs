@@ -17,6 +17,7 @@
 pub(crate) mod account;
 mod auth_setup;
 pub(crate) mod conn;
+pub(crate) mod jetstream;
 mod listener;
 pub mod log_format;
 mod monitor;
@@ -150,8 +151,8 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<Arc<tls::TlsSetup>>,
     /// TLS is offered but optional (`allow_non_tls`).
     pub(crate) allow_non_tls: bool,
-    /// The sealed store's metadata layer, when JetStream is enabled.
-    pub(crate) store: Option<Mutex<crate::store::meta::MetaStore>>,
+    /// JetStream, when enabled (set once at startup, after the store opened).
+    pub(crate) jetstream: std::sync::OnceLock<Arc<jetstream::JetStream>>,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
     next_cid: AtomicU64,
 }
@@ -223,7 +224,7 @@ impl Shared {
             auth_failures: Mutex::new(HashMap::new()),
             system,
             allow_non_tls: opts.allow_non_tls,
-            store: None,
+            jetstream: std::sync::OnceLock::new(),
             tls,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
@@ -330,7 +331,14 @@ impl Shared {
             port: u16::try_from(self.client_port.load(Ordering::Relaxed)).unwrap_or(0),
             headers: self.headers_supported,
             max_payload: self.limits.max_payload as i64,
-            jetstream: false,
+            jetstream: self
+                .jetstream
+                .get()
+                .is_some_and(|js| account.is_none_or(|a| js.enabled_for(a))),
+            api_lvl: self
+                .jetstream
+                .get()
+                .map(|_| i32::try_from(crate::jetstream::API_LEVEL).unwrap_or(0)),
             client_id: client.cid,
             client_ip: client.peer.ip().to_string(),
             auth_required: self.auth().required(),
@@ -361,9 +369,11 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     for key in &opts.ignored {
         warn!("option {key:?} is not supported yet and is ignored");
     }
-    let mut shared_state = Shared::new(opts)?;
-    shared_state.store = store.map(Mutex::new);
-    let shared = Arc::new(shared_state);
+    let shared = Arc::new(Shared::new(opts)?);
+    if let Some(meta) = store {
+        let js = jetstream::start(&shared, meta);
+        let _ = shared.jetstream.set(js);
+    }
     let client_listener = listener::bind_clients(&shared).await?;
     let client_addr = client_listener
         .local_addr()
@@ -438,6 +448,10 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     shutdown.cancel();
     let _ = accept.await;
     shutdown::close_clients(&shared).await;
+    if let Some(js) = shared.jetstream.get() {
+        let js = Arc::clone(js);
+        let _ = tokio::task::spawn_blocking(move || jetstream::stop(&js)).await;
+    }
     for f in files {
         let _ = std::fs::remove_file(f);
     }
@@ -486,7 +500,6 @@ fn open_store(opts: &ServerOptions) -> Result<Option<crate::store::meta::MetaSto
     let described = source.describe();
     let store = MetaStore::open(&root, source, MetaOptions::default())?;
     info!("Sealed store at {} (key: {described})", root.display());
-    warn!("JetStream streams and consumers are not served yet; the sealed store is opened and verified");
     Ok(Some(store))
 }
 

@@ -118,6 +118,75 @@ pub(crate) fn publish(
     payload: &Bytes,
 ) -> usize {
     let matches = ctx.lookup(account, subject);
+    let n = deliver_matches(ctx, &matches, from, subject, reply, headers, payload);
+    let crossed = cross_accounts(ctx, account, from, subject, reply, headers, payload);
+    if matches.plain.is_empty() && matches.groups.is_empty() && !crossed && from.no_responders {
+        if let Some(reply) = reply {
+            let status = no_responders_block(subject);
+            let answer = Publisher {
+                cid: from.cid,
+                echo: true,
+                no_responders: false,
+                crossed: false,
+            };
+            publish(
+                ctx,
+                account,
+                answer,
+                reply,
+                None,
+                Some(&status),
+                &Bytes::new(),
+            );
+        }
+    }
+    release_expired(ctx, account);
+    n
+}
+
+/// Delivers to the subscribers of `to` in `account` only, showing `shown` as the subject:
+/// JetStream deliveries go to a pull request's inbox or a push consumer's deliver subject but
+/// keep the stream message's own subject. No import/export hop, no no-responders status.
+/// Returns how many subscriptions took it (0: nobody is listening).
+pub(crate) fn deliver_as(
+    ctx: &mut RouteCtx,
+    account: &Arc<Account>,
+    to: &[u8],
+    shown: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> usize {
+    let matches = ctx.lookup(account, to);
+    let from = Publisher {
+        cid: u64::MAX,
+        echo: true,
+        no_responders: false,
+        crossed: true,
+    };
+    let n = deliver_matches(ctx, &matches, from, shown, reply, headers, payload);
+    release_expired(ctx, account);
+    n
+}
+
+fn release_expired(ctx: &mut RouteCtx, account: &Arc<Account>) {
+    for sub in std::mem::take(&mut ctx.expired) {
+        if account.unsubscribe(&sub) {
+            sub.client.subs.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One copy to every plain subscription and one per queue group.
+fn deliver_matches(
+    ctx: &mut RouteCtx,
+    matches: &Matches,
+    from: Publisher,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> usize {
     let mut n = 0;
     for s in &matches.plain {
         let sub = &s.0;
@@ -146,32 +215,6 @@ pub(crate) fn publish(
                 n += 1;
                 break;
             }
-        }
-    }
-    let crossed = cross_accounts(ctx, account, from, subject, reply, headers, payload);
-    if matches.plain.is_empty() && matches.groups.is_empty() && !crossed && from.no_responders {
-        if let Some(reply) = reply {
-            let status = no_responders_block(subject);
-            let answer = Publisher {
-                cid: from.cid,
-                echo: true,
-                no_responders: false,
-                crossed: false,
-            };
-            publish(
-                ctx,
-                account,
-                answer,
-                reply,
-                None,
-                Some(&status),
-                &Bytes::new(),
-            );
-        }
-    }
-    for sub in std::mem::take(&mut ctx.expired) {
-        if account.unsubscribe(&sub) {
-            sub.client.subs.fetch_sub(1, Ordering::Relaxed);
         }
     }
     n

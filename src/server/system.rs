@@ -120,7 +120,7 @@ impl System {
             "host": shared.opts.host,
             "id": shared.server_id,
             "ver": NATS_COMPAT_VERSION,
-            "jetstream": false,
+            "jetstream": shared.jetstream.get().is_some(),
             "time": rfc3339(SystemTime::now()),
         })
     }

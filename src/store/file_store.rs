@@ -1041,6 +1041,10 @@ impl StreamStore for FileStore {
         self.index.subjects_state(filter)
     }
 
+    fn count_from(&self, from: u64, filter: &str) -> u64 {
+        self.index.count_from(from, filter)
+    }
+
     fn limits(&self) -> StoreLimits {
         self.cfg.limits
     }

@@ -306,6 +306,48 @@ impl<L: Clone> Index<L> {
             .map(|(s, _)| *s)
     }
 
+    /// How many stored messages at or after `from` match `filter` (a consumer's pending
+    /// count). Cheap when nothing is missing between `from` and the last sequence, or when
+    /// the matching subjects lie wholly after `from`; otherwise it scans the smaller side.
+    pub fn count_from(&self, from: u64, filter: &str) -> u64 {
+        let f = Filter::parse(filter);
+        let st = self.state();
+        if st.msgs == 0 || from > st.last_seq {
+            return 0;
+        }
+        if f == Filter::All {
+            if from <= st.first_seq {
+                return st.msgs;
+            }
+            if st.num_deleted == 0 {
+                return st.last_seq + 1 - from;
+            }
+            let after = self.msgs.range(from..).count() as u64;
+            return after;
+        }
+        let m = self.matching(&f);
+        let mut n = 0;
+        let mut scan: HashSet<*const u8> = HashSet::new();
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for (s, i) in &m {
+            if i.first >= from {
+                n += i.msgs;
+            } else if i.last >= from {
+                scan.insert(s.as_ptr());
+                lo = lo.min(from);
+                hi = hi.max(i.last);
+            }
+        }
+        if !scan.is_empty() && lo <= hi {
+            n += self
+                .msgs
+                .range(lo..=hi)
+                .filter(|(_, e)| scan.contains(&e.subject.as_ptr()))
+                .count() as u64;
+        }
+        n
+    }
+
     /// Per-subject state of the subjects matching `filter`.
     pub fn subjects_state(&self, filter: &str) -> BTreeMap<String, SubjectState> {
         let f = Filter::parse(filter);

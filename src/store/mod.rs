@@ -342,6 +342,9 @@ pub trait StreamStore: Send {
     /// Per-subject state of the subjects matching `filter`.
     fn subjects_state(&self, filter: &str) -> std::collections::BTreeMap<String, SubjectState>;
 
+    /// How many stored messages at or after `from` match `filter` (`>` for all).
+    fn count_from(&self, from: u64, filter: &str) -> u64;
+
     /// The limits in force.
     fn limits(&self) -> StoreLimits;
 

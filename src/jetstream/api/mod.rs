@@ -1,0 +1,283 @@
+//! The `$JS.API` surface: which subject means which call, and the reply envelope.
+//!
+//! Every call is a core request; the reply is one JSON object whose `type` names the call
+//! (`io.nats.jetstream.api.v1.<kind>_response`) and which carries an `error` object instead
+//! of a result when the call fails. Error codes come from [`errors`] only.
+
+pub mod errors;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+pub use errors::ApiError;
+
+/// One API call, decoded from its subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiCall {
+    /// `$JS.API.INFO`.
+    AccountInfo,
+    /// `STREAM.CREATE.<S>`.
+    StreamCreate(String),
+    /// `STREAM.UPDATE.<S>`.
+    StreamUpdate(String),
+    /// `STREAM.INFO.<S>`.
+    StreamInfo(String),
+    /// `STREAM.DELETE.<S>`.
+    StreamDelete(String),
+    /// `STREAM.PURGE.<S>`.
+    StreamPurge(String),
+    /// `STREAM.NAMES`.
+    StreamNames,
+    /// `STREAM.LIST`.
+    StreamList,
+    /// `STREAM.MSG.GET.<S>`.
+    MsgGet(String),
+    /// `STREAM.MSG.DELETE.<S>`.
+    MsgDelete(String),
+    /// `DIRECT.GET.<S>[.<subject>]`.
+    DirectGet(String, Option<String>),
+    /// `CONSUMER.CREATE.<S>[.<C>[.<filter>]]` and `CONSUMER.DURABLE.CREATE.<S>.<C>`.
+    ConsumerCreate {
+        /// Stream.
+        stream: String,
+        /// Consumer name token, if the subject has one.
+        consumer: Option<String>,
+        /// Filter tokens after the name, if any.
+        filter: Option<String>,
+        /// The legacy `DURABLE.CREATE` form.
+        legacy_durable: bool,
+    },
+    /// `CONSUMER.INFO.<S>.<C>`.
+    ConsumerInfo(String, String),
+    /// `CONSUMER.DELETE.<S>.<C>`.
+    ConsumerDelete(String, String),
+    /// `CONSUMER.NAMES.<S>`.
+    ConsumerNames(String),
+    /// `CONSUMER.LIST.<S>`.
+    ConsumerList(String),
+    /// `CONSUMER.MSG.NEXT.<S>.<C>`.
+    MsgNext(String, String),
+}
+
+impl ApiCall {
+    /// Decodes an API subject. `None`: not an endpoint we serve (no reply is sent).
+    pub fn parse(subject: &str) -> Option<ApiCall> {
+        let rest = subject.strip_prefix("$JS.API.")?;
+        let t: Vec<&str> = rest.split('.').collect();
+        let s = |x: &&str| (*x).to_owned();
+        Some(match t.as_slice() {
+            ["INFO"] => ApiCall::AccountInfo,
+            ["STREAM", "CREATE", n] => ApiCall::StreamCreate(s(n)),
+            ["STREAM", "UPDATE", n] => ApiCall::StreamUpdate(s(n)),
+            ["STREAM", "INFO", n] => ApiCall::StreamInfo(s(n)),
+            ["STREAM", "DELETE", n] => ApiCall::StreamDelete(s(n)),
+            ["STREAM", "PURGE", n] => ApiCall::StreamPurge(s(n)),
+            ["STREAM", "NAMES"] => ApiCall::StreamNames,
+            ["STREAM", "LIST"] => ApiCall::StreamList,
+            ["STREAM", "MSG", "GET", n] => ApiCall::MsgGet(s(n)),
+            ["STREAM", "MSG", "DELETE", n] => ApiCall::MsgDelete(s(n)),
+            ["DIRECT", "GET", n] => ApiCall::DirectGet(s(n), None),
+            ["DIRECT", "GET", n, subj @ ..] if !subj.is_empty() => {
+                ApiCall::DirectGet(s(n), Some(subj.join(".")))
+            }
+            ["CONSUMER", "CREATE", n] => ApiCall::ConsumerCreate {
+                stream: s(n),
+                consumer: None,
+                filter: None,
+                legacy_durable: false,
+            },
+            ["CONSUMER", "CREATE", n, c] => ApiCall::ConsumerCreate {
+                stream: s(n),
+                consumer: Some(s(c)),
+                filter: None,
+                legacy_durable: false,
+            },
+            ["CONSUMER", "CREATE", n, c, f @ ..] => ApiCall::ConsumerCreate {
+                stream: s(n),
+                consumer: Some(s(c)),
+                filter: Some(f.join(".")),
+                legacy_durable: false,
+            },
+            ["CONSUMER", "DURABLE", "CREATE", n, c] => ApiCall::ConsumerCreate {
+                stream: s(n),
+                consumer: Some(s(c)),
+                filter: None,
+                legacy_durable: true,
+            },
+            ["CONSUMER", "INFO", n, c] => ApiCall::ConsumerInfo(s(n), s(c)),
+            ["CONSUMER", "DELETE", n, c] => ApiCall::ConsumerDelete(s(n), s(c)),
+            ["CONSUMER", "NAMES", n] => ApiCall::ConsumerNames(s(n)),
+            ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
+            ["CONSUMER", "MSG", "NEXT", n, c] => ApiCall::MsgNext(s(n), s(c)),
+            _ => return None,
+        })
+    }
+
+    /// The stream a call is about, when the stream's own thread answers it (everything but
+    /// account-wide calls and stream lifecycle).
+    pub fn stream_scoped(&self) -> Option<&str> {
+        match self {
+            ApiCall::StreamInfo(s)
+            | ApiCall::StreamPurge(s)
+            | ApiCall::MsgGet(s)
+            | ApiCall::MsgDelete(s)
+            | ApiCall::DirectGet(s, _)
+            | ApiCall::ConsumerCreate { stream: s, .. }
+            | ApiCall::ConsumerInfo(s, _)
+            | ApiCall::ConsumerDelete(s, _)
+            | ApiCall::ConsumerNames(s)
+            | ApiCall::ConsumerList(s)
+            | ApiCall::MsgNext(s, _) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The reply `type` suffix.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiCall::AccountInfo => "account_info",
+            ApiCall::StreamCreate(_) => "stream_create",
+            ApiCall::StreamUpdate(_) => "stream_update",
+            ApiCall::StreamInfo(_) => "stream_info",
+            ApiCall::StreamDelete(_) => "stream_delete",
+            ApiCall::StreamPurge(_) => "stream_purge",
+            ApiCall::StreamNames => "stream_names",
+            ApiCall::StreamList => "stream_list",
+            ApiCall::MsgGet(_) | ApiCall::DirectGet(..) => "stream_msg_get",
+            ApiCall::MsgDelete(_) => "stream_msg_delete",
+            ApiCall::ConsumerCreate { .. } => "consumer_create",
+            ApiCall::ConsumerInfo(..) => "consumer_info",
+            ApiCall::ConsumerDelete(..) => "consumer_delete",
+            ApiCall::ConsumerNames(_) => "consumer_names",
+            ApiCall::ConsumerList(_) => "consumer_list",
+            ApiCall::MsgNext(..) => "consumer_msg_next",
+        }
+    }
+
+    /// Whether the error envelope carries the paging keys (`total`, `offset`, `limit`).
+    fn paged_errors(&self) -> bool {
+        matches!(
+            self,
+            ApiCall::StreamInfo(_)
+                | ApiCall::StreamNames
+                | ApiCall::StreamList
+                | ApiCall::ConsumerNames(_)
+                | ApiCall::ConsumerList(_)
+        )
+    }
+}
+
+/// A success reply: `body` (an object) with `type` added first.
+pub fn ok_reply(call: &ApiCall, body: Value) -> Bytes {
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"type\":\"io.nats.jetstream.api.v1.");
+    out.push_str(call.kind());
+    out.push_str("_response\"");
+    if let Value::Object(map) = body {
+        for (k, v) in map {
+            out.push(',');
+            out.push_str(&Value::String(k).to_string());
+            out.push(':');
+            out.push_str(&v.to_string());
+        }
+    }
+    out.push('}');
+    Bytes::from(out)
+}
+
+/// An error reply for `call`.
+pub fn err_reply(call: &ApiCall, e: &ApiError) -> Bytes {
+    let mut body = json!({ "error": e.to_json() });
+    if call.paged_errors() {
+        body["total"] = json!(0);
+        body["offset"] = json!(0);
+        body["limit"] = json!(0);
+    }
+    ok_reply(call, body)
+}
+
+/// Parses an optional JSON request body: empty, `null`, `{}` and `[]` all mean "none".
+///
+/// # Errors
+/// [`ApiError::invalid_json`] for a body that is not JSON.
+pub fn optional_body(payload: &[u8]) -> Result<Option<Value>, ApiError> {
+    let text = std::str::from_utf8(payload).unwrap_or("").trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
+    match v {
+        Value::Null => Ok(None),
+        Value::Array(a) if a.is_empty() => Ok(None),
+        Value::Object(ref m) if m.is_empty() => Ok(None),
+        Value::Object(_) => Ok(Some(v)),
+        _ => Ok(None),
+    }
+}
+
+/// Paging request fields: `offset` and an optional subject filter.
+pub fn paging(body: Option<&Value>) -> (usize, Option<String>) {
+    let offset = body
+        .and_then(|b| b.get("offset"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let subject = body
+        .and_then(|b| b.get("subject"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    (usize::try_from(offset).unwrap_or(usize::MAX), subject)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn subjects_decode() {
+        assert_eq!(ApiCall::parse("$JS.API.INFO"), Some(ApiCall::AccountInfo));
+        assert_eq!(
+            ApiCall::parse("$JS.API.DIRECT.GET.KV_b.$KV.b.k1"),
+            Some(ApiCall::DirectGet("KV_b".into(), Some("$KV.b.k1".into())))
+        );
+        assert_eq!(
+            ApiCall::parse("$JS.API.CONSUMER.CREATE.PY.pyd.py.>"),
+            Some(ApiCall::ConsumerCreate {
+                stream: "PY".into(),
+                consumer: Some("pyd".into()),
+                filter: Some("py.>".into()),
+                legacy_durable: false
+            })
+        );
+        assert_eq!(ApiCall::parse("$JS.API.STREAM.INFO.a.b"), None);
+        assert_eq!(ApiCall::parse("$JS.API.NOPE"), None);
+    }
+
+    #[test]
+    fn envelope_starts_with_type() {
+        let b = ok_reply(&ApiCall::StreamDelete("X".into()), json!({"success": true}));
+        assert_eq!(
+            &b[..],
+            br#"{"type":"io.nats.jetstream.api.v1.stream_delete_response","success":true}"#
+        );
+        let e = err_reply(
+            &ApiCall::StreamInfo("X".into()),
+            &ApiError::stream_not_found(),
+        );
+        let v: Value = serde_json::from_slice(&e).unwrap();
+        assert_eq!(v["error"]["err_code"], 10059);
+        assert_eq!(v["total"], 0);
+    }
+
+    #[test]
+    fn optional_bodies() {
+        assert!(optional_body(b"").unwrap().is_none());
+        assert!(optional_body(b"null").unwrap().is_none());
+        assert!(optional_body(b"[]").unwrap().is_none());
+        assert!(optional_body(b"{}").unwrap().is_none());
+        assert!(optional_body(b"{\"x\":1}").unwrap().is_some());
+        assert!(optional_body(b"{x").is_err());
+    }
+}

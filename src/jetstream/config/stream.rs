@@ -1,0 +1,1032 @@
+//! Stream configuration: parsing a create/update request, normalising and validating it the way
+//! the reference server does (spec §4.1), the update rules (§4.2), and the echo clients read
+//! back in `config` of every stream info reply.
+//!
+//! Also here: the name rules (§2) and the wildcard-aware subject checks the stream rules need
+//! (subject validity, matching, collision between two patterns).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::{
+    enum_field, metadata_size, set_server_metadata, user_metadata_eq, DiscardPolicy, Retention,
+    StorageType,
+};
+use crate::jetstream::api::errors::ApiError;
+
+const MILLIS_100: i64 = 100_000_000;
+const ONE_SECOND: i64 = 1_000_000_000;
+/// Default duplicate window: two minutes.
+const DEFAULT_DUPLICATE_WINDOW: i64 = 120 * ONE_SECOND;
+/// Longest description accepted (§4.1: 4 KiB).
+pub(crate) const MAX_DESCRIPTION_LEN: usize = 4 * 1024;
+/// Largest metadata map accepted, keys plus values (§4.1: 128 KiB).
+pub(crate) const MAX_METADATA_SIZE: usize = 128 * 1024;
+/// Longest stream or consumer name (§2).
+pub const MAX_NAME_LEN: usize = 255;
+/// Most replicas the reference accepts at all; above 1 we answer "not supported".
+const MAX_REPLICAS: i64 = 5;
+
+/// Defaults and caps a stream imposes on its consumers (`consumer_limits`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerLimits {
+    /// Default and cap for consumers' `inactive_threshold`, in nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_threshold: Option<i64>,
+    /// Default and cap for consumers' `max_ack_pending`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ack_pending: Option<i64>,
+}
+
+/// A stream's configuration (§4.1). After [`StreamConfig::normalize`] this is exactly what the
+/// server stores and echoes; `Serialize` writes the echo (keys in the reference's order,
+/// omitted options left out).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(try_from = "RawStreamConfig")]
+pub struct StreamConfig {
+    /// Stream name (§2 rules).
+    pub name: String,
+    /// Free text, at most 4 KiB; `""` is treated as absent.
+    pub description: Option<String>,
+    /// Subject patterns the stream captures; `[name]` when empty.
+    pub subjects: Vec<String>,
+    /// Retention policy.
+    pub retention: Retention,
+    /// Consumer cap, `-1` unlimited.
+    pub max_consumers: i64,
+    /// Message cap, `-1` unlimited.
+    pub max_msgs: i64,
+    /// Byte cap, `-1` unlimited.
+    pub max_bytes: i64,
+    /// Message age limit in nanoseconds, `0` forever.
+    pub max_age: i64,
+    /// Per-subject message cap, `-1` unlimited.
+    pub max_msgs_per_subject: i64,
+    /// Largest message (headers + payload), `-1` unlimited. An int32 on the wire.
+    pub max_msg_size: i64,
+    /// What happens at the limits.
+    pub discard: DiscardPolicy,
+    /// Reject publishes at `max_msgs_per_subject` (needs `discard: new`).
+    pub discard_new_per_subject: bool,
+    /// File or memory.
+    pub storage: StorageType,
+    /// Replica count; `1` on a single node.
+    pub num_replicas: i64,
+    /// Do not send pub acks.
+    pub no_ack: bool,
+    /// De-duplication window in nanoseconds.
+    pub duplicate_window: i64,
+    /// `none` or `s2`. Accepted and echoed; sealstream does not compress (sealed blocks are
+    /// already high-entropy), so `s2` changes nothing on disk.
+    pub compression: String,
+    /// Initial sequence of a new stream.
+    pub first_seq: Option<u64>,
+    /// Enables `$JS.API.DIRECT.GET.<S>`.
+    pub allow_direct: bool,
+    /// Direct get on a mirror (echoed only; mirrors are not supported).
+    pub mirror_direct: bool,
+    /// Read-only stream.
+    pub sealed: bool,
+    /// MSG.DELETE refused.
+    pub deny_delete: bool,
+    /// PURGE refused.
+    pub deny_purge: bool,
+    /// Honour `Nats-Rollup`.
+    pub allow_rollup_hdrs: bool,
+    /// Honour `Nats-TTL`.
+    pub allow_msg_ttl: bool,
+    /// TTL of the marker left when a subject's last message is removed by age, nanoseconds.
+    pub subject_delete_marker_ttl: Option<i64>,
+    /// Defaults and caps for consumers.
+    pub consumer_limits: ConsumerLimits,
+    /// User metadata plus the server-owned `_nats.*` keys.
+    pub metadata: BTreeMap<String, String>,
+    /// Mirror source as sent (refused by [`StreamConfig::normalize`]).
+    pub mirror: Option<serde_json::Value>,
+    /// Sources as sent (refused by [`StreamConfig::normalize`]).
+    pub sources: Option<serde_json::Value>,
+}
+
+/// The request form of a stream configuration: every field optional, unknown fields ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawStreamConfig {
+    name: Option<String>,
+    description: Option<String>,
+    subjects: Option<Vec<String>>,
+    retention: Option<String>,
+    max_consumers: Option<i64>,
+    max_msgs: Option<i64>,
+    max_bytes: Option<i64>,
+    max_age: Option<i64>,
+    max_msgs_per_subject: Option<i64>,
+    // int32 on the wire: a larger number is a JSON error, as with the reference.
+    max_msg_size: Option<i32>,
+    discard: Option<String>,
+    discard_new_per_subject: Option<bool>,
+    storage: Option<String>,
+    num_replicas: Option<i64>,
+    no_ack: Option<bool>,
+    duplicate_window: Option<i64>,
+    compression: Option<String>,
+    first_seq: Option<u64>,
+    allow_direct: Option<bool>,
+    mirror_direct: Option<bool>,
+    sealed: Option<bool>,
+    deny_delete: Option<bool>,
+    deny_purge: Option<bool>,
+    allow_rollup_hdrs: Option<bool>,
+    allow_msg_ttl: Option<bool>,
+    subject_delete_marker_ttl: Option<i64>,
+    consumer_limits: Option<RawConsumerLimits>,
+    metadata: Option<BTreeMap<String, String>>,
+    mirror: Option<serde_json::Value>,
+    sources: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawConsumerLimits {
+    inactive_threshold: Option<i64>,
+    max_ack_pending: Option<i64>,
+}
+
+/// `Some(v)` unless `v` is zero (the clients' "unset").
+fn non_zero<T: PartialEq + Default>(v: Option<T>) -> Option<T> {
+    v.filter(|x| *x != T::default())
+}
+
+/// `Some(s)` unless `s` is empty.
+pub(crate) fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|x| !x.is_empty())
+}
+
+impl TryFrom<RawStreamConfig> for StreamConfig {
+    type Error = String;
+
+    fn try_from(r: RawStreamConfig) -> Result<Self, String> {
+        let compression = match r.compression.as_deref() {
+            None | Some("") | Some("none") => "none".to_string(),
+            Some("s2") => "s2".to_string(),
+            Some(other) => return Err(format!("unknown compression algorithm {other:?}")),
+        };
+        let limits = r.consumer_limits.unwrap_or_default();
+        Ok(Self {
+            name: r.name.unwrap_or_default(),
+            description: non_empty(r.description),
+            subjects: r.subjects.unwrap_or_default(),
+            retention: enum_field(r.retention.as_deref())?,
+            max_consumers: r.max_consumers.unwrap_or(0),
+            max_msgs: r.max_msgs.unwrap_or(0),
+            max_bytes: r.max_bytes.unwrap_or(0),
+            max_age: r.max_age.unwrap_or(0),
+            max_msgs_per_subject: r.max_msgs_per_subject.unwrap_or(0),
+            max_msg_size: i64::from(r.max_msg_size.unwrap_or(0)),
+            discard: enum_field(r.discard.as_deref())?,
+            discard_new_per_subject: r.discard_new_per_subject.unwrap_or(false),
+            storage: enum_field(r.storage.as_deref())?,
+            num_replicas: r.num_replicas.unwrap_or(0),
+            no_ack: r.no_ack.unwrap_or(false),
+            duplicate_window: r.duplicate_window.unwrap_or(0),
+            compression,
+            first_seq: non_zero(r.first_seq),
+            allow_direct: r.allow_direct.unwrap_or(false),
+            mirror_direct: r.mirror_direct.unwrap_or(false),
+            sealed: r.sealed.unwrap_or(false),
+            deny_delete: r.deny_delete.unwrap_or(false),
+            deny_purge: r.deny_purge.unwrap_or(false),
+            allow_rollup_hdrs: r.allow_rollup_hdrs.unwrap_or(false),
+            allow_msg_ttl: r.allow_msg_ttl.unwrap_or(false),
+            subject_delete_marker_ttl: non_zero(r.subject_delete_marker_ttl),
+            consumer_limits: ConsumerLimits {
+                inactive_threshold: non_zero(limits.inactive_threshold),
+                max_ack_pending: non_zero(limits.max_ack_pending),
+            },
+            metadata: r.metadata.unwrap_or_default(),
+            mirror: r.mirror.filter(|v| !v.is_null()),
+            // An empty list is as good as none.
+            sources: r
+                .sources
+                .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())),
+        })
+    }
+}
+
+/// Whether a request body is "no body": empty or only whitespace.
+pub(crate) fn is_blank(body: &[u8]) -> bool {
+    body.iter().all(u8::is_ascii_whitespace)
+}
+
+/// Parses a `STREAM.CREATE`/`STREAM.UPDATE` body. Malformed JSON (or an unknown enum value)
+/// gives `400/10025 invalid JSON: <parser text>`; an empty body gives `400/10003 bad request`
+/// (our choice: there is no configuration to parse).
+pub fn parse_stream_config(body: &[u8]) -> Result<StreamConfig, ApiError> {
+    if is_blank(body) {
+        return Err(ApiError::bad_request());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e.to_string()))
+}
+
+/// `0` and anything below `-1` mean "unlimited", which is stored as `-1`.
+fn limit(v: i64) -> i64 {
+    if v == 0 || v < -1 {
+        -1
+    } else {
+        v
+    }
+}
+
+impl StreamConfig {
+    /// Normalises a create/update request into what the server stores and echoes, and validates
+    /// it (§4.1). Errors are `500/10052 <reason>` except `num_replicas > 1`
+    /// ([`ApiError::replicas_not_supported`]).
+    ///
+    /// Defaults: `-1` for unset (`0` or `< -1`) limits, `subjects = [name]` when empty,
+    /// `num_replicas` 0 → 1, `duplicate_window` 2 min (or `max_age` if smaller),
+    /// `compression` `none`, and `_nats.level`/`_nats.req.level`/`_nats.ver` metadata.
+    /// `subject_delete_marker_ttl` turns on `allow_msg_ttl` and `allow_rollup_hdrs`.
+    pub fn normalize(&mut self, server_version: &str) -> Result<(), ApiError> {
+        let invalid = |reason: &str| Err(ApiError::invalid_stream_config(reason));
+
+        if self.name.is_empty() {
+            return invalid("stream name is required");
+        }
+        if self.name.len() > MAX_NAME_LEN {
+            return invalid("stream name is too long, maximum allowed is 255");
+        }
+        if !valid_name(&self.name) {
+            return invalid("stream name can not contain whitespace, '.', '*', '>', '/' or '\\'");
+        }
+        if self.description.as_deref() == Some("") {
+            self.description = None;
+        }
+        if self
+            .description
+            .as_ref()
+            .is_some_and(|d| d.len() > MAX_DESCRIPTION_LEN)
+        {
+            return invalid("stream description is too long, maximum allowed is 4096");
+        }
+        // Our choice: mirrors and sources (tagged N in the spec) are refused outright.
+        if self.mirror.is_some() || self.sources.is_some() {
+            return invalid("mirrors and sources are not supported");
+        }
+
+        self.max_consumers = limit(self.max_consumers);
+        self.max_msgs = limit(self.max_msgs);
+        self.max_bytes = limit(self.max_bytes);
+        self.max_msgs_per_subject = limit(self.max_msgs_per_subject);
+        self.max_msg_size = limit(self.max_msg_size);
+
+        if self.max_age != 0 && self.max_age < MILLIS_100 {
+            return invalid("max age needs to be >= 100ms");
+        }
+        if self.duplicate_window < 0 {
+            return invalid("duplicates window can not be negative");
+        }
+        if self.duplicate_window == 0 {
+            self.duplicate_window = if self.max_age != 0 && self.max_age < DEFAULT_DUPLICATE_WINDOW
+            {
+                self.max_age
+            } else {
+                DEFAULT_DUPLICATE_WINDOW
+            };
+        } else {
+            if self.duplicate_window < MILLIS_100 {
+                return invalid("duplicates window needs to be >= 100ms");
+            }
+            if self.max_age != 0 && self.duplicate_window > self.max_age {
+                return invalid("duplicates window can not be larger than max age");
+            }
+        }
+
+        if self.num_replicas < 0 {
+            return invalid("replicas count can not be negative");
+        }
+        if self.num_replicas == 0 {
+            self.num_replicas = 1;
+        }
+        if self.num_replicas > MAX_REPLICAS {
+            return invalid("maximum replicas is 5");
+        }
+        if self.num_replicas > 1 {
+            return Err(ApiError::replicas_not_supported());
+        }
+
+        if self.compression.is_empty() {
+            self.compression = "none".to_string();
+        }
+        if self.compression != "none" && self.compression != "s2" {
+            return invalid("unknown compression algorithm");
+        }
+
+        if self.subjects.is_empty() {
+            self.subjects = vec![self.name.clone()];
+        }
+        for (i, s) in self.subjects.iter().enumerate() {
+            if !valid_subject_pattern(s) {
+                return invalid(&format!("invalid subject {s:?}"));
+            }
+            if self.subjects.iter().take(i).any(|earlier| earlier == s) {
+                return invalid("duplicate subjects detected");
+            }
+            if !self.no_ack {
+                if subjects_collide(s, "$JS.API.>") {
+                    return invalid("stream subjects overlapping $JS.API.> require no_ack");
+                }
+                if subjects_collide(s, "$SYS.>") {
+                    return invalid("stream subjects overlapping $SYS.> require no_ack");
+                }
+            }
+        }
+
+        if self.discard_new_per_subject {
+            if self.discard != DiscardPolicy::New {
+                return invalid("discard new per subject requires discard new policy");
+            }
+            if self.max_msgs_per_subject <= 0 {
+                return invalid("discard new per subject requires max msgs per subject > 0");
+            }
+        }
+
+        match self.subject_delete_marker_ttl {
+            Some(0) => self.subject_delete_marker_ttl = None,
+            Some(ttl) if ttl < ONE_SECOND => {
+                return invalid("subject delete marker TTL must be at least 1s");
+            }
+            Some(_) => {
+                self.allow_msg_ttl = true;
+                self.allow_rollup_hdrs = true;
+            }
+            None => {}
+        }
+        if self.deny_purge && self.allow_rollup_hdrs {
+            return invalid("roll-ups can not be allowed when purge is denied");
+        }
+
+        if self.first_seq == Some(0) {
+            self.first_seq = None;
+        }
+        self.consumer_limits.inactive_threshold =
+            self.consumer_limits.inactive_threshold.filter(|v| *v > 0);
+        self.consumer_limits.max_ack_pending =
+            self.consumer_limits.max_ack_pending.filter(|v| *v > 0);
+
+        let required_level = self.required_api_level();
+        set_server_metadata(&mut self.metadata, required_level, server_version);
+        if metadata_size(&self.metadata) > MAX_METADATA_SIZE {
+            return invalid("stream metadata exceeds maximum size of 128 KiB");
+        }
+        Ok(())
+    }
+
+    /// The API level this configuration needs (`_nats.req.level`): per-message TTLs (and the
+    /// delete markers built on them) are level 1 features; everything else we support is 0.
+    pub fn required_api_level(&self) -> u32 {
+        if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// Checks that only apply when a stream is created (not on update): a stream can not be
+    /// created sealed (§4.1: `sealed` is set via update).
+    pub fn check_create(&self) -> Result<(), ApiError> {
+        if self.sealed {
+            return Err(ApiError::invalid_stream_config(
+                "stream configuration for create can not be sealed",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Update rules (§4.2). `self` is the current (normalised) configuration, `new` the
+    /// normalised requested one. Refusals are `500/10052` with the reason.
+    ///
+    /// Immutable: name, storage, retention to/from workqueue, `max_consumers` (as the
+    /// reference), `first_seq` (when both set). One-way: `sealed`, `deny_delete`, `deny_purge`,
+    /// `allow_msg_ttl` may be turned on, never off. Subject overlap with other streams is the
+    /// caller's check.
+    pub fn check_update(&self, new: &StreamConfig) -> Result<(), ApiError> {
+        let refuse = |what: &str| {
+            Err(ApiError::invalid_stream_config(&format!(
+                "stream configuration update can not {what}"
+            )))
+        };
+        if self.name != new.name {
+            return refuse("change name");
+        }
+        if self.storage != new.storage {
+            return refuse("change storage type");
+        }
+        if (self.retention == Retention::Workqueue) != (new.retention == Retention::Workqueue) {
+            return refuse("change retention policy to/from workqueue");
+        }
+        if self.sealed && !new.sealed {
+            return refuse("unseal a sealed stream");
+        }
+        if self.deny_delete && !new.deny_delete {
+            return refuse("cancel deny message deletes");
+        }
+        if self.deny_purge && !new.deny_purge {
+            return refuse("cancel deny purge");
+        }
+        if self.allow_msg_ttl && !new.allow_msg_ttl {
+            return refuse("disable message TTL");
+        }
+        if self.max_consumers != new.max_consumers {
+            return refuse("change max consumers");
+        }
+        if let (Some(a), Some(b)) = (self.first_seq, new.first_seq) {
+            if a != b {
+                return refuse("change first sequence");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether two normalised configurations are the same for an idempotent create: every
+    /// field equal, ignoring server-owned `_nats.` metadata keys.
+    pub fn same_as(&self, other: &StreamConfig) -> bool {
+        let mut a = self.clone();
+        let mut b = other.clone();
+        if !user_metadata_eq(&a.metadata, &b.metadata) {
+            return false;
+        }
+        a.metadata.clear();
+        b.metadata.clear();
+        a == b
+    }
+
+    /// The echo as a JSON value (key order is not kept by `serde_json::Value`; use
+    /// `serde_json::to_string(&cfg)` for the reference's order).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Whether some subject of this stream collides with `filter`.
+    pub fn subjects_collide_with(&self, filter: &str) -> bool {
+        self.subjects.iter().any(|s| subjects_collide(s, filter))
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The echo, field by field in the reference's order (§11 capture).
+#[derive(Serialize)]
+struct StreamConfigView<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    subjects: &'a [String],
+    retention: Retention,
+    max_consumers: i64,
+    max_msgs: i64,
+    max_bytes: i64,
+    max_age: i64,
+    max_msgs_per_subject: i64,
+    max_msg_size: i64,
+    discard: DiscardPolicy,
+    #[serde(skip_serializing_if = "is_false")]
+    discard_new_per_subject: bool,
+    storage: StorageType,
+    num_replicas: i64,
+    #[serde(skip_serializing_if = "is_false")]
+    no_ack: bool,
+    duplicate_window: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mirror: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<&'a serde_json::Value>,
+    compression: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_seq: Option<u64>,
+    allow_direct: bool,
+    mirror_direct: bool,
+    sealed: bool,
+    deny_delete: bool,
+    deny_purge: bool,
+    allow_rollup_hdrs: bool,
+    consumer_limits: &'a ConsumerLimits,
+    allow_msg_ttl: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject_delete_marker_ttl: Option<i64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: &'a BTreeMap<String, String>,
+}
+
+impl Serialize for StreamConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        StreamConfigView {
+            name: &self.name,
+            description: self.description.as_deref(),
+            subjects: &self.subjects,
+            retention: self.retention,
+            max_consumers: self.max_consumers,
+            max_msgs: self.max_msgs,
+            max_bytes: self.max_bytes,
+            max_age: self.max_age,
+            max_msgs_per_subject: self.max_msgs_per_subject,
+            max_msg_size: self.max_msg_size,
+            discard: self.discard,
+            discard_new_per_subject: self.discard_new_per_subject,
+            storage: self.storage,
+            num_replicas: self.num_replicas,
+            no_ack: self.no_ack,
+            duplicate_window: self.duplicate_window,
+            mirror: self.mirror.as_ref(),
+            sources: self.sources.as_ref(),
+            compression: &self.compression,
+            first_seq: self.first_seq,
+            allow_direct: self.allow_direct,
+            mirror_direct: self.mirror_direct,
+            sealed: self.sealed,
+            deny_delete: self.deny_delete,
+            deny_purge: self.deny_purge,
+            allow_rollup_hdrs: self.allow_rollup_hdrs,
+            consumer_limits: &self.consumer_limits,
+            allow_msg_ttl: self.allow_msg_ttl,
+            subject_delete_marker_ttl: self.subject_delete_marker_ttl,
+            metadata: &self.metadata,
+        }
+        .serialize(s)
+    }
+}
+
+/// Whether `name` is a valid stream or consumer name (§2): non-empty, at most 255 bytes, and
+/// none of `.`, `*`, `>`, `/`, `\` or whitespace.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name
+            .chars()
+            .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
+}
+
+/// Whether `s` is a valid subject or subject pattern: non-empty, no empty token, no whitespace,
+/// `>` only as the last token. `*` and `>` are wildcards only as whole tokens.
+pub fn valid_subject_pattern(s: &str) -> bool {
+    if s.is_empty() || s.chars().any(char::is_whitespace) {
+        return false;
+    }
+    let mut seen_full = false;
+    for token in s.split('.') {
+        if token.is_empty() || seen_full {
+            return false;
+        }
+        seen_full = token == ">";
+    }
+    true
+}
+
+/// Whether `s` is a valid subject with no wildcard token (a publish subject).
+pub fn valid_literal_subject(s: &str) -> bool {
+    valid_subject_pattern(s) && s.split('.').all(|t| t != "*" && t != ">")
+}
+
+/// Whether `subject` matches `filter`: `*` matches one token, a trailing `>` one or more.
+/// Tokens of `subject` are literal. An invalid filter or subject matches nothing.
+pub fn subject_matches(subject: &str, filter: &str) -> bool {
+    if !valid_subject_pattern(filter) || subject.is_empty() {
+        return false;
+    }
+    let mut subject_tokens = subject.split('.');
+    for f in filter.split('.') {
+        let Some(s) = subject_tokens.next() else {
+            return false;
+        };
+        if s.is_empty() {
+            return false;
+        }
+        if f == ">" {
+            return subject_tokens.all(|t| !t.is_empty());
+        }
+        if f != "*" && f != s {
+            return false;
+        }
+    }
+    subject_tokens.next().is_none()
+}
+
+/// Whether some subject matches both patterns: `orders.>` and `orders.x` collide, `a.*` and
+/// `a.b.c` do not. Symmetric; invalid patterns collide with nothing.
+pub fn subjects_collide(a: &str, b: &str) -> bool {
+    if !valid_subject_pattern(a) || !valid_subject_pattern(b) {
+        return false;
+    }
+    let mut at = a.split('.');
+    let mut bt = b.split('.');
+    loop {
+        match (at.next(), bt.next()) {
+            (None, None) => return true,
+            (None, Some(_)) | (Some(_), None) => return false,
+            (Some(x), Some(y)) => {
+                if x == ">" || y == ">" {
+                    return true;
+                }
+                if x != "*" && y != "*" && x != y {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Whether every subject matched by `sub` is also matched by `of` (both patterns).
+pub fn subject_is_subset(sub: &str, of: &str) -> bool {
+    if !valid_subject_pattern(sub) || !valid_subject_pattern(of) {
+        return false;
+    }
+    let mut st = sub.split('.');
+    for o in of.split('.') {
+        let Some(s) = st.next() else {
+            return false;
+        };
+        if o == ">" {
+            return true;
+        }
+        if s == ">" || (o != "*" && (s == "*" || s != o)) {
+            return false;
+        }
+    }
+    st.next().is_none()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    const VERSION: &str = "2.15.1";
+
+    /// The `config` object of the §11 stream-create capture (with `\u003e` written as `>`,
+    /// which is what serde_json emits; both forms are the same JSON string).
+    const ORDERS_ECHO: &str = r#"{"name":"ORDERS","subjects":["orders.>"],"retention":"limits","max_consumers":-1,"max_msgs":-1,"max_bytes":-1,"max_age":0,"max_msgs_per_subject":-1,"max_msg_size":-1,"discard":"old","storage":"file","num_replicas":1,"duplicate_window":120000000000,"compression":"none","allow_direct":false,"mirror_direct":false,"sealed":false,"deny_delete":false,"deny_purge":false,"allow_rollup_hdrs":false,"consumer_limits":{},"allow_msg_ttl":false,"metadata":{"_nats.level":"5","_nats.req.level":"0","_nats.ver":"2.15.1"}}"#;
+
+    fn normalized(body: &str) -> StreamConfig {
+        let mut cfg = parse_stream_config(body.as_bytes()).unwrap();
+        cfg.normalize(VERSION).unwrap();
+        cfg
+    }
+
+    fn refusal(body: &str) -> ApiError {
+        let mut cfg = parse_stream_config(body.as_bytes()).unwrap();
+        cfg.normalize(VERSION).unwrap_err()
+    }
+
+    #[test]
+    fn capture_create_echo_is_exact() {
+        let cfg = normalized(
+            r#"{"name":"ORDERS","subjects":["orders.>"],"storage":"file","retention":"limits","duplicate_window":120000000000}"#,
+        );
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), ORDERS_ECHO);
+        // The reference's escaped form parses to the same value.
+        let reference: serde_json::Value =
+            serde_json::from_str(&ORDERS_ECHO.replace("orders.>", "orders.\\u003e")).unwrap();
+        assert_eq!(cfg.to_json(), reference);
+    }
+
+    #[test]
+    fn async_nats_body_normalises_like_the_capture() {
+        let cfg = normalized(
+            r#"{"name":"ANC","max_bytes":0,"max_msgs":0,"max_msgs_per_subject":0,"discard":"old","subjects":["anc.>"],"retention":"limits","max_consumers":0,"max_age":0,"storage":"file","num_replicas":0,"consumer_limits":null}"#,
+        );
+        let want = ORDERS_ECHO
+            .replace("\"ORDERS\"", "\"ANC\"")
+            .replace("orders.>", "anc.>");
+        assert_eq!(serde_json::to_string(&cfg).unwrap(), want);
+        assert_eq!(cfg.max_bytes, -1);
+        assert_eq!(cfg.num_replicas, 1);
+        assert_eq!(cfg.consumer_limits, ConsumerLimits::default());
+    }
+
+    #[test]
+    fn async_nats_kv_body() {
+        let cfg = normalized(
+            r#"{"name":"KV_anckv","max_bytes":0,"max_msgs":0,"max_msgs_per_subject":3,"discard":"new","subjects":["$KV.anckv.>"],"retention":"limits","max_consumers":0,"max_age":0,"storage":"file","num_replicas":1,"description":"","allow_rollup_hdrs":true,"deny_delete":true,"allow_direct":true,"consumer_limits":null}"#,
+        );
+        assert_eq!(cfg.description, None);
+        assert_eq!(cfg.max_msgs_per_subject, 3);
+        assert_eq!(cfg.discard, DiscardPolicy::New);
+        assert!(cfg.allow_rollup_hdrs && cfg.deny_delete && cfg.allow_direct);
+        let echo = serde_json::to_string(&cfg).unwrap();
+        assert!(!echo.contains("description"));
+        assert!(echo.contains(r#""discard":"new","storage":"file""#));
+        // Echo → parse → normalise is a fixed point, and the same config for idempotent create.
+        let mut again = parse_stream_config(echo.as_bytes()).unwrap();
+        again.normalize(VERSION).unwrap();
+        assert_eq!(again, cfg);
+        assert!(again.same_as(&cfg));
+    }
+
+    #[test]
+    fn lenient_parsing() {
+        let cfg = parse_stream_config(
+            br#"{"name":"X","unknown":{"a":1},"retention":null,"subjects":null,"metadata":null,"mirror":null,"sources":[],"placement":null,"compression":""}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.retention, Retention::Limits);
+        assert!(cfg.mirror.is_none() && cfg.sources.is_none());
+        assert_eq!(cfg.compression, "none");
+    }
+
+    #[test]
+    fn parse_errors() {
+        let e = parse_stream_config(b"{\"name\":").unwrap_err();
+        assert_eq!((e.code, e.err_code), (400, 10025));
+        assert!(
+            e.description.starts_with("invalid JSON: "),
+            "{}",
+            e.description
+        );
+        let e = parse_stream_config(br#"{"name":"X","retention":"forever"}"#).unwrap_err();
+        assert_eq!(e.err_code, 10025);
+        let e = parse_stream_config(br#"{"name":"X","max_msg_size":3000000000}"#).unwrap_err();
+        assert_eq!(e.err_code, 10025);
+        let e = parse_stream_config(br#"{"name":"X","compression":"zstd"}"#).unwrap_err();
+        assert_eq!(e.err_code, 10025);
+        let e = parse_stream_config(b"  ").unwrap_err();
+        assert_eq!(e, ApiError::bad_request());
+    }
+
+    #[test]
+    fn defaults() {
+        let cfg = normalized(r#"{"name":"S"}"#);
+        assert_eq!(cfg.subjects, vec!["S".to_string()]);
+        assert_eq!(cfg.duplicate_window, DEFAULT_DUPLICATE_WINDOW);
+        assert_eq!(cfg.metadata.len(), 3);
+        let cfg = normalized(r#"{"name":"S","max_age":60000000000,"max_msgs":-7}"#);
+        assert_eq!(cfg.duplicate_window, 60_000_000_000);
+        assert_eq!(cfg.max_msgs, -1);
+        let cfg = normalized(r#"{"name":"S","max_age":600000000000}"#);
+        assert_eq!(cfg.duplicate_window, DEFAULT_DUPLICATE_WINDOW);
+        let cfg = normalized(r#"{"name":"S","compression":"s2","first_seq":0,"no_ack":true}"#);
+        assert_eq!(cfg.compression, "s2");
+        assert_eq!(cfg.first_seq, None);
+        let echo = serde_json::to_string(&cfg).unwrap();
+        assert!(echo.contains(r#""num_replicas":1,"no_ack":true,"duplicate_window""#));
+        assert!(echo.contains(r#""compression":"s2","allow_direct""#));
+    }
+
+    #[test]
+    fn optional_keys_in_echo() {
+        let cfg = normalized(
+            r#"{"name":"S","description":"d","discard":"new","max_msgs_per_subject":1,"discard_new_per_subject":true,"first_seq":10,"subject_delete_marker_ttl":5000000000,"consumer_limits":{"inactive_threshold":1000000000,"max_ack_pending":0},"metadata":{"team":"a"}}"#,
+        );
+        assert!(cfg.allow_msg_ttl && cfg.allow_rollup_hdrs);
+        let v = cfg.to_json();
+        assert_eq!(v["description"], "d");
+        assert_eq!(v["discard_new_per_subject"], true);
+        assert_eq!(v["first_seq"], 10);
+        assert_eq!(v["subject_delete_marker_ttl"], 5_000_000_000i64);
+        assert_eq!(
+            v["consumer_limits"],
+            serde_json::json!({"inactive_threshold":1000000000})
+        );
+        assert_eq!(v["metadata"]["team"], "a");
+        assert_eq!(v["metadata"]["_nats.req.level"], "1");
+        let text = serde_json::to_string(&cfg).unwrap();
+        let order = [
+            "\"name\"",
+            "\"description\"",
+            "\"subjects\"",
+            "\"discard\"",
+            "\"discard_new_per_subject\"",
+            "\"storage\"",
+            "\"compression\"",
+            "\"first_seq\"",
+            "\"allow_direct\"",
+            "\"consumer_limits\"",
+            "\"allow_msg_ttl\"",
+            "\"subject_delete_marker_ttl\"",
+            "\"metadata\"",
+        ];
+        let positions: Vec<usize> = order.iter().map(|k| text.find(k).unwrap()).collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{text}");
+    }
+
+    #[test]
+    fn validation_refusals() {
+        let cases = [
+            (r#"{"name":""}"#, "stream name is required"),
+            (r#"{"name":"a.b"}"#, ""),
+            (r#"{"name":"a b"}"#, ""),
+            (r#"{"name":"a/b"}"#, ""),
+            (
+                r#"{"name":"S","max_age":50000000}"#,
+                "max age needs to be >= 100ms",
+            ),
+            (
+                r#"{"name":"S","max_age":-5}"#,
+                "max age needs to be >= 100ms",
+            ),
+            (
+                r#"{"name":"S","duplicate_window":1000}"#,
+                "duplicates window needs to be >= 100ms",
+            ),
+            (
+                r#"{"name":"S","max_age":1000000000,"duplicate_window":2000000000}"#,
+                "duplicates window can not be larger than max age",
+            ),
+            (r#"{"name":"S","subjects":["a..b"]}"#, ""),
+            (r#"{"name":"S","subjects":["a.>.b"]}"#, ""),
+            (
+                r#"{"name":"S","subjects":["a","a"]}"#,
+                "duplicate subjects detected",
+            ),
+            (r#"{"name":"S","subjects":[">"]}"#, ""),
+            (r#"{"name":"S","subjects":["$JS.API.STREAM.>"]}"#, ""),
+            (r#"{"name":"S","subjects":["$SYS.x"]}"#, ""),
+            (
+                r#"{"name":"S","discard_new_per_subject":true,"max_msgs_per_subject":1}"#,
+                "",
+            ),
+            (
+                r#"{"name":"S","discard_new_per_subject":true,"discard":"new"}"#,
+                "",
+            ),
+            (
+                r#"{"name":"S","deny_purge":true,"allow_rollup_hdrs":true}"#,
+                "",
+            ),
+            (
+                r#"{"name":"S","deny_purge":true,"subject_delete_marker_ttl":5000000000}"#,
+                "",
+            ),
+            (r#"{"name":"S","subject_delete_marker_ttl":500}"#, ""),
+            (
+                r#"{"name":"S","mirror":{"name":"O"}}"#,
+                "mirrors and sources are not supported",
+            ),
+            (
+                r#"{"name":"S","sources":[{"name":"O"}]}"#,
+                "mirrors and sources are not supported",
+            ),
+            (r#"{"name":"S","num_replicas":-1}"#, ""),
+            (r#"{"name":"S","num_replicas":6}"#, ""),
+        ];
+        for (body, reason) in cases {
+            let e = refusal(body);
+            assert_eq!((e.code, e.err_code), (500, 10052), "{body}: {e}");
+            if !reason.is_empty() {
+                assert_eq!(e.description, reason, "{body}");
+            }
+        }
+        let long = format!(r#"{{"name":"S","description":"{}"}}"#, "x".repeat(4097));
+        assert_eq!(refusal(&long).err_code, 10052);
+        let long = format!(r#"{{"name":"{}"}}"#, "x".repeat(256));
+        assert_eq!(refusal(&long).err_code, 10052);
+        // API subjects are fine with no_ack.
+        normalized(r#"{"name":"S","subjects":[">"],"no_ack":true}"#);
+        let e = refusal(r#"{"name":"S","num_replicas":3}"#);
+        assert_eq!(e, ApiError::replicas_not_supported());
+    }
+
+    #[test]
+    fn create_refuses_sealed() {
+        let cfg = normalized(r#"{"name":"S","sealed":true}"#);
+        assert_eq!(cfg.check_create().unwrap_err().err_code, 10052);
+        assert!(normalized(r#"{"name":"S"}"#).check_create().is_ok());
+    }
+
+    #[test]
+    fn update_rules() {
+        let cur = normalized(r#"{"name":"S","subjects":["s.>"],"deny_delete":true}"#);
+        let ok = [
+            r#"{"name":"S","subjects":["s.>","t"],"deny_delete":true,"max_msgs":5,"discard":"new"}"#,
+            r#"{"name":"S","subjects":["s.>"],"deny_delete":true,"retention":"interest"}"#,
+            r#"{"name":"S","deny_delete":true,"sealed":true,"deny_purge":true,"allow_msg_ttl":true}"#,
+            r#"{"name":"S","deny_delete":true,"description":"now described","allow_direct":true}"#,
+        ];
+        for body in ok {
+            cur.check_update(&normalized(body)).unwrap();
+        }
+        let refused = [
+            (
+                r#"{"name":"S","deny_delete":true,"storage":"memory"}"#,
+                "stream configuration update can not change storage type",
+            ),
+            (
+                r#"{"name":"S","deny_delete":true,"retention":"workqueue"}"#,
+                "stream configuration update can not change retention policy to/from workqueue",
+            ),
+            (
+                r#"{"name":"S"}"#,
+                "stream configuration update can not cancel deny message deletes",
+            ),
+            (
+                r#"{"name":"T","deny_delete":true}"#,
+                "stream configuration update can not change name",
+            ),
+            (
+                r#"{"name":"S","deny_delete":true,"max_consumers":3}"#,
+                "stream configuration update can not change max consumers",
+            ),
+        ];
+        for (body, reason) in refused {
+            let e = cur.check_update(&normalized(body)).unwrap_err();
+            assert_eq!((e.code, e.err_code), (500, 10052));
+            assert_eq!(e.description, reason);
+        }
+        let sealed =
+            normalized(r#"{"name":"S","sealed":true,"deny_purge":true,"allow_msg_ttl":true}"#);
+        let e = sealed
+            .check_update(&normalized(
+                r#"{"name":"S","deny_purge":true,"allow_msg_ttl":true}"#,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            e.description,
+            "stream configuration update can not unseal a sealed stream"
+        );
+        let e = sealed
+            .check_update(&normalized(
+                r#"{"name":"S","sealed":true,"allow_msg_ttl":true}"#,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            e.description,
+            "stream configuration update can not cancel deny purge"
+        );
+        let e = sealed
+            .check_update(&normalized(
+                r#"{"name":"S","sealed":true,"deny_purge":true}"#,
+            ))
+            .unwrap_err();
+        assert_eq!(
+            e.description,
+            "stream configuration update can not disable message TTL"
+        );
+        let wq = normalized(r#"{"name":"S","retention":"workqueue"}"#);
+        assert!(wq
+            .check_update(&normalized(r#"{"name":"S","retention":"limits"}"#))
+            .is_err());
+    }
+
+    #[test]
+    fn same_as_ignores_server_metadata() {
+        let a = normalized(r#"{"name":"S","metadata":{"k":"v"}}"#);
+        let mut b = parse_stream_config(br#"{"name":"S","metadata":{"k":"v"}}"#).unwrap();
+        b.normalize("9.9.9").unwrap();
+        assert!(a.same_as(&b));
+        assert_ne!(a, b);
+        let c = normalized(r#"{"name":"S","metadata":{"k":"w"}}"#);
+        assert!(!a.same_as(&c));
+        let d = normalized(r#"{"name":"S","max_msgs":10}"#);
+        assert!(!normalized(r#"{"name":"S"}"#).same_as(&d));
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("ORDERS"));
+        assert!(valid_name("KV_b-1"));
+        for bad in ["", "a.b", "a*", "a>", "a b", "a\tb", "a/b", "a\\b"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+        assert!(valid_name(&"x".repeat(255)));
+        assert!(!valid_name(&"x".repeat(256)));
+    }
+
+    #[test]
+    fn subject_rules() {
+        assert!(valid_subject_pattern("a.*.>"));
+        assert!(valid_subject_pattern("$KV.b.>"));
+        assert!(valid_subject_pattern("foo*"));
+        for bad in ["", ".a", "a.", "a..b", "a.>.b", "a b"] {
+            assert!(!valid_subject_pattern(bad), "{bad}");
+        }
+        assert!(valid_literal_subject("a.b"));
+        assert!(!valid_literal_subject("a.*"));
+
+        assert!(subject_matches("orders.new", "orders.>"));
+        assert!(subject_matches("orders.new", "orders.*"));
+        assert!(subject_matches("orders.new", ">"));
+        assert!(subject_matches("orders.new", "orders.new"));
+        assert!(!subject_matches("orders", "orders.>"));
+        assert!(!subject_matches("orders.a.b", "orders.*"));
+        assert!(!subject_matches("orders.a", "orders.a.b"));
+        assert!(!subject_matches("orders..a", "orders.>"));
+        assert!(!subject_matches("orders.a", "orders..a"));
+        assert!(!subject_matches("", ">"));
+
+        assert!(subjects_collide("orders.>", "orders.x"));
+        assert!(subjects_collide("orders.x", "orders.>"));
+        assert!(subjects_collide("a.*", "*.b"));
+        assert!(subjects_collide(">", "a.b.c"));
+        assert!(subjects_collide("a.*.c", "a.b.>"));
+        assert!(!subjects_collide("a.*", "a.b.c"));
+        assert!(!subjects_collide("a.b", "a.c"));
+        assert!(!subjects_collide("orders.>", "orders"));
+        assert!(!subjects_collide("a..b", "a..b"));
+
+        assert!(subject_is_subset("a.b", "a.*"));
+        assert!(subject_is_subset("a.*", "a.>"));
+        assert!(subject_is_subset("a.>", ">"));
+        assert!(!subject_is_subset("a.>", "a.*"));
+        assert!(!subject_is_subset("a.*", "a.b"));
+    }
+}

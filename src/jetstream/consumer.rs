@@ -1,0 +1,1055 @@
+//! One consumer: where it is in the stream, what it delivered and is waiting to hear back
+//! about, and who is asking for messages.
+//!
+//! Sequences: every delivery (first or redelivery) takes the next *consumer sequence*; the
+//! *stream sequence* is the message's. `next_sseq` is the next stream sequence not yet
+//! delivered for the first time; `pending` holds deliveries not yet acked, keyed by stream
+//! sequence, with their delivery count and redelivery deadline. The ack floor is derived: the
+//! pair just below the oldest pending delivery (or the last delivery when nothing is pending).
+//!
+//! Time is passed in (`now`, unix nanos); nothing here reads a clock or sleeps. The stream's
+//! thread calls [`Consumer::deliver`] after anything that may let messages flow (a publish, a
+//! pull request, an ack, a timer) and [`Consumer::tick`] when [`Consumer::next_deadline`] is
+//! reached.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
+use super::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
+use super::Sink;
+use crate::store::{StoredMsg, StreamStore};
+
+/// Bytes of outstanding push deliveries after which a flow-control request is sent.
+const FLOW_CONTROL_BYTES: u64 = 2 << 20;
+/// How often a push consumer without interest checks again.
+const INTEREST_POLL_NS: i64 = 100_000_000;
+
+/// One delivery waiting for its ack.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+struct Pending {
+    /// Consumer sequence of the latest delivery.
+    cseq: u64,
+    /// Stream timestamp of the message (for the ack subject).
+    ts: i64,
+    /// How many times it was delivered.
+    deliveries: u64,
+    /// When it is due for redelivery (unix nanos); `i64::MAX` while parked by max_deliver.
+    #[serde(skip)]
+    deadline: i64,
+}
+
+/// A pull request waiting for messages.
+#[derive(Debug, Clone)]
+struct Waiting {
+    reply: String,
+    batch_left: u64,
+    /// Bytes left (`None`: no byte cap).
+    bytes_left: Option<u64>,
+    expires_at: Option<i64>,
+    no_wait: bool,
+    heartbeat: i64,
+    next_heartbeat: i64,
+    delivered: u64,
+}
+
+/// Push delivery state.
+#[derive(Debug, Clone, Default)]
+struct PushState {
+    /// Whether the last attempt found a subscriber.
+    bound: bool,
+    /// When to check for interest again after finding none.
+    retry_at: i64,
+    /// Since when there has been no interest (ephemeral clean-up).
+    unbound_since: Option<i64>,
+    /// Bytes delivered since the last flow-control request was answered.
+    fc_bytes: u64,
+    /// The outstanding flow-control reply subject, while stalled.
+    fc_pending: Option<String>,
+    fc_counter: u64,
+    /// Last time anything was sent to the deliver subject.
+    last_sent: i64,
+}
+
+/// What a consumer persists (sealed by the store's metadata layer).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SavedState {
+    next_sseq: u64,
+    cseq: u64,
+    delivered_sseq: u64,
+    floor_cseq: u64,
+    floor_sseq: u64,
+    pending: Vec<(u64, Pending)>,
+    lps: Vec<u64>,
+    #[serde(default)]
+    redelivered: Vec<(u64, u64)>,
+}
+
+/// What an ack did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckEffect {
+    /// Nothing to do for the stream (NAK, WPI, unknown or repeated ack).
+    None,
+    /// These stream sequences are done with (acked or terminated): retention may remove
+    /// them.
+    Done(Vec<u64>),
+}
+
+/// A consumer of one stream.
+#[derive(Debug)]
+pub struct Consumer {
+    /// Its name.
+    pub name: String,
+    /// Its configuration (normalised).
+    pub cfg: ConsumerConfig,
+    /// Creation time (unix nanos).
+    pub created: i64,
+    filters: Vec<String>,
+    next_sseq: u64,
+    cseq: u64,
+    delivered_sseq: u64,
+    /// The ack floor when nothing is pending.
+    floor_cseq: u64,
+    floor_sseq: u64,
+    pending: BTreeMap<u64, Pending>,
+    /// Stream sequences due for redelivery, oldest first.
+    redeliver: BTreeSet<u64>,
+    /// Last-per-subject starting set, still to deliver.
+    lps: VecDeque<u64>,
+    waiting: VecDeque<Waiting>,
+    push: Option<PushState>,
+    last_delivery_active: Option<i64>,
+    last_ack_active: Option<i64>,
+    /// Last activity (pull request, ack, delivery with interest): ephemeral clean-up.
+    last_activity: i64,
+    /// Changed since last persisted.
+    pub dirty: bool,
+    /// Persist generation (monotonic).
+    pub generation: u64,
+    /// Original pacing start (replay original): (first message ts, wall time then).
+    replay_anchor: Option<(i64, i64)>,
+}
+
+fn matches_any(filters: &[String], subject: &str) -> bool {
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| crate::subject::subject_matches_filter(subject.as_bytes(), f.as_bytes()))
+}
+
+/// A status header block: `NATS/1.0 <code> <text>` plus fields.
+pub fn status_block(code: u16, text: &str, fields: &[(&str, String)]) -> Bytes {
+    let mut b = BytesMut::with_capacity(64);
+    b.put_slice(b"NATS/1.0 ");
+    b.put_slice(code.to_string().as_bytes());
+    if !text.is_empty() {
+        b.put_u8(b' ');
+        b.put_slice(text.as_bytes());
+    }
+    b.put_slice(b"\r\n");
+    for (k, v) in fields {
+        b.put_slice(k.as_bytes());
+        b.put_slice(b": ");
+        b.put_slice(v.as_bytes());
+        b.put_slice(b"\r\n");
+    }
+    b.put_slice(b"\r\n");
+    b.freeze()
+}
+
+/// Appends header fields to a stored header block (or starts one).
+pub fn add_headers(stored: Option<&Bytes>, fields: &[(&str, String)]) -> Bytes {
+    let mut b = BytesMut::with_capacity(128);
+    match stored {
+        Some(h) if h.len() >= 4 && h.ends_with(b"\r\n\r\n") => {
+            b.put_slice(h.get(..h.len() - 2).unwrap_or(h));
+        }
+        _ => b.put_slice(b"NATS/1.0\r\n"),
+    }
+    for (k, v) in fields {
+        b.put_slice(k.as_bytes());
+        b.put_slice(b": ");
+        b.put_slice(v.as_bytes());
+        b.put_slice(b"\r\n");
+    }
+    b.put_slice(b"\r\n");
+    b.freeze()
+}
+
+impl Consumer {
+    /// A new consumer positioned per its deliver policy.
+    pub fn new(name: String, cfg: ConsumerConfig, created: i64, store: &dyn StreamStore) -> Self {
+        let filters = cfg.filters();
+        let st = store.state();
+        let mut c = Consumer {
+            name,
+            cfg,
+            created,
+            filters,
+            next_sseq: 1,
+            cseq: 0,
+            delivered_sseq: 0,
+            floor_cseq: 0,
+            floor_sseq: 0,
+            pending: BTreeMap::new(),
+            redeliver: BTreeSet::new(),
+            lps: VecDeque::new(),
+            waiting: VecDeque::new(),
+            push: None,
+            last_delivery_active: None,
+            last_ack_active: None,
+            last_activity: created,
+            dirty: true,
+            generation: 0,
+            replay_anchor: None,
+        };
+        if c.cfg.is_push() {
+            c.push = Some(PushState::default());
+        }
+        let first = if st.msgs == 0 {
+            st.last_seq + 1
+        } else {
+            st.first_seq
+        };
+        let start = match c.cfg.deliver_policy {
+            DeliverPolicy::All => first,
+            DeliverPolicy::New => st.last_seq + 1,
+            DeliverPolicy::Last => c
+                .last_matching(store)
+                .map_or(st.last_seq + 1, |s| s.max(first)),
+            DeliverPolicy::ByStartSequence => c.cfg.opt_start_seq.unwrap_or(1).max(first),
+            DeliverPolicy::ByStartTime => {
+                let t = c
+                    .cfg
+                    .opt_start_time
+                    .as_deref()
+                    .and_then(parse_rfc3339)
+                    .unwrap_or(0);
+                c.first_at_or_after_time(store, t, first)
+                    .unwrap_or(st.last_seq + 1)
+            }
+            DeliverPolicy::LastPerSubject => {
+                let mut seqs = BTreeSet::new();
+                let fs: Vec<String> = if c.filters.is_empty() {
+                    vec![">".to_owned()]
+                } else {
+                    c.filters.clone()
+                };
+                for f in &fs {
+                    for (_, s) in store.subjects_state(f) {
+                        seqs.insert(s.last_seq);
+                    }
+                }
+                c.lps = seqs.into_iter().collect();
+                st.last_seq + 1
+            }
+        };
+        c.next_sseq = start;
+        c.delivered_sseq = start.saturating_sub(1);
+        c.floor_sseq = c.delivered_sseq;
+        if let Some(first_lps) = c.lps.front() {
+            c.delivered_sseq = first_lps.saturating_sub(1);
+            c.floor_sseq = c.delivered_sseq;
+        }
+        c
+    }
+
+    fn last_matching(&self, store: &dyn StreamStore) -> Option<u64> {
+        if self.filters.is_empty() {
+            return store.last_by_subject(">").ok().flatten().map(|m| m.seq);
+        }
+        self.filters
+            .iter()
+            .filter_map(|f| store.last_by_subject(f).ok().flatten().map(|m| m.seq))
+            .max()
+    }
+
+    fn first_at_or_after_time(&self, store: &dyn StreamStore, t: i64, first: u64) -> Option<u64> {
+        let mut seq = first;
+        loop {
+            let m = self.next_matching(store, seq)?;
+            if m.ts >= t {
+                return Some(m.seq);
+            }
+            seq = m.seq + 1;
+        }
+    }
+
+    fn next_matching(&self, store: &dyn StreamStore, from: u64) -> Option<StoredMsg> {
+        if self.filters.len() <= 1 {
+            let f = self.filters.first().map_or(">", String::as_str);
+            return store.next_by_subject(from, f).ok().flatten();
+        }
+        self.filters
+            .iter()
+            .filter_map(|f| store.next_by_subject(from, f).ok().flatten())
+            .min_by_key(|m| m.seq)
+    }
+
+    /// Whether this consumer's filter takes `subject`.
+    pub fn wants(&self, subject: &str) -> bool {
+        matches_any(&self.filters, subject)
+    }
+
+    /// Whether this is a push consumer.
+    pub fn is_push(&self) -> bool {
+        self.push.is_some()
+    }
+
+    fn acks(&self) -> bool {
+        self.cfg.ack_policy != AckPolicy::None
+    }
+
+    /// Matching messages not yet delivered.
+    pub fn num_pending(&self, store: &dyn StreamStore) -> u64 {
+        let lps = self.lps.len() as u64;
+        let rest = if self.filters.len() <= 1 {
+            let f = self.filters.first().map_or(">", String::as_str);
+            store.count_from(self.next_sseq, f)
+        } else {
+            self.filters
+                .iter()
+                .map(|f| store.count_from(self.next_sseq, f))
+                .sum()
+        };
+        lps + rest
+    }
+
+    /// Whether the message at `seq` with `subject` is done for this consumer (interest
+    /// retention): not wanted, or delivered and acked.
+    pub fn is_done_with(&self, seq: u64, subject: &str) -> bool {
+        if !self.wants(subject) {
+            return true;
+        }
+        if self.lps.contains(&seq) {
+            return false;
+        }
+        seq < self.next_sseq && !self.pending.contains_key(&seq)
+    }
+
+    fn ack_floor(&self) -> (u64, u64) {
+        match self.pending.iter().next() {
+            Some((sseq, p)) => (p.cseq.saturating_sub(1), sseq.saturating_sub(1)),
+            None => (self.floor_cseq, self.floor_sseq),
+        }
+    }
+
+    /// The consumer info reply body (without `type`).
+    pub fn info(&self, stream: &str, store: &dyn StreamStore, now: i64) -> Value {
+        let (fc, fs) = self.ack_floor();
+        let mut delivered = json!({"consumer_seq": self.cseq, "stream_seq": self.delivered_sseq});
+        if let Some(t) = self.last_delivery_active {
+            delivered["last_active"] = json!(rfc3339_nanos(t));
+        }
+        let mut ack_floor = json!({"consumer_seq": fc, "stream_seq": fs});
+        if let Some(t) = self.last_ack_active {
+            ack_floor["last_active"] = json!(rfc3339_nanos(t));
+        }
+        let mut v = json!({
+            "stream_name": stream,
+            "name": self.name,
+            "created": rfc3339_nanos(self.created),
+            "config": self.cfg,
+            "delivered": delivered,
+            "ack_floor": ack_floor,
+            "num_ack_pending": self.pending.len(),
+            "num_redelivered": self.pending.values().filter(|p| p.deliveries > 1).count(),
+            "num_waiting": self.waiting.len(),
+            "num_pending": self.num_pending(store),
+            "ts": rfc3339_nanos(now),
+        });
+        if let Some(p) = &self.push {
+            v["push_bound"] = json!(p.bound);
+        }
+        v
+    }
+
+    // ---------------------------------------------------------------- persistence
+
+    /// The state to persist.
+    pub fn save(&self) -> SavedState {
+        SavedState {
+            next_sseq: self.next_sseq,
+            cseq: self.cseq,
+            delivered_sseq: self.delivered_sseq,
+            floor_cseq: self.floor_cseq,
+            floor_sseq: self.floor_sseq,
+            pending: self.pending.iter().map(|(s, p)| (*s, *p)).collect(),
+            lps: self.lps.iter().copied().collect(),
+            redelivered: Vec::new(),
+        }
+    }
+
+    /// Restores persisted state; pending deliveries become due for redelivery after
+    /// `ack_wait` from `now`.
+    pub fn restore(&mut self, s: SavedState, now: i64) {
+        self.next_sseq = s.next_sseq;
+        self.cseq = s.cseq;
+        self.delivered_sseq = s.delivered_sseq;
+        self.floor_cseq = s.floor_cseq;
+        self.floor_sseq = s.floor_sseq;
+        let wait = self.ack_wait_for(1);
+        self.pending = s
+            .pending
+            .into_iter()
+            .map(|(seq, mut p)| {
+                p.deadline = now.saturating_add(wait);
+                (seq, p)
+            })
+            .collect();
+        self.lps = s.lps.into_iter().collect();
+        self.dirty = false;
+    }
+
+    // ---------------------------------------------------------------- config updates
+
+    /// Applies an updated (already validated) config.
+    pub fn update_config(&mut self, cfg: ConsumerConfig) {
+        self.filters = cfg.filters();
+        self.cfg = cfg;
+        self.dirty = true;
+    }
+
+    // ---------------------------------------------------------------- pull requests
+
+    /// Takes a pull request. Refusals are answered on `reply` directly.
+    pub fn pull_request(&mut self, req: PullRequest, reply: &str, sink: &mut dyn Sink, now: i64) {
+        self.last_activity = now;
+        if self.push.is_some() {
+            sink.status(reply, status_block(409, "Consumer is push based", &[]));
+            return;
+        }
+        if self.cfg.max_batch > 0 && req.batch > self.cfg.max_batch as u64 {
+            let t = format!("Exceeded MaxRequestBatch of {}", self.cfg.max_batch);
+            sink.status(reply, status_block(409, &t, &[]));
+            return;
+        }
+        if self.cfg.max_expires > 0 && (req.expires == 0 || req.expires > self.cfg.max_expires) {
+            let t = format!(
+                "Exceeded MaxRequestExpires of {}",
+                format_go_duration(self.cfg.max_expires)
+            );
+            sink.status(reply, status_block(409, &t, &[]));
+            return;
+        }
+        if self.cfg.max_bytes > 0 && req.max_bytes > self.cfg.max_bytes as u64 {
+            let t = format!("Exceeded MaxRequestMaxBytes of {}", self.cfg.max_bytes);
+            sink.status(reply, status_block(409, &t, &[]));
+            return;
+        }
+        if req.idle_heartbeat > 0 && req.expires > 0 && req.idle_heartbeat * 2 > req.expires {
+            sink.status(
+                reply,
+                status_block(400, "Bad Request - heartbeat value too large", &[]),
+            );
+            return;
+        }
+        let max_waiting = usize::try_from(self.cfg.max_waiting.max(1)).unwrap_or(usize::MAX);
+        if self.waiting.len() >= max_waiting {
+            if req.idle_heartbeat == 0 {
+                sink.status(reply, status_block(409, "Exceeded MaxWaiting", &[]));
+            }
+            return;
+        }
+        self.waiting.push_back(Waiting {
+            reply: reply.to_owned(),
+            batch_left: req.batch.max(1),
+            bytes_left: (req.max_bytes > 0).then_some(req.max_bytes),
+            expires_at: (req.expires > 0).then(|| now.saturating_add(req.expires)),
+            no_wait: req.no_wait,
+            heartbeat: req.idle_heartbeat,
+            next_heartbeat: now.saturating_add(req.idle_heartbeat),
+            delivered: 0,
+        });
+    }
+
+    /// Ends every waiting request with `409 Consumer Deleted` (the consumer is going away).
+    pub fn deleted(&mut self, sink: &mut dyn Sink) {
+        for w in self.waiting.drain(..) {
+            sink.status(&w.reply, status_block(409, "Consumer Deleted", &[]));
+        }
+    }
+
+    fn pending_headers(w: &Waiting) -> Vec<(&'static str, String)> {
+        vec![
+            ("Nats-Pending-Messages", w.batch_left.to_string()),
+            ("Nats-Pending-Bytes", w.bytes_left.unwrap_or(0).to_string()),
+        ]
+    }
+
+    // ---------------------------------------------------------------- acks
+
+    /// Handles an ack published to this consumer's ack subject (`tokens` = the 9 tokens).
+    /// `body` is the ack payload. Returns what it means for retention, and a pull request to
+    /// start for `+NXT`.
+    pub fn ack(&mut self, sseq: u64, body: &[u8], now: i64) -> (AckEffect, Option<PullRequest>) {
+        self.last_activity = now;
+        let text = std::str::from_utf8(body).unwrap_or("").trim();
+        let (verb, rest) = match text.split_once(char::is_whitespace) {
+            Some((v, r)) => (v, r.trim()),
+            None => (text, ""),
+        };
+        match verb {
+            "" | "+ACK" | "+OK" => (self.ack_one(sseq, now), None),
+            "+NXT" => {
+                let eff = self.ack_one(sseq, now);
+                let req = if rest.is_empty() {
+                    Some(PullRequest::default())
+                } else {
+                    super::config::parse_pull_request(rest.as_bytes()).ok()
+                };
+                (eff, req)
+            }
+            "-NAK" => {
+                let delay = parse_nak_delay(rest);
+                if let Some(p) = self.pending.get_mut(&sseq) {
+                    match delay {
+                        Some(d) if d > 0 => p.deadline = now.saturating_add(d),
+                        _ => {
+                            p.deadline = i64::MAX;
+                            let md = self.cfg.max_deliver;
+                            if md <= 0 || p.deliveries < md as u64 {
+                                self.redeliver.insert(sseq);
+                            }
+                        }
+                    }
+                    self.dirty = true;
+                }
+                (AckEffect::None, None)
+            }
+            "+WPI" => {
+                let wait = self.ack_wait_for(self.pending.get(&sseq).map_or(1, |p| p.deliveries));
+                if let Some(p) = self.pending.get_mut(&sseq) {
+                    p.deadline = now.saturating_add(wait);
+                    self.redeliver.remove(&sseq);
+                }
+                (AckEffect::None, None)
+            }
+            "+TERM" => {
+                if self.pending.remove(&sseq).is_some() {
+                    self.redeliver.remove(&sseq);
+                    self.note_floor(now);
+                    (AckEffect::Done(vec![sseq]), None)
+                } else {
+                    (AckEffect::None, None)
+                }
+            }
+            _ => (AckEffect::None, None),
+        }
+    }
+
+    fn ack_one(&mut self, sseq: u64, now: i64) -> AckEffect {
+        match self.cfg.ack_policy {
+            AckPolicy::None => AckEffect::None,
+            AckPolicy::Explicit => {
+                if self.pending.remove(&sseq).is_some() {
+                    self.redeliver.remove(&sseq);
+                    self.note_floor(now);
+                    AckEffect::Done(vec![sseq])
+                } else {
+                    AckEffect::None
+                }
+            }
+            AckPolicy::All => {
+                let done: Vec<u64> = self.pending.range(..=sseq).map(|(s, _)| *s).collect();
+                for s in &done {
+                    self.pending.remove(s);
+                    self.redeliver.remove(s);
+                }
+                if done.is_empty() {
+                    AckEffect::None
+                } else {
+                    self.note_floor(now);
+                    AckEffect::Done(done)
+                }
+            }
+        }
+    }
+
+    fn note_floor(&mut self, now: i64) {
+        if self.pending.is_empty() {
+            self.floor_cseq = self.cseq;
+            self.floor_sseq = self.delivered_sseq;
+        }
+        self.last_ack_active = Some(now);
+        self.dirty = true;
+    }
+
+    /// Handles the reply to a flow-control request.
+    pub fn flow_control_reply(&mut self, subject: &str) {
+        if let Some(p) = &mut self.push {
+            if p.fc_pending.as_deref() == Some(subject) {
+                p.fc_pending = None;
+                p.fc_bytes = 0;
+            }
+        }
+    }
+
+    fn ack_wait_for(&self, deliveries: u64) -> i64 {
+        if !self.cfg.backoff.is_empty() {
+            let i = usize::try_from(deliveries.saturating_sub(1)).unwrap_or(usize::MAX);
+            let i = i.min(self.cfg.backoff.len() - 1);
+            if let Some(b) = self.cfg.backoff.get(i) {
+                return *b;
+            }
+        }
+        if self.cfg.ack_wait > 0 {
+            self.cfg.ack_wait
+        } else {
+            30_000_000_000
+        }
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    /// The earliest time [`Consumer::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let mut d: Option<i64> = None;
+        let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
+        for p in self.pending.values() {
+            if p.deadline != i64::MAX {
+                take(p.deadline);
+            }
+        }
+        for w in &self.waiting {
+            if let Some(e) = w.expires_at {
+                take(e);
+            }
+            if w.heartbeat > 0 {
+                take(w.next_heartbeat);
+            }
+        }
+        if let Some(p) = &self.push {
+            if !p.bound && p.retry_at > 0 {
+                take(p.retry_at);
+            }
+            if self.cfg.idle_heartbeat > 0 {
+                take(p.last_sent.saturating_add(self.cfg.idle_heartbeat));
+            }
+        }
+        if self.is_ephemeral() && self.cfg.inactive_threshold > 0 {
+            take(
+                self.last_activity
+                    .saturating_add(self.cfg.inactive_threshold),
+            );
+        }
+        d
+    }
+
+    /// Whether the consumer goes away when inactive.
+    pub fn is_ephemeral(&self) -> bool {
+        self.cfg.durable_name.is_none()
+    }
+
+    /// Whether the consumer has been inactive past its threshold (the stream deletes it).
+    pub fn expired(&self, now: i64) -> bool {
+        let thr = self.cfg.inactive_threshold;
+        if thr <= 0 {
+            return false;
+        }
+        let idle_since = match &self.push {
+            Some(p) => match p.unbound_since {
+                Some(t) => t,
+                None => return false,
+            },
+            None => {
+                if !self.waiting.is_empty() {
+                    return false;
+                }
+                self.last_activity
+            }
+        };
+        (self.is_ephemeral() || thr > 0) && now.saturating_sub(idle_since) >= thr
+    }
+
+    /// Timers: redelivery due, pull expiries and heartbeats, push heartbeats.
+    pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
+        let max_deliver = self.cfg.max_deliver;
+        let mut due = Vec::new();
+        for (s, p) in &mut self.pending {
+            if p.deadline <= now {
+                p.deadline = i64::MAX;
+                if max_deliver <= 0 || p.deliveries < max_deliver as u64 {
+                    due.push(*s);
+                }
+            }
+        }
+        for s in due {
+            self.redeliver.insert(s);
+        }
+        // Pull request expiry and heartbeats.
+        let mut keep = VecDeque::with_capacity(self.waiting.len());
+        for mut w in self.waiting.drain(..) {
+            if w.expires_at.is_some_and(|e| e <= now) {
+                sink.status(
+                    &w.reply,
+                    status_block(408, "Request Timeout", &Self::pending_headers(&w)),
+                );
+                continue;
+            }
+            if w.heartbeat > 0 && w.next_heartbeat <= now {
+                let hb = status_block(
+                    100,
+                    "Idle Heartbeat",
+                    &[
+                        ("Nats-Last-Consumer", self.cseq.to_string()),
+                        ("Nats-Last-Stream", self.delivered_sseq.to_string()),
+                    ],
+                );
+                if sink.status(&w.reply, hb) == 0 {
+                    continue;
+                }
+                w.next_heartbeat = now.saturating_add(w.heartbeat);
+            }
+            keep.push_back(w);
+        }
+        self.waiting = keep;
+        // Push idle heartbeat.
+        let hb_every = self.cfg.idle_heartbeat;
+        let (cseq, dseq) = (self.cseq, self.delivered_sseq);
+        if let (Some(p), Some(ds)) = (&mut self.push, self.cfg.deliver_subject.clone()) {
+            if hb_every > 0 && p.last_sent.saturating_add(hb_every) <= now {
+                let mut fields = vec![
+                    ("Nats-Last-Consumer", cseq.to_string()),
+                    ("Nats-Last-Stream", dseq.to_string()),
+                ];
+                if let Some(fc) = &p.fc_pending {
+                    fields.push(("Nats-Consumer-Stalled", fc.clone()));
+                }
+                let n = sink.status(&ds, status_block(100, "Idle Heartbeat", &fields));
+                p.last_sent = now;
+                Self::note_interest(p, n > 0, now);
+            }
+        }
+    }
+
+    fn note_interest(p: &mut PushState, bound: bool, now: i64) {
+        p.bound = bound;
+        if bound {
+            p.unbound_since = None;
+            p.retry_at = 0;
+        } else {
+            if p.unbound_since.is_none() {
+                p.unbound_since = Some(now);
+            }
+            p.retry_at = now.saturating_add(INTEREST_POLL_NS);
+        }
+    }
+
+    // ---------------------------------------------------------------- delivery
+
+    /// Delivers whatever can be delivered now. Returns stream sequences that became done
+    /// without an ack (ack policy none), for retention.
+    pub fn deliver(
+        &mut self,
+        stream: &str,
+        store: &dyn StreamStore,
+        sink: &mut dyn Sink,
+        now: i64,
+    ) -> Vec<u64> {
+        let mut done = Vec::new();
+        let mut budget = 10_000usize;
+        loop {
+            budget = budget.saturating_sub(1);
+            if budget == 0 {
+                break;
+            }
+            // Who receives?
+            let target = if let Some(p) = &self.push {
+                if p.fc_pending.is_some() {
+                    break;
+                }
+                if !p.bound && p.retry_at > now {
+                    break;
+                }
+                match &self.cfg.deliver_subject {
+                    Some(d) => d.clone(),
+                    None => break,
+                }
+            } else {
+                match self.waiting.front() {
+                    Some(w) => w.reply.clone(),
+                    None => break,
+                }
+            };
+            if self.acks()
+                && self.cfg.max_ack_pending > 0
+                && self.pending.len() as i64 >= self.cfg.max_ack_pending
+                && self.redeliver.is_empty()
+            {
+                break;
+            }
+            // What?
+            let (msg, redelivery) = match self.pick(store) {
+                Some(x) => x,
+                None => break,
+            };
+            if self.cfg.replay_policy == super::config::ReplayPolicy::Original && !redelivery {
+                let (t0, w0) = *self.replay_anchor.get_or_insert((msg.ts, now));
+                if msg.ts.saturating_sub(t0) > now.saturating_sub(w0) {
+                    break;
+                }
+            }
+            let size = (msg.subject.len()
+                + msg.headers.as_ref().map_or(0, Bytes::len)
+                + msg.payload.len()) as u64;
+            if let Some(w) = self.waiting.front() {
+                if w.bytes_left.is_some_and(|b| size > b) {
+                    if let Some(w) = self.waiting.pop_front() {
+                        sink.status(
+                            &w.reply,
+                            status_block(
+                                409,
+                                "Message Size Exceeds MaxBytes",
+                                &Self::pending_headers(&w),
+                            ),
+                        );
+                    }
+                    continue;
+                }
+            }
+            let deliveries = if redelivery {
+                self.pending.get(&msg.seq).map_or(1, |p| p.deliveries + 1)
+            } else {
+                1
+            };
+            let cseq = self.cseq + 1;
+            let pending_after = if redelivery {
+                self.num_pending(store)
+            } else {
+                self.pending_after(store, &msg)
+            };
+            let ack_subject = format!(
+                "$JS.ACK.{stream}.{}.{deliveries}.{}.{cseq}.{}.{pending_after}",
+                self.name, msg.seq, msg.ts
+            );
+            let (headers, payload) = if self.cfg.headers_only {
+                (
+                    Some(add_headers(
+                        msg.headers.as_ref(),
+                        &[("Nats-Msg-Size", msg.payload.len().to_string())],
+                    )),
+                    Bytes::new(),
+                )
+            } else {
+                (msg.headers.clone(), msg.payload.clone())
+            };
+            let n = sink.send(
+                &target,
+                &msg.subject,
+                Some(&ack_subject),
+                headers.as_ref(),
+                &payload,
+            );
+            if let Some(p) = &mut self.push {
+                Self::note_interest(p, n > 0, now);
+                if n == 0 {
+                    break;
+                }
+                p.last_sent = now;
+                p.fc_bytes += size;
+            } else if n == 0 {
+                // The requester went away: drop its request, keep the message.
+                self.waiting.pop_front();
+                continue;
+            }
+            // Delivered.
+            self.cseq = cseq;
+            self.last_delivery_active = Some(now);
+            self.last_activity = now;
+            self.dirty = true;
+            if redelivery {
+                self.redeliver.remove(&msg.seq);
+            } else {
+                if self.lps.front() == Some(&msg.seq) {
+                    self.lps.pop_front();
+                } else {
+                    self.next_sseq = msg.seq + 1;
+                }
+                self.delivered_sseq = self.delivered_sseq.max(msg.seq);
+            }
+            if self.acks() {
+                let wait = self.ack_wait_for(deliveries);
+                self.pending.insert(
+                    msg.seq,
+                    Pending {
+                        cseq,
+                        ts: msg.ts,
+                        deliveries,
+                        deadline: now.saturating_add(wait),
+                    },
+                );
+            } else {
+                self.floor_cseq = self.cseq;
+                self.floor_sseq = self.delivered_sseq;
+                done.push(msg.seq);
+            }
+            if let Some(w) = self.waiting.front_mut() {
+                w.batch_left = w.batch_left.saturating_sub(1);
+                w.delivered += 1;
+                if let Some(b) = &mut w.bytes_left {
+                    *b = b.saturating_sub(size);
+                }
+                w.next_heartbeat = now.saturating_add(w.heartbeat);
+                if w.batch_left == 0 {
+                    self.waiting.pop_front();
+                }
+            }
+            let fc_due = self.push.as_ref().is_some_and(|p| {
+                self.cfg.flow_control && p.fc_bytes >= FLOW_CONTROL_BYTES && p.fc_pending.is_none()
+            });
+            if fc_due {
+                self.send_flow_control(stream, sink);
+            }
+        }
+        // no_wait requests that cannot be filled now end with 404 (or keep waiting for their
+        // expiry when they have one and got nothing yet).
+        if self.push.is_none() {
+            let mut keep = VecDeque::with_capacity(self.waiting.len());
+            for w in self.waiting.drain(..) {
+                if w.no_wait && (w.delivered > 0 || w.expires_at.is_none()) {
+                    sink.status(&w.reply, status_block(404, "No Messages", &[]));
+                } else {
+                    keep.push_back(w);
+                }
+            }
+            self.waiting = keep;
+        }
+        done
+    }
+
+    fn send_flow_control(&mut self, stream: &str, sink: &mut dyn Sink) {
+        let Some(ds) = self.cfg.deliver_subject.clone() else {
+            return;
+        };
+        if let Some(p) = &mut self.push {
+            p.fc_counter += 1;
+            let subject = format!("$JS.FC.{stream}.{}.{}", self.name, p.fc_counter);
+            let hdr = status_block(100, "FlowControl Request", &[]);
+            sink.send(&ds, &ds, Some(&subject), Some(&hdr), &Bytes::new());
+            p.fc_pending = Some(subject);
+        }
+    }
+
+    /// Pending count after delivering `msg` for the first time.
+    fn pending_after(&self, store: &dyn StreamStore, msg: &StoredMsg) -> u64 {
+        if self.lps.front() == Some(&msg.seq) {
+            let lps_left = self.lps.len().saturating_sub(1) as u64;
+            return lps_left + self.count_new(store, self.next_sseq);
+        }
+        self.count_new(store, msg.seq + 1) + self.lps.len() as u64
+    }
+
+    fn count_new(&self, store: &dyn StreamStore, from: u64) -> u64 {
+        if self.filters.len() <= 1 {
+            let f = self.filters.first().map_or(">", String::as_str);
+            store.count_from(from, f)
+        } else {
+            self.filters.iter().map(|f| store.count_from(from, f)).sum()
+        }
+    }
+
+    /// The next message to deliver: a due redelivery, then the last-per-subject set, then
+    /// the next new matching message.
+    fn pick(&mut self, store: &dyn StreamStore) -> Option<(StoredMsg, bool)> {
+        while let Some(seq) = self.redeliver.iter().next().copied() {
+            match store.get(seq).ok().flatten() {
+                Some(m) => return Some((m, true)),
+                None => {
+                    // Removed from the stream meanwhile: nothing left to redeliver.
+                    self.redeliver.remove(&seq);
+                    self.pending.remove(&seq);
+                }
+            }
+        }
+        while let Some(seq) = self.lps.front().copied() {
+            match store.get(seq).ok().flatten() {
+                Some(m) => return Some((m, false)),
+                None => {
+                    self.lps.pop_front();
+                }
+            }
+        }
+        let m = self.next_matching(store, self.next_sseq)?;
+        Some((m, false))
+    }
+
+    /// Drops pending entries for messages the stream no longer has (purged, removed by
+    /// limits) so they do not hold the ack floor down.
+    pub fn forget_removed(&mut self, store: &dyn StreamStore) {
+        let first = store.state().first_seq;
+        let gone: Vec<u64> = self.pending.range(..first).map(|(s, _)| *s).collect();
+        for s in gone {
+            self.pending.remove(&s);
+            self.redeliver.remove(&s);
+        }
+        if self.next_sseq < first && self.lps.is_empty() {
+            self.next_sseq = first;
+        }
+        if self.pending.is_empty() && self.floor_sseq < self.delivered_sseq {
+            self.floor_sseq = self.delivered_sseq;
+            self.floor_cseq = self.cseq;
+        }
+    }
+}
+
+/// `-NAK` delay: `{"delay": ns}` or a Go duration. `None`: redeliver now.
+fn parse_nak_delay(rest: &str) -> Option<i64> {
+    if rest.is_empty() {
+        return None;
+    }
+    if rest.starts_with('{') {
+        let v: Value = serde_json::from_str(rest).ok()?;
+        return v.get("delay").and_then(Value::as_i64);
+    }
+    parse_go_duration(rest)
+}
+
+/// Parses `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (and the
+/// 11/12-token v2 forms). Returns (stream, consumer, stream seq).
+pub fn parse_ack_subject(subject: &str) -> Option<(&str, &str, u64)> {
+    let t: Vec<&str> = subject.split('.').collect();
+    match t.as_slice() {
+        ["$JS", "ACK", stream, consumer, _dlv, sseq, _cseq, _ts, _pending] => {
+            Some((stream, consumer, sseq.parse().ok()?))
+        }
+        ["$JS", "ACK", _domain, _hash, stream, consumer, _dlv, sseq, _cseq, _ts, _pending, ..] => {
+            Some((stream, consumer, sseq.parse().ok()?))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn ack_subject_v1_parses() {
+        let s = "$JS.ACK.ORDERS.proc.1.2.3.1795942996807618822.0";
+        assert_eq!(parse_ack_subject(s), Some(("ORDERS", "proc", 2)));
+        assert_eq!(parse_ack_subject("$JS.ACK.a.b.c"), None);
+    }
+
+    #[test]
+    fn nak_delay_forms() {
+        assert_eq!(parse_nak_delay(""), None);
+        assert_eq!(parse_nak_delay(r#"{"delay":200000000}"#), Some(200_000_000));
+        assert_eq!(parse_nak_delay("2s"), Some(2_000_000_000));
+    }
+
+    #[test]
+    fn status_and_extra_headers() {
+        let b = status_block(404, "No Messages", &[]);
+        assert_eq!(&b[..], b"NATS/1.0 404 No Messages\r\n\r\n");
+        let stored = Bytes::from_static(b"NATS/1.0\r\nX-A: 1\r\n\r\n");
+        let h = add_headers(Some(&stored), &[("Nats-Stream", "D".into())]);
+        assert_eq!(&h[..], b"NATS/1.0\r\nX-A: 1\r\nNats-Stream: D\r\n\r\n");
+        let h = add_headers(None, &[("Nats-Msg-Size", "0".into())]);
+        assert_eq!(&h[..], b"NATS/1.0\r\nNats-Msg-Size: 0\r\n\r\n");
+    }
+}

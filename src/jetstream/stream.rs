@@ -1,0 +1,1087 @@
+//! One stream: its store, the publish rules in front of it, and its consumers.
+//!
+//! Publishes arrive in batches (everything that queued up while the previous commit was
+//! being fsynced). Plain messages of a batch go to the store as **one** append — one sealed
+//! block, one fsync — and their pub-acks are sent only after it returns: that is the group
+//! commit. A message whose checks depend on the exact state before it (expected-sequence
+//! headers, rollup, TTL) first flushes what is queued, then is checked and stored on its own.
+//!
+//! Retention: `limits` removes only by limits; `workqueue` removes a message once a consumer
+//! acked it; `interest` once every consumer whose filter takes it has acked it (and at once
+//! when no consumer takes it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use data_encoding::BASE64;
+use serde_json::{json, Value};
+
+use super::api::ApiError;
+use super::config::{
+    parse_pull_request, resolve_consumer_name, Action, CreateConsumerRequest, DiscardPolicy,
+    Retention, StreamConfig,
+};
+use super::consumer::{add_headers, parse_ack_subject, status_block, AckEffect, Consumer};
+use super::dedupe::Dedupe;
+use super::timefmt::{parse_msg_ttl, rfc3339_nanos};
+use super::Sink;
+use crate::proto::headers::HeaderMap;
+use crate::store::{
+    AppendRejected, Discard, NewMsg, PurgeRequest, StoreError, StoreLimits, StreamStore,
+};
+
+/// A message published to one of the stream's subjects.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// Subject.
+    pub subject: String,
+    /// Reply subject (the pub-ack goes there).
+    pub reply: Option<String>,
+    /// Header block.
+    pub headers: Option<Bytes>,
+    /// Payload.
+    pub payload: Bytes,
+}
+
+/// What happened to a consumer as a result of a call (the driver persists or forgets it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerChange {
+    /// Created (or its config changed): persist its config.
+    Upserted(String),
+    /// Deleted: erase its metadata.
+    Deleted(String),
+}
+
+/// The store limits a stream config asks for.
+pub fn store_limits(cfg: &StreamConfig) -> StoreLimits {
+    let pos = |v: i64| u64::try_from(v).ok().filter(|v| *v > 0);
+    StoreLimits {
+        max_msgs: pos(cfg.max_msgs),
+        max_bytes: pos(cfg.max_bytes),
+        max_age: pos(cfg.max_age).map(Duration::from_nanos),
+        max_msgs_per_subject: pos(cfg.max_msgs_per_subject),
+        max_msg_size: pos(cfg.max_msg_size),
+        discard: match cfg.discard {
+            DiscardPolicy::Old => Discard::Old,
+            DiscardPolicy::New => Discard::New,
+        },
+        discard_new_per_subject: cfg.discard_new_per_subject,
+    }
+}
+
+fn pub_ack(stream: &str, seq: u64, duplicate: bool) -> Bytes {
+    let mut s = format!("{{\"stream\":{},\"seq\":{seq}", json!(stream));
+    if duplicate {
+        s.push_str(",\"duplicate\": true");
+    }
+    s.push('}');
+    Bytes::from(s)
+}
+
+fn pub_err(stream: &str, e: &ApiError) -> Bytes {
+    Bytes::from(json!({"error": e.to_json(), "stream": stream, "seq": 0}).to_string())
+}
+
+fn rejected(r: AppendRejected) -> ApiError {
+    match r {
+        AppendRejected::MaxMsgs => ApiError::max_msgs_exceeded(),
+        AppendRejected::MaxBytes => ApiError::max_bytes_exceeded(),
+        AppendRejected::MaxMsgsPerSubject => ApiError::max_msgs_per_subject_exceeded(),
+        AppendRejected::MaxMsgSize => ApiError::msg_too_large(),
+        AppendRejected::InvalidSubject => ApiError::bad_request(),
+    }
+}
+
+/// A store failure as clients see it.
+pub fn store_failed(e: &StoreError) -> ApiError {
+    match e {
+        StoreError::DiskFull { .. } => ApiError::insufficient_storage(),
+        other => ApiError::new(503, 10077, other.to_string()),
+    }
+}
+
+/// One stream.
+pub struct Stream {
+    /// Normalised config.
+    pub cfg: StreamConfig,
+    /// Creation time (unix nanos).
+    pub created: i64,
+    store: Box<dyn StreamStore>,
+    dedupe: Dedupe,
+    /// Consumers by name.
+    pub consumers: BTreeMap<String, Consumer>,
+    ttl: BTreeSet<(i64, u64)>,
+    /// Set after a fatal store error: the stream refuses writes until restart.
+    offline: Option<String>,
+    server_name: String,
+    /// Consumer changes the driver must persist.
+    pub changes: Vec<ConsumerChange>,
+}
+
+/// What a publish carries in its headers that matters here.
+#[derive(Default)]
+struct PubHeaders {
+    msg_id: Option<String>,
+    expected_last_seq: Option<u64>,
+    expected_last_subj_seq: Option<u64>,
+    expected_last_subj_seq_subject: Option<String>,
+    expected_last_msg_id: Option<String>,
+    rollup: Option<String>,
+    ttl: Option<String>,
+    bad: bool,
+}
+
+impl PubHeaders {
+    fn parse(block: Option<&Bytes>) -> Self {
+        let Some(b) = block else {
+            return PubHeaders::default();
+        };
+        let Ok(map) = HeaderMap::parse(b) else {
+            return PubHeaders {
+                bad: true,
+                ..PubHeaders::default()
+            };
+        };
+        let get = |n: &str| map.get(n).map(str::to_owned);
+        let num = |n: &str| map.get(n).and_then(|v| v.trim().parse::<u64>().ok());
+        PubHeaders {
+            msg_id: get("Nats-Msg-Id").filter(|s| !s.is_empty()),
+            expected_last_seq: num("Nats-Expected-Last-Sequence"),
+            expected_last_subj_seq: num("Nats-Expected-Last-Subject-Sequence"),
+            expected_last_subj_seq_subject: get("Nats-Expected-Last-Subject-Sequence-Subject"),
+            expected_last_msg_id: get("Nats-Expected-Last-Msg-Id"),
+            rollup: get("Nats-Rollup"),
+            ttl: get("Nats-TTL"),
+            bad: false,
+        }
+    }
+
+    /// Whether checks need the exact state right before this message.
+    fn strict(&self) -> bool {
+        self.expected_last_seq.is_some()
+            || self.expected_last_subj_seq.is_some()
+            || self.expected_last_msg_id.is_some()
+            || self.rollup.is_some()
+            || self.ttl.is_some()
+    }
+}
+
+/// A message queued for the next group commit.
+struct Queued {
+    msg: NewMsg,
+    reply: Option<String>,
+    msg_id: Option<String>,
+    /// Index of an earlier message in this batch with the same id (this one is a duplicate).
+    dup_of: Option<usize>,
+}
+
+impl Stream {
+    /// A stream over `store` (already opened). Rebuilds the dedupe window and TTL timers from
+    /// the stored messages.
+    pub fn new(
+        cfg: StreamConfig,
+        created: i64,
+        store: Box<dyn StreamStore>,
+        server_name: &str,
+        now: i64,
+    ) -> Self {
+        let mut s = Stream {
+            cfg,
+            created,
+            store,
+            dedupe: Dedupe::default(),
+            consumers: BTreeMap::new(),
+            ttl: BTreeSet::new(),
+            offline: None,
+            server_name: server_name.to_owned(),
+            changes: Vec::new(),
+        };
+        s.rebuild(now);
+        s
+    }
+
+    fn rebuild(&mut self, now: i64) {
+        self.dedupe.clear();
+        let st = self.store.state();
+        if st.msgs == 0 {
+            return;
+        }
+        let window = self.cfg.duplicate_window;
+        let mut found = Vec::new();
+        let mut seq = st.last_seq;
+        while seq >= st.first_seq && seq > 0 {
+            if let Ok(Some(m)) = self.store.get(seq) {
+                if m.ts < now.saturating_sub(window) && !self.cfg.allow_msg_ttl {
+                    break;
+                }
+                let h = PubHeaders::parse(m.headers.as_ref());
+                if m.ts >= now.saturating_sub(window) {
+                    if let Some(id) = h.msg_id {
+                        found.push((id, m.seq, m.ts));
+                    }
+                }
+                if let Some(t) = h.ttl.as_deref().and_then(parse_msg_ttl) {
+                    if t > 0 {
+                        self.ttl.insert((m.ts.saturating_add(t), m.seq));
+                    }
+                }
+            }
+            seq -= 1;
+        }
+        for (id, seq, ts) in found.into_iter().rev() {
+            self.dedupe.insert(id, seq, ts);
+        }
+    }
+
+    /// The store (read-only).
+    pub fn store(&self) -> &dyn StreamStore {
+        self.store.as_ref()
+    }
+
+    /// Whether a fatal store error took the stream offline.
+    pub fn offline(&self) -> Option<&str> {
+        self.offline.as_deref()
+    }
+
+    fn note_store_error(&mut self, e: &StoreError) {
+        if e.is_fatal() && self.offline.is_none() {
+            tracing::error!(stream = %self.cfg.name, error = %e, "stream store failed; it refuses writes until restart");
+            self.offline = Some(e.to_string());
+        }
+    }
+
+    // ------------------------------------------------------------------ publish
+
+    /// Stores a batch of publishes and answers each with its pub-ack.
+    pub fn publish(&mut self, batch: Vec<Incoming>, sink: &mut dyn Sink, now: i64) {
+        self.dedupe.prune(now, self.cfg.duplicate_window);
+        let mut queue: Vec<Queued> = Vec::new();
+        for m in batch {
+            if let Err(e) = self.precheck(&m) {
+                self.answer(sink, m.reply.as_deref(), Err(e));
+                continue;
+            }
+            let h = PubHeaders::parse(m.headers.as_ref());
+            if h.bad {
+                self.answer(sink, m.reply.as_deref(), Err(ApiError::bad_request()));
+                continue;
+            }
+            if let Some(id) = &h.msg_id {
+                if let Some(seq) = self.dedupe.get(id) {
+                    if let Some(r) = m.reply.as_deref() {
+                        if !self.cfg.no_ack {
+                            sink.reply(r, pub_ack(&self.cfg.name, seq, true));
+                        }
+                    }
+                    continue;
+                }
+            }
+            if h.strict() {
+                self.flush(&mut queue, sink, now);
+                self.publish_strict(m, &h, sink, now);
+                continue;
+            }
+            let dup_of = h
+                .msg_id
+                .as_ref()
+                .and_then(|id| queue.iter().position(|q| q.msg_id.as_ref() == Some(id)));
+            queue.push(Queued {
+                msg: NewMsg {
+                    subject: m.subject,
+                    headers: m.headers,
+                    payload: m.payload,
+                },
+                reply: m.reply,
+                msg_id: h.msg_id,
+                dup_of,
+            });
+        }
+        self.flush(&mut queue, sink, now);
+    }
+
+    /// Checks that need nothing but the message and the config.
+    fn precheck(&self, m: &Incoming) -> Result<(), ApiError> {
+        if let Some(reason) = &self.offline {
+            return Err(ApiError::new(503, 10077, reason.clone()));
+        }
+        if self.cfg.sealed {
+            return Err(ApiError::stream_sealed());
+        }
+        let size = m.headers.as_ref().map_or(0, Bytes::len) + m.payload.len();
+        if self.cfg.max_msg_size > 0 && size as i64 > self.cfg.max_msg_size {
+            return Err(ApiError::msg_too_large());
+        }
+        if let Some(h) = &m.headers {
+            if let Ok(map) = HeaderMap::parse(h) {
+                if let Some(exp) = map.get("Nats-Expected-Stream") {
+                    if exp != self.cfg.name {
+                        return Err(ApiError::expected_stream_mismatch());
+                    }
+                }
+                if map.get("Nats-Rollup").is_some() && !self.cfg.allow_rollup_hdrs {
+                    return Err(ApiError::rollup_not_permitted());
+                }
+                if let Some(t) = map.get("Nats-TTL") {
+                    if !self.cfg.allow_msg_ttl {
+                        return Err(ApiError::msg_ttl_disabled());
+                    }
+                    if parse_msg_ttl(t).is_none() {
+                        return Err(ApiError::invalid_msg_ttl());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn answer(&self, sink: &mut dyn Sink, reply: Option<&str>, r: Result<u64, ApiError>) {
+        let Some(reply) = reply else {
+            return;
+        };
+        match r {
+            Ok(seq) => {
+                if !self.cfg.no_ack {
+                    sink.reply(reply, pub_ack(&self.cfg.name, seq, false));
+                }
+            }
+            Err(e) => sink.reply(reply, pub_err(&self.cfg.name, &e)),
+        }
+    }
+
+    fn publish_strict(&mut self, m: Incoming, h: &PubHeaders, sink: &mut dyn Sink, now: i64) {
+        let st = self.store.state();
+        if let Some(exp) = h.expected_last_seq {
+            if exp != st.last_seq {
+                self.answer(
+                    sink,
+                    m.reply.as_deref(),
+                    Err(ApiError::wrong_last_sequence(st.last_seq)),
+                );
+                return;
+            }
+        }
+        if let Some(exp) = h.expected_last_subj_seq {
+            let filter = h
+                .expected_last_subj_seq_subject
+                .clone()
+                .unwrap_or_else(|| m.subject.clone());
+            let last = match self.store.last_by_subject(&filter) {
+                Ok(x) => x.map_or(0, |x| x.seq),
+                Err(e) => {
+                    self.answer(sink, m.reply.as_deref(), Err(store_failed(&e)));
+                    return;
+                }
+            };
+            if exp != last {
+                self.answer(
+                    sink,
+                    m.reply.as_deref(),
+                    Err(ApiError::wrong_last_sequence(last)),
+                );
+                return;
+            }
+        }
+        if let Some(exp) = &h.expected_last_msg_id {
+            let last_id = self
+                .store
+                .get(st.last_seq)
+                .ok()
+                .flatten()
+                .and_then(|m| PubHeaders::parse(m.headers.as_ref()).msg_id)
+                .unwrap_or_default();
+            if *exp != last_id {
+                self.answer(
+                    sink,
+                    m.reply.as_deref(),
+                    Err(ApiError::wrong_last_msg_id(&last_id)),
+                );
+                return;
+            }
+        }
+        let subject = m.subject.clone();
+        let mut q = vec![Queued {
+            msg: NewMsg {
+                subject: m.subject,
+                headers: m.headers,
+                payload: m.payload,
+            },
+            reply: m.reply,
+            msg_id: h.msg_id.clone(),
+            dup_of: None,
+        }];
+        let stored = self.flush(&mut q, sink, now);
+        let Some(&(seq, ts)) = stored.first() else {
+            return;
+        };
+        if let Some(t) = h.ttl.as_deref().and_then(parse_msg_ttl) {
+            if t > 0 {
+                self.ttl.insert((ts.saturating_add(t), seq));
+            }
+        }
+        if let Some(r) = h.rollup.as_deref() {
+            let req = match r {
+                "sub" => Some(PurgeRequest {
+                    filter: Some(subject),
+                    up_to_seq: Some(seq),
+                    keep: None,
+                }),
+                "all" => Some(PurgeRequest {
+                    filter: None,
+                    up_to_seq: Some(seq),
+                    keep: None,
+                }),
+                _ => None,
+            };
+            if let Some(req) = req {
+                if let Err(e) = self.store.purge(&req) {
+                    self.note_store_error(&e);
+                }
+                self.after_removal();
+            }
+        }
+    }
+
+    /// Appends the queued messages as one commit and answers them. Returns the (seq, ts) of
+    /// each stored message.
+    fn flush(&mut self, queue: &mut Vec<Queued>, sink: &mut dyn Sink, now: i64) -> Vec<(u64, i64)> {
+        if queue.is_empty() {
+            return Vec::new();
+        }
+        let items = std::mem::take(queue);
+        let (fresh_idx, msgs): (Vec<usize>, Vec<NewMsg>) = items
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.dup_of.is_none())
+            .map(|(i, q)| (i, q.msg.clone()))
+            .unzip();
+        let results = match self.store.append_batch(&msgs) {
+            Ok(r) => r,
+            Err(e) => {
+                self.note_store_error(&e);
+                let err = store_failed(&e);
+                for q in &items {
+                    self.answer(sink, q.reply.as_deref(), Err(err.clone()));
+                }
+                return Vec::new();
+            }
+        };
+        let mut seq_of: Vec<Option<u64>> = vec![None; items.len()];
+        let mut stored = Vec::new();
+        for (k, r) in results.into_iter().enumerate() {
+            let Some(&i) = fresh_idx.get(k) else { continue };
+            let Some(q) = items.get(i) else { continue };
+            match r {
+                Ok(a) => {
+                    if let Some(slot) = seq_of.get_mut(i) {
+                        *slot = Some(a.seq);
+                    }
+                    if let Some(id) = &q.msg_id {
+                        self.dedupe.insert(id.clone(), a.seq, a.ts);
+                    }
+                    stored.push((a.seq, a.ts));
+                    self.answer(sink, q.reply.as_deref(), Ok(a.seq));
+                }
+                Err(rej) => self.answer(sink, q.reply.as_deref(), Err(rejected(rej))),
+            }
+        }
+        for q in &items {
+            if let Some(orig) = q.dup_of {
+                if let (Some(Some(seq)), Some(r)) = (seq_of.get(orig), q.reply.as_deref()) {
+                    if !self.cfg.no_ack {
+                        sink.reply(r, pub_ack(&self.cfg.name, *seq, true));
+                    }
+                }
+            }
+        }
+        if self.cfg.retention == Retention::Interest {
+            let mut drop = Vec::new();
+            for (seq, _) in &stored {
+                if let Some(Some(i)) = seq_of.iter().position(|s| *s == Some(*seq)).map(Some) {
+                    if let Some(q) = items.get(i) {
+                        if !self.consumers.values().any(|c| c.wants(&q.msg.subject)) {
+                            drop.push(*seq);
+                        }
+                    }
+                }
+            }
+            for seq in drop {
+                if let Err(e) = self.store.delete(seq, false) {
+                    self.note_store_error(&e);
+                }
+            }
+        }
+        let _ = now;
+        stored
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// The earliest time [`Stream::tick`] has work.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let mut d: Option<i64> = None;
+        let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
+        if self.cfg.max_age > 0 {
+            let st = self.store.state();
+            if st.msgs > 0 {
+                take(st.first_ts.saturating_add(self.cfg.max_age));
+            }
+        }
+        if let Some((t, _)) = self.ttl.iter().next() {
+            take(*t);
+        }
+        for c in self.consumers.values() {
+            if let Some(t) = c.next_deadline() {
+                take(t);
+            }
+        }
+        d
+    }
+
+    /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
+    pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
+        let mut removed = false;
+        if self.cfg.max_age > 0 && self.offline.is_none() {
+            match self.store.expire(now) {
+                Ok(n) => removed |= n > 0,
+                Err(e) => self.note_store_error(&e),
+            }
+        }
+        while let Some(&(t, seq)) = self.ttl.iter().next() {
+            if t > now {
+                break;
+            }
+            self.ttl.remove(&(t, seq));
+            match self.store.delete(seq, false) {
+                Ok(d) => removed |= d,
+                Err(e) => self.note_store_error(&e),
+            }
+        }
+        if removed {
+            self.after_removal();
+        }
+        for c in self.consumers.values_mut() {
+            c.tick(sink, now);
+        }
+        let gone: Vec<String> = self
+            .consumers
+            .iter()
+            .filter(|(_, c)| c.expired(now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in gone {
+            if let Some(mut c) = self.consumers.remove(&n) {
+                c.deleted(sink);
+                self.changes.push(ConsumerChange::Deleted(n));
+            }
+        }
+        self.run_consumers(sink, now);
+    }
+
+    fn after_removal(&mut self) {
+        let store = self.store.as_ref();
+        for c in self.consumers.values_mut() {
+            c.forget_removed(store);
+        }
+    }
+
+    /// Lets every consumer deliver what it can; applies retention to what became done.
+    pub fn run_consumers(&mut self, sink: &mut dyn Sink, now: i64) {
+        let name = self.cfg.name.clone();
+        let mut done = Vec::new();
+        for c in self.consumers.values_mut() {
+            done.extend(c.deliver(&name, self.store.as_ref(), sink, now));
+        }
+        if !done.is_empty() {
+            self.retire(&done);
+        }
+    }
+
+    /// Retention: removes messages that are done for every consumer that wants them.
+    fn retire(&mut self, seqs: &[u64]) {
+        if self.cfg.retention == Retention::Limits || self.offline.is_some() {
+            return;
+        }
+        for &seq in seqs {
+            let remove = match self.cfg.retention {
+                Retention::Workqueue => true,
+                Retention::Interest => match self.store.get(seq) {
+                    Ok(Some(m)) => self
+                        .consumers
+                        .values()
+                        .all(|c| c.is_done_with(seq, &m.subject)),
+                    _ => false,
+                },
+                Retention::Limits => false,
+            };
+            if remove {
+                if let Err(e) = self.store.delete(seq, false) {
+                    self.note_store_error(&e);
+                    return;
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ acks and pulls
+
+    /// An ack on `$JS.ACK.<stream>.<consumer>...`. Returns whether a reply is owed after the
+    /// consumer's state is durable (the driver sends it).
+    pub fn ack(
+        &mut self,
+        subject: &str,
+        body: &[u8],
+        reply: Option<&str>,
+        sink: &mut dyn Sink,
+        now: i64,
+    ) {
+        let Some((_, consumer, sseq)) = parse_ack_subject(subject) else {
+            return;
+        };
+        let Some(c) = self.consumers.get_mut(consumer) else {
+            return;
+        };
+        let (effect, next) = c.ack(sseq, body, now);
+        if let (Some(req), Some(r)) = (next, reply) {
+            c.pull_request(req, r, sink, now);
+        }
+        if let AckEffect::Done(seqs) = effect {
+            self.retire(&seqs);
+        }
+    }
+
+    /// A pull request (`CONSUMER.MSG.NEXT`). Unknown consumers get the 503 status, as when
+    /// nobody listens.
+    pub fn pull(
+        &mut self,
+        consumer: &str,
+        body: &[u8],
+        reply: &str,
+        sink: &mut dyn Sink,
+        now: i64,
+    ) {
+        let Some(c) = self.consumers.get_mut(consumer) else {
+            let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{}.{consumer}", self.cfg.name);
+            sink.status(
+                reply,
+                crate::proto::headers::no_responders_block(subject.as_bytes()),
+            );
+            return;
+        };
+        match parse_pull_request(body) {
+            Ok(req) => c.pull_request(req, reply, sink, now),
+            Err(reason) => {
+                sink.status(
+                    reply,
+                    status_block(400, &format!("Bad Request - {reason}"), &[]),
+                );
+            }
+        }
+    }
+
+    /// Flow-control reply on `$JS.FC.<stream>.<consumer>.<n>`.
+    pub fn flow_control(&mut self, subject: &str) {
+        let consumer = subject.split('.').nth(3).unwrap_or("");
+        if let Some(c) = self.consumers.get_mut(consumer) {
+            c.flow_control_reply(subject);
+        }
+    }
+
+    // ------------------------------------------------------------------ stream API
+
+    /// The stream info body (`config`, `created`, `state`, ...). `req` may ask for
+    /// `subjects_filter` and `deleted_details`.
+    pub fn info(&self, req: Option<&Value>, now: i64) -> Value {
+        let st = self.store.state();
+        let first_seq = if st.msgs == 0 && st.last_seq == 0 {
+            0
+        } else {
+            st.first_seq
+        };
+        let mut state = json!({
+            "messages": st.msgs,
+            "bytes": st.bytes,
+            "first_seq": first_seq,
+            "first_ts": rfc3339_nanos(if st.msgs == 0 { 0 } else { st.first_ts }),
+            "last_seq": st.last_seq,
+            "last_ts": rfc3339_nanos(st.last_ts),
+            "consumer_count": self.consumers.len(),
+        });
+        if st.num_subjects > 0 {
+            state["num_subjects"] = json!(st.num_subjects);
+        }
+        if st.num_deleted > 0 {
+            state["num_deleted"] = json!(st.num_deleted);
+        }
+        if let Some(f) = req
+            .and_then(|r| r.get("subjects_filter"))
+            .and_then(Value::as_str)
+            .filter(|f| !f.is_empty())
+        {
+            let subjects: serde_json::Map<String, Value> = self
+                .store
+                .subjects_state(f)
+                .into_iter()
+                .map(|(s, ss)| (s, json!(ss.msgs)))
+                .collect();
+            state["subjects"] = Value::Object(subjects);
+        }
+        if req
+            .and_then(|r| r.get("deleted_details"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            && st.num_deleted > 0
+        {
+            state["deleted"] = json!(self.deleted_seqs());
+        }
+        json!({
+            "total": 0, "offset": 0, "limit": 0,
+            "config": self.cfg,
+            "created": rfc3339_nanos(self.created),
+            "state": state,
+            "cluster": {"leader": self.server_name},
+            "ts": rfc3339_nanos(now),
+        })
+    }
+
+    fn deleted_seqs(&self) -> Vec<u64> {
+        let st = self.store.state();
+        let mut out = Vec::new();
+        let mut expect = st.first_seq;
+        let mut seq = st.first_seq;
+        while let Ok(Some(m)) = self.store.next_by_subject(seq, ">") {
+            out.extend(expect..m.seq);
+            expect = m.seq + 1;
+            seq = m.seq + 1;
+            if out.len() > 100_000 {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Purge per the request body; returns the reply body.
+    ///
+    /// # Errors
+    /// Sealed stream, deny_purge, bad request, store failures.
+    pub fn purge(&mut self, body: Option<&Value>) -> Result<Value, ApiError> {
+        if self.cfg.sealed {
+            return Err(ApiError::stream_sealed());
+        }
+        if self.cfg.deny_purge {
+            return Err(ApiError::purge_denied());
+        }
+        let get_u = |k: &str| body.and_then(|b| b.get(k)).and_then(Value::as_u64);
+        let filter = body
+            .and_then(|b| b.get("filter"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+        let seq = get_u("seq").filter(|s| *s > 0);
+        let keep = get_u("keep").filter(|k| *k > 0);
+        if seq.is_some() && keep.is_some() {
+            return Err(ApiError::bad_request());
+        }
+        let req = PurgeRequest {
+            filter,
+            up_to_seq: seq,
+            keep,
+        };
+        let n = self.store.purge(&req).map_err(|e| {
+            self.note_store_error(&e);
+            store_failed(&e)
+        })?;
+        self.after_removal();
+        Ok(json!({"success": true, "purged": n}))
+    }
+
+    fn find(&self, body: Option<&Value>) -> Result<crate::store::StoredMsg, ApiError> {
+        let Some(b) = body else {
+            return Err(ApiError::bad_request());
+        };
+        let seq = b.get("seq").and_then(Value::as_u64);
+        let last = b.get("last_by_subj").and_then(Value::as_str);
+        let next = b.get("next_by_subj").and_then(Value::as_str);
+        let r = match (seq, last, next) {
+            (_, Some(s), None) if !s.is_empty() => self.store.last_by_subject(s),
+            (from, None, Some(s)) if !s.is_empty() => {
+                self.store.next_by_subject(from.unwrap_or(0).max(1), s)
+            }
+            (Some(seq), None, None) => self.store.get(seq),
+            _ => return Err(ApiError::bad_request()),
+        };
+        r.map_err(|e| store_failed(&e))?
+            .ok_or_else(ApiError::no_message_found)
+    }
+
+    /// `STREAM.MSG.GET`.
+    ///
+    /// # Errors
+    /// Bad request, no message found.
+    pub fn msg_get(&self, body: Option<&Value>) -> Result<Value, ApiError> {
+        let m = self.find(body)?;
+        let mut msg = json!({"subject": m.subject, "seq": m.seq, "time": rfc3339_nanos(m.ts)});
+        if let Some(h) = &m.headers {
+            msg["hdrs"] = json!(BASE64.encode(h));
+        }
+        if !m.payload.is_empty() {
+            msg["data"] = json!(BASE64.encode(&m.payload));
+        }
+        Ok(json!({ "message": msg }))
+    }
+
+    /// `DIRECT.GET`: answers with the message itself (or a status) on `reply`.
+    pub fn direct_get(
+        &self,
+        payload: &[u8],
+        subject: Option<&str>,
+        reply: &str,
+        sink: &mut dyn Sink,
+    ) {
+        let found = match subject {
+            Some(s) => self
+                .store
+                .last_by_subject(s)
+                .map_err(|e| store_failed(&e))
+                .and_then(|m| m.ok_or_else(ApiError::no_message_found)),
+            None => match super::api::optional_body(payload) {
+                Ok(b) => self.find(b.as_ref()),
+                Err(_) => {
+                    sink.status(reply, status_block(408, "Malformed Request", &[]));
+                    return;
+                }
+            },
+        };
+        match found {
+            Ok(m) => {
+                let h = add_headers(
+                    m.headers.as_ref(),
+                    &[
+                        ("Nats-Stream", self.cfg.name.clone()),
+                        ("Nats-Subject", m.subject.clone()),
+                        ("Nats-Sequence", m.seq.to_string()),
+                        ("Nats-Time-Stamp", rfc3339_nanos(m.ts)),
+                    ],
+                );
+                sink.send(reply, reply, None, Some(&h), &m.payload);
+            }
+            Err(e) if e.err_code == ApiError::bad_request().err_code => {
+                sink.status(reply, status_block(408, "Malformed Request", &[]));
+            }
+            Err(_) => {
+                sink.status(reply, status_block(404, "Message Not Found", &[]));
+            }
+        }
+    }
+
+    /// `STREAM.MSG.DELETE`.
+    ///
+    /// # Errors
+    /// Sealed, deny_delete, bad request, not found.
+    pub fn msg_delete(&mut self, body: Option<&Value>) -> Result<Value, ApiError> {
+        if self.cfg.sealed {
+            return Err(ApiError::stream_sealed());
+        }
+        if self.cfg.deny_delete {
+            return Err(ApiError::deny_delete());
+        }
+        let seq = body
+            .and_then(|b| b.get("seq"))
+            .and_then(Value::as_u64)
+            .ok_or_else(ApiError::bad_request)?;
+        let no_erase = body
+            .and_then(|b| b.get("no_erase"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let found = self.store.delete(seq, !no_erase).map_err(|e| {
+            self.note_store_error(&e);
+            store_failed(&e)
+        })?;
+        if !found {
+            return Err(ApiError::msg_delete_not_found());
+        }
+        self.after_removal();
+        Ok(json!({"success": true}))
+    }
+
+    /// Applies a validated config update (limits take effect at once).
+    ///
+    /// # Errors
+    /// Store failures applying the new limits.
+    pub fn update(&mut self, cfg: StreamConfig) -> Result<(), ApiError> {
+        let limits = store_limits(&cfg);
+        self.cfg = cfg;
+        let n = self.store.set_limits(limits).map_err(|e| {
+            self.note_store_error(&e);
+            store_failed(&e)
+        })?;
+        if n > 0 {
+            self.after_removal();
+        }
+        Ok(())
+    }
+
+    /// Closes the store (checkpoint) — at shutdown or before deletion.
+    pub fn close(&mut self) {
+        if let Err(e) = self.store.close() {
+            tracing::warn!(stream = %self.cfg.name, error = %e, "closing the stream store failed");
+        }
+    }
+
+    // ------------------------------------------------------------------ consumer API
+
+    /// Creates or updates a consumer per a create request that arrived on the given subject
+    /// form. Returns the consumer info body.
+    ///
+    /// # Errors
+    /// The create/update rules of the consumer API.
+    pub fn create_consumer(
+        &mut self,
+        mut req: CreateConsumerRequest,
+        subject_consumer: Option<&str>,
+        subject_filter: Option<&str>,
+        legacy_durable: bool,
+        version: &str,
+        now: i64,
+    ) -> Result<Value, ApiError> {
+        if !req.stream_name.is_empty() && req.stream_name != self.cfg.name {
+            return Err(ApiError::stream_not_found());
+        }
+        let name = resolve_consumer_name(
+            &mut req.config,
+            subject_consumer,
+            subject_filter,
+            legacy_durable,
+        )?;
+        let mut cfg = req.config;
+        cfg.normalize(&self.cfg, version)?;
+        for f in cfg.filters() {
+            if !self
+                .cfg
+                .subjects
+                .iter()
+                .any(|s| super::config::subjects_collide(s, &f))
+            {
+                return Err(ApiError::new(
+                    400,
+                    10093,
+                    "consumer filter subject is not a valid subset of the interest subjects",
+                ));
+            }
+        }
+        if let Some(existing) = self.consumers.get_mut(&name) {
+            if req.action == Action::Create && !existing.cfg.same_as(&cfg) {
+                return Err(ApiError::consumer_exists());
+            }
+            if !existing.cfg.same_as(&cfg) {
+                existing.cfg.check_update(&cfg)?;
+                existing.update_config(cfg);
+                self.changes.push(ConsumerChange::Upserted(name.clone()));
+            }
+            let c = &self.consumers[&name];
+            return Ok(c.info(&self.cfg.name, self.store.as_ref(), now));
+        }
+        if req.action == Action::Update {
+            return Err(ApiError::consumer_does_not_exist());
+        }
+        if self.cfg.max_consumers > 0 && self.consumers.len() as i64 >= self.cfg.max_consumers {
+            return Err(ApiError::max_consumers());
+        }
+        if self.cfg.retention == Retention::Workqueue {
+            if !cfg.is_push() && cfg.ack_policy != super::config::AckPolicy::Explicit {
+                return Err(ApiError::wq_pull_needs_explicit_ack());
+            }
+            let mine = cfg.filters();
+            for other in self.consumers.values() {
+                let theirs = other.cfg.filters();
+                if mine.is_empty() || theirs.is_empty() {
+                    return Err(ApiError::wq_multiple_unfiltered());
+                }
+                if mine
+                    .iter()
+                    .any(|a| theirs.iter().any(|b| super::config::subjects_collide(a, b)))
+                {
+                    return Err(ApiError::wq_filter_not_unique());
+                }
+            }
+        }
+        let c = Consumer::new(name.clone(), cfg, now, self.store.as_ref());
+        let info = c.info(&self.cfg.name, self.store.as_ref(), now);
+        self.consumers.insert(name.clone(), c);
+        self.changes.push(ConsumerChange::Upserted(name));
+        Ok(info)
+    }
+
+    /// Adds a consumer restored from the store at startup.
+    pub fn restore_consumer(&mut self, c: Consumer) {
+        self.consumers.insert(c.name.clone(), c);
+    }
+
+    /// `CONSUMER.INFO`.
+    ///
+    /// # Errors
+    /// Consumer not found.
+    pub fn consumer_info(&self, name: &str, now: i64) -> Result<Value, ApiError> {
+        self.consumers
+            .get(name)
+            .map(|c| c.info(&self.cfg.name, self.store.as_ref(), now))
+            .ok_or_else(ApiError::consumer_not_found)
+    }
+
+    /// `CONSUMER.DELETE`.
+    ///
+    /// # Errors
+    /// Consumer not found.
+    pub fn consumer_delete(&mut self, name: &str, sink: &mut dyn Sink) -> Result<Value, ApiError> {
+        let mut c = self
+            .consumers
+            .remove(name)
+            .ok_or_else(ApiError::consumer_not_found)?;
+        c.deleted(sink);
+        self.changes.push(ConsumerChange::Deleted(name.to_owned()));
+        Ok(json!({"success": true}))
+    }
+
+    /// `CONSUMER.NAMES` / `CONSUMER.LIST`.
+    pub fn consumer_page(&self, offset: usize, list: bool, now: i64) -> Value {
+        let total = self.consumers.len();
+        let limit = if list { 256 } else { 1024 };
+        let page: Vec<Value> = self
+            .consumers
+            .values()
+            .skip(offset)
+            .take(limit)
+            .map(|c| {
+                if list {
+                    c.info(&self.cfg.name, self.store.as_ref(), now)
+                } else {
+                    json!(c.name)
+                }
+            })
+            .collect();
+        json!({"total": total, "offset": offset, "limit": limit, "consumers": page})
+    }
+
+    /// Bytes and messages stored (account usage).
+    pub fn usage(&self) -> (u64, u64) {
+        let st = self.store.state();
+        (st.bytes, st.msgs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pub_ack_bytes_match_the_reference() {
+        assert_eq!(
+            &pub_ack("ORDERS", 1, false)[..],
+            br#"{"stream":"ORDERS","seq":1}"#
+        );
+        assert_eq!(
+            &pub_ack("ORDERS", 1, true)[..],
+            br#"{"stream":"ORDERS","seq":1,"duplicate": true}"#
+        );
+    }
+}

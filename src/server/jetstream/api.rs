@@ -1,0 +1,374 @@
+//! The account's API thread: account info, stream lifecycle (create, update, delete),
+//! names and list, and answers for calls about streams that do not exist.
+//!
+//! Stream lifecycle runs here, on one thread per account, so two creates of overlapping
+//! streams cannot race: the overlap check and the registration happen in one place.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use crate::jetstream::api::{err_reply, ok_reply, optional_body, paging, ApiCall, ApiError};
+use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
+use crate::jetstream::{Sink, API_LEVEL};
+
+use super::sink::RouterSink;
+use super::stream_thread::{self, Cmd};
+use super::{AccountJs, JetStream};
+use crate::server::{Shared, NATS_COMPAT_VERSION};
+
+/// A request for the API thread.
+pub(crate) struct ApiMsg {
+    pub(crate) call: ApiCall,
+    pub(crate) reply: String,
+    pub(crate) headers: Option<Bytes>,
+    pub(crate) payload: Bytes,
+}
+
+/// Serves `rx` until the server stops.
+pub(crate) fn run(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    rx: &Receiver<ApiMsg>,
+) {
+    let mut sink = RouterSink::new(Arc::clone(&acc.account), js.next_seed());
+    while let Ok(m) = rx.recv() {
+        handle(shared, js, acc, &mut sink, m);
+        sink.flush();
+    }
+}
+
+fn required_level(headers: Option<&Bytes>) -> Option<u32> {
+    let h = crate::proto::headers::HeaderMap::parse(headers?).ok()?;
+    h.get("Nats-Required-Api-Level")?.trim().parse().ok()
+}
+
+fn handle(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    sink: &mut RouterSink,
+    m: ApiMsg,
+) {
+    let call = &m.call;
+    if acc.limits.is_none() {
+        acc.api_errors.fetch_add(1, Ordering::Relaxed);
+        sink.reply(
+            &m.reply,
+            err_reply(call, &ApiError::not_enabled_for_account()),
+        );
+        return;
+    }
+    if required_level(m.headers.as_ref()).is_some_and(|l| l > API_LEVEL) {
+        acc.api_errors.fetch_add(1, Ordering::Relaxed);
+        sink.reply(&m.reply, err_reply(call, &ApiError::required_api_level()));
+        return;
+    }
+    // Calls about streams that do not exist (the dispatcher found no stream thread).
+    match call {
+        ApiCall::MsgNext(s, c) => {
+            let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{s}.{c}");
+            sink.status(
+                &m.reply,
+                crate::proto::headers::no_responders_block(subject.as_bytes()),
+            );
+            return;
+        }
+        ApiCall::DirectGet(s, _) => {
+            let subject = format!("$JS.API.DIRECT.GET.{s}");
+            sink.status(
+                &m.reply,
+                crate::proto::headers::no_responders_block(subject.as_bytes()),
+            );
+            return;
+        }
+        _ => {}
+    }
+    if let Some(s) = call.stream_scoped() {
+        // The stream may have been created between dispatch and now: forward.
+        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(st) = streams.get(s) {
+            let _ = st.tx.send(Cmd::Api {
+                call: call.clone(),
+                reply: m.reply,
+                headers: m.headers,
+                payload: m.payload,
+            });
+            return;
+        }
+        drop(streams);
+        acc.api_errors.fetch_add(1, Ordering::Relaxed);
+        sink.reply(&m.reply, err_reply(call, &ApiError::stream_not_found()));
+        return;
+    }
+    let r = match call {
+        ApiCall::AccountInfo => Ok(account_info(js, acc)),
+        ApiCall::StreamCreate(name) => create(shared, js, acc, name, &m.payload),
+        ApiCall::StreamUpdate(name) => update(acc, name, &m.payload),
+        ApiCall::StreamDelete(name) => delete(js, acc, name),
+        ApiCall::StreamNames | ApiCall::StreamList => {
+            names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
+        }
+        _ => Err(ApiError::bad_request()),
+    };
+    let bytes = match r {
+        Ok(v) => ok_reply(call, v),
+        Err(e) => {
+            acc.api_errors.fetch_add(1, Ordering::Relaxed);
+            err_reply(call, &e)
+        }
+    };
+    sink.reply(&m.reply, bytes);
+}
+
+fn lim(v: i64) -> i64 {
+    if v <= 0 {
+        -1
+    } else {
+        v
+    }
+}
+
+/// `$JS.API.INFO`: usage and every limits field.
+pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
+    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+    let (mut memory, mut storage, mut consumers) = (0u64, 0u64, 0u64);
+    for s in streams.values() {
+        let b = s.usage.bytes.load(Ordering::Relaxed);
+        match s.cfg.storage {
+            StorageType::Memory => memory += b,
+            StorageType::File => storage += b,
+        }
+        consumers += s.usage.consumers.load(Ordering::Relaxed);
+    }
+    let l = acc.limits.unwrap_or_default();
+    let _ = js;
+    json!({
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "streams": streams.len(),
+        "consumers": consumers,
+        "limits": {
+            "max_memory": lim(l.max_memory),
+            "max_storage": lim(l.max_file),
+            "max_streams": lim(l.max_streams),
+            "max_consumers": lim(l.max_consumers),
+            "max_ack_pending": lim(l.max_ack_pending),
+            "memory_max_stream_bytes": lim(l.memory_max_stream_bytes),
+            "storage_max_stream_bytes": lim(l.store_max_stream_bytes),
+            "max_bytes_required": l.max_bytes_required,
+        },
+        "api": {
+            "level": API_LEVEL,
+            "total": acc.api_total.load(Ordering::Relaxed),
+            "errors": acc.api_errors.load(Ordering::Relaxed),
+        },
+    })
+}
+
+fn overlap(acc: &AccountJs, name: &str, cfg: &StreamConfig) -> bool {
+    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+    streams.iter().any(|(n, s)| {
+        n != name
+            && s.cfg
+                .subjects
+                .iter()
+                .any(|a| cfg.subjects.iter().any(|b| subjects_collide(a, b)))
+    })
+}
+
+fn create(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+    payload: &[u8],
+) -> Result<Value, ApiError> {
+    let mut cfg = parse_stream_config(payload)?;
+    if cfg.name.is_empty() {
+        cfg.name = name.to_owned();
+    }
+    if cfg.name != name {
+        return Err(ApiError::stream_name_mismatch());
+    }
+    cfg.normalize(NATS_COMPAT_VERSION)?;
+    let existing = {
+        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+        streams.get(name).map(|s| (s.cfg.clone(), s.tx.clone()))
+    };
+    if let Some((cur, tx)) = existing {
+        if !cur.same_as(&cfg) {
+            return Err(ApiError::stream_name_in_use());
+        }
+        let (itx, irx) = std::sync::mpsc::channel();
+        let _ = tx.send(Cmd::Info(itx));
+        let mut info = irx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+        if let Value::Object(m) = &mut info {
+            m.remove("total");
+            m.remove("offset");
+            m.remove("limit");
+            m.insert("did_create".into(), json!(true));
+        }
+        return Ok(info);
+    }
+    if overlap(acc, name, &cfg) {
+        return Err(ApiError::subjects_overlap());
+    }
+    let l = acc.limits.unwrap_or_default();
+    let count = acc.streams.read().unwrap_or_else(|p| p.into_inner()).len();
+    if l.max_streams > 0 && count as i64 >= l.max_streams {
+        return Err(ApiError::max_streams());
+    }
+    check_reservation(js, acc, &cfg)?;
+    let info = stream_thread::create(shared, js, acc, cfg)?;
+    info!(account = %acc.name, stream = %name, "stream created");
+    Ok(info)
+}
+
+/// Refuses a stream whose `max_bytes` cannot fit the account's or the server's storage
+/// limit, and streams without `max_bytes` when the account requires it.
+fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Result<(), ApiError> {
+    let l = acc.limits.unwrap_or_default();
+    let (acct_max, server_max, per_stream) = match cfg.storage {
+        StorageType::File => (l.max_file, js.max_store, l.store_max_stream_bytes),
+        StorageType::Memory => (l.max_memory, js.max_memory, l.memory_max_stream_bytes),
+    };
+    let insufficient = || match cfg.storage {
+        StorageType::File => ApiError::insufficient_storage(),
+        StorageType::Memory => ApiError::insufficient_memory(),
+    };
+    if l.max_bytes_required && cfg.max_bytes <= 0 {
+        return Err(ApiError::invalid_stream_config(
+            "account requires a stream config to have max bytes set",
+        ));
+    }
+    if cfg.max_bytes > 0 {
+        if per_stream > 0 && cfg.max_bytes > per_stream {
+            return Err(ApiError::invalid_stream_config(
+                "stream max bytes exceeds account limit max stream bytes",
+            ));
+        }
+        if (acct_max > 0 && cfg.max_bytes > acct_max)
+            || (server_max > 0 && cfg.max_bytes > server_max)
+        {
+            return Err(insufficient());
+        }
+    }
+    Ok(())
+}
+
+fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+    let mut cfg = parse_stream_config(payload)?;
+    if cfg.name.is_empty() {
+        cfg.name = name.to_owned();
+    }
+    if cfg.name != name {
+        return Err(ApiError::stream_name_mismatch());
+    }
+    cfg.normalize(NATS_COMPAT_VERSION)?;
+    let (cur, tx) = {
+        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+        let s = streams.get(name).ok_or_else(ApiError::stream_not_found)?;
+        (s.cfg.clone(), s.tx.clone())
+    };
+    cur.check_update(&cfg)?;
+    if overlap(acc, name, &cfg) {
+        return Err(ApiError::subjects_overlap());
+    }
+    let (rtx, rrx) = std::sync::mpsc::channel();
+    let _ = tx.send(Cmd::Update(Box::new(cfg.clone()), rtx));
+    let info = rrx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))??;
+    let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = streams.get_mut(name) {
+        if s.cfg.subjects != cfg.subjects {
+            let old = std::mem::take(&mut s.subs);
+            acc.unsubscribe_stream(&old);
+            s.subs = acc.subscribe_stream(name, &cfg.subjects);
+        }
+        s.cfg = cfg;
+    }
+    let mut info = info;
+    if let Value::Object(m) = &mut info {
+        m.remove("total");
+        m.remove("offset");
+        m.remove("limit");
+    }
+    Ok(info)
+}
+
+fn delete(js: &JetStream, acc: &AccountJs, name: &str) -> Result<Value, ApiError> {
+    let mut s = acc
+        .streams
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name)
+        .ok_or_else(ApiError::stream_not_found)?;
+    acc.unsubscribe_stream(&s.subs);
+    stream_thread::stop_and_wait(&mut s);
+    if let Some(id) = s.id {
+        // Crypto-erase: the stream's data key goes first, then its files.
+        let r = js
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delete_stream(id);
+        if let Err(e) = r {
+            warn!(stream = %name, error = %e, "stream delete did not complete");
+            return Err(ApiError::new(
+                500,
+                10050,
+                format!("stream delete failed: {e}"),
+            ));
+        }
+    }
+    info!(account = %acc.name, stream = %name, "stream deleted (data key destroyed)");
+    Ok(json!({"success": true}))
+}
+
+fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, ApiError> {
+    let body = optional_body(payload)?;
+    let (offset, subject) = paging(body.as_ref());
+    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+    let mut names: Vec<(&String, &super::StreamRef)> = streams
+        .iter()
+        .filter(|(_, s)| {
+            subject
+                .as_deref()
+                .is_none_or(|f| s.cfg.subjects.iter().any(|x| subjects_collide(x, f)))
+        })
+        .collect();
+    names.sort_by(|a, b| a.0.cmp(b.0));
+    let total = names.len();
+    let limit = if list { 256 } else { 1024 };
+    let page = names.into_iter().skip(offset).take(limit);
+    if !list {
+        let v: Vec<&String> = page.map(|(n, _)| n).collect();
+        return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
+    }
+    let mut infos = Vec::new();
+    for (_, s) in page {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = s.tx.send(Cmd::Info(tx));
+        if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(10)) {
+            if let Value::Object(m) = &mut v {
+                m.remove("total");
+                m.remove("offset");
+                m.remove("limit");
+            }
+            infos.push(v);
+        }
+    }
+    Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": infos}))
+}

@@ -1,0 +1,444 @@
+//! Drives the [`jetstream`](crate::jetstream) engine: the threads and the plumbing.
+//!
+//! Per JetStream-enabled account there is one in-process client (like the system account's)
+//! subscribed to `$JS.API.>`, `$JS.ACK.>`, `$JS.FC.>` and every stream's subjects. A tokio task
+//! drains its outbound queue — so publishes reach streams by exactly the path they reach any
+//! subscriber — and hands each message to a thread:
+//!
+//! - one **stream thread** per stream ([`stream_thread`]) owns that stream's store and
+//!   consumers: publishes (group-committed: everything queued while an fsync ran becomes the
+//!   next block), stream-scoped API calls, acks, pulls and timers;
+//! - one **API thread** per account ([`api`]) handles account-wide calls (`INFO`, stream
+//!   create/update/delete, names, list) and calls about streams that do not exist.
+//!
+//! Blocking file I/O (fsync, consumer-state files) therefore never runs on a tokio worker.
+//! Replies and deliveries go out through [`sink::RouterSink`].
+
+mod api;
+mod sink;
+mod stream_thread;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{Bytes, BytesMut};
+use tracing::{info, warn};
+
+use crate::config::accounts::AccountJetStream;
+use crate::jetstream::api::ApiCall;
+use crate::jetstream::config::StreamConfig;
+use crate::proto::parser::{Limits, Parser};
+use crate::proto::ServerOp;
+use crate::store::meta::{MetaStore, StreamId};
+
+use super::account::{Account, Subscription};
+use super::conn::ClientHandle;
+use super::Shared;
+
+use stream_thread::Cmd;
+
+/// Queue limit of an internal JetStream client. Its drain task moves messages to threads as
+/// fast as they arrive; the limit only guards against a runaway.
+const INTERNAL_MAX_PENDING: usize = 1 << 30;
+
+/// Server-wide JetStream state.
+pub(crate) struct JetStream {
+    /// The sealed store's metadata (catalog, keys, consumer state files).
+    pub(crate) meta: Mutex<MetaStore>,
+    /// Server name (stream info `cluster.leader`).
+    pub(crate) server_name: String,
+    /// Server-wide limits (`max_memory_store`, `max_file_store`), -1 = unlimited.
+    pub(crate) max_memory: i64,
+    pub(crate) max_store: i64,
+    /// Accounts with JetStream state, by name.
+    accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
+    /// Seed source for routing contexts.
+    seed: AtomicU64,
+    stopping: AtomicBool,
+}
+
+/// A stream as the dispatcher and the API thread see it.
+pub(crate) struct StreamRef {
+    pub(crate) tx: Sender<Cmd>,
+    pub(crate) cfg: StreamConfig,
+    pub(crate) id: Option<StreamId>,
+    pub(crate) subs: Vec<Arc<Subscription>>,
+    pub(crate) usage: Arc<Usage>,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Bytes and messages a stream holds (updated by its thread; read for account info).
+#[derive(Default)]
+pub(crate) struct Usage {
+    pub(crate) bytes: AtomicU64,
+    pub(crate) msgs: AtomicU64,
+    pub(crate) consumers: AtomicU64,
+}
+
+/// One account's JetStream.
+pub(crate) struct AccountJs {
+    pub(crate) name: String,
+    pub(crate) account: Arc<Account>,
+    pub(crate) client: Arc<ClientHandle>,
+    /// `None`: JetStream is not enabled for this account (every call gets 10039).
+    pub(crate) limits: Option<AccountJetStream>,
+    pub(crate) streams: RwLock<HashMap<String, StreamRef>>,
+    /// Subscription id → stream name.
+    sids: RwLock<HashMap<Bytes, String>>,
+    next_sid: AtomicU64,
+    api_tx: Mutex<Option<Sender<api::ApiMsg>>>,
+    pub(crate) api_total: AtomicU64,
+    pub(crate) api_errors: AtomicU64,
+}
+
+impl AccountJs {
+    fn subscribe(&self, subject: &str, sid: Bytes) -> Option<Arc<Subscription>> {
+        let sub = Arc::new(Subscription {
+            client: Arc::clone(&self.client),
+            sid,
+            subject: Bytes::copy_from_slice(subject.as_bytes()),
+            queue: None,
+            delivered: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            deny: None,
+        });
+        match self.account.subscribe(&sub) {
+            Ok(()) => Some(sub),
+            Err(e) => {
+                warn!(subject, error = ?e, "JetStream could not subscribe");
+                None
+            }
+        }
+    }
+
+    /// Subscribes a stream's subjects; returns the subscriptions.
+    pub(crate) fn subscribe_stream(
+        &self,
+        name: &str,
+        subjects: &[String],
+    ) -> Vec<Arc<Subscription>> {
+        let mut out = Vec::new();
+        for s in subjects {
+            let sid = Bytes::from(format!(
+                "s{}",
+                self.next_sid.fetch_add(1, Ordering::Relaxed)
+            ));
+            self.sids
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(sid.clone(), name.to_owned());
+            if let Some(sub) = self.subscribe(s, sid) {
+                out.push(sub);
+            }
+        }
+        out
+    }
+
+    /// Removes a stream's subscriptions.
+    pub(crate) fn unsubscribe_stream(&self, subs: &[Arc<Subscription>]) {
+        let mut sids = self.sids.write().unwrap_or_else(|p| p.into_inner());
+        for sub in subs {
+            sids.remove(&sub.sid);
+            self.account.unsubscribe(sub);
+        }
+    }
+
+    fn send_api(&self, msg: api::ApiMsg) {
+        if let Some(tx) = self
+            .api_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Routes one message the internal client received.
+    fn dispatch(
+        &self,
+        sid: &[u8],
+        subject: Bytes,
+        reply: Option<Bytes>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) {
+        let subject_str = String::from_utf8_lossy(&subject).into_owned();
+        let reply = reply.map(|r| String::from_utf8_lossy(&r).into_owned());
+        match sid {
+            b"api" => {
+                let Some(reply) = reply else { return };
+                let Some(call) = ApiCall::parse(&subject_str) else {
+                    return;
+                };
+                self.api_total.fetch_add(1, Ordering::Relaxed);
+                if self.limits.is_some() {
+                    if let Some(stream) = call.stream_scoped() {
+                        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+                        if let Some(s) = streams.get(stream) {
+                            let _ = s.tx.send(Cmd::Api {
+                                call,
+                                reply,
+                                headers,
+                                payload,
+                            });
+                            return;
+                        }
+                    }
+                }
+                self.send_api(api::ApiMsg {
+                    call,
+                    reply,
+                    headers,
+                    payload,
+                });
+            }
+            b"ack" | b"fc" => {
+                let stream = subject_str.split('.').nth(2).unwrap_or("");
+                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+                if let Some(s) = streams.get(stream) {
+                    let cmd = if sid == b"ack" {
+                        Cmd::Ack {
+                            subject: subject_str.clone(),
+                            reply,
+                            payload,
+                        }
+                    } else {
+                        Cmd::FlowControl {
+                            subject: subject_str.clone(),
+                        }
+                    };
+                    let _ = s.tx.send(cmd);
+                }
+            }
+            _ => {
+                let name = {
+                    let sids = self.sids.read().unwrap_or_else(|p| p.into_inner());
+                    match sids.get(sid) {
+                        Some(n) => n.clone(),
+                        None => return,
+                    }
+                };
+                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
+                if let Some(s) = streams.get(&name) {
+                    let _ = s.tx.send(Cmd::Publish(crate::jetstream::stream::Incoming {
+                        subject: subject_str,
+                        reply,
+                        headers,
+                        payload,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+impl JetStream {
+    /// Whether JetStream is on for `account` (INFO `jetstream` flag).
+    pub(crate) fn enabled_for(&self, account: &str) -> bool {
+        self.accounts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(account)
+            .is_some_and(|a| a.limits.is_some())
+    }
+
+    /// Every account's JetStream.
+    pub(crate) fn accounts(&self) -> Vec<Arc<AccountJs>> {
+        self.accounts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn next_seed(&self) -> u64 {
+        self.seed
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+    }
+}
+
+/// Starts JetStream: loads every stream and consumer from the sealed store and sets up the
+/// accounts. Returns `None` when JetStream is off.
+pub(crate) fn start(shared: &Arc<Shared>, meta: MetaStore) -> Arc<JetStream> {
+    let opts = &shared.opts;
+    let js = Arc::new(JetStream {
+        meta: Mutex::new(meta),
+        server_name: shared.server_name.clone(),
+        max_memory: opts.jetstream.max_memory_store.unwrap_or(-1),
+        max_store: opts.jetstream.max_file_store.unwrap_or(-1),
+        accounts: Mutex::new(HashMap::new()),
+        seed: AtomicU64::new(shared.seed | 1),
+        stopping: AtomicBool::new(false),
+    });
+    // Which accounts have JetStream: those whose config enables it; the global account when
+    // no account mentions JetStream at all.
+    let mut enabled: Vec<(String, Option<AccountJetStream>)> = Vec::new();
+    let any = opts.accounts.iter().any(|a| a.jetstream.is_some());
+    for a in &opts.accounts {
+        let lim = a.jetstream.filter(|j| j.enabled);
+        enabled.push((a.name.clone(), lim));
+    }
+    if !any {
+        enabled.push((
+            super::account::GLOBAL_ACCOUNT.to_owned(),
+            Some(AccountJetStream::default()),
+        ));
+    } else {
+        enabled.push((super::account::GLOBAL_ACCOUNT.to_owned(), None));
+    }
+    // Accounts that hold streams in the store are enabled too (a config edit must not make
+    // data unreachable silently; their limits come from the config when it has them).
+    let stored: Vec<String> = js
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .list_accounts();
+    for name in stored {
+        match enabled.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, lim)) => {
+                if lim.is_none() {
+                    warn!(account = %name, "account has stored streams but JetStream is not enabled for it in the config; serving them anyway");
+                    *lim = Some(AccountJetStream::default());
+                }
+            }
+            None => enabled.push((name, Some(AccountJetStream::default()))),
+        }
+    }
+    for (name, lim) in enabled {
+        if shared
+            .system
+            .as_ref()
+            .is_some_and(|s| s.account.name == name)
+        {
+            continue;
+        }
+        let account = shared.accounts.create(&name);
+        let acc = setup_account(shared, &js, &name, account, lim);
+        if acc.limits.is_some() {
+            stream_thread::load_streams(shared, &js, &acc);
+        }
+    }
+    info!("JetStream is enabled; streams and consumers are sealed at rest");
+    js
+}
+
+fn setup_account(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    name: &str,
+    account: Arc<Account>,
+    limits: Option<AccountJetStream>,
+) -> Arc<AccountJs> {
+    let client = Arc::new(ClientHandle::new(
+        shared.next_cid(),
+        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+        INTERNAL_MAX_PENDING,
+    ));
+    client.headers.store(true, Ordering::Relaxed);
+    let acc = Arc::new(AccountJs {
+        name: name.to_owned(),
+        account,
+        client,
+        limits,
+        streams: RwLock::new(HashMap::new()),
+        sids: RwLock::new(HashMap::new()),
+        next_sid: AtomicU64::new(1),
+        api_tx: Mutex::new(None),
+        api_total: AtomicU64::new(0),
+        api_errors: AtomicU64::new(0),
+    });
+    acc.subscribe("$JS.API.>", Bytes::from_static(b"api"));
+    if acc.limits.is_some() {
+        acc.subscribe("$JS.ACK.>", Bytes::from_static(b"ack"));
+        acc.subscribe("$JS.FC.>", Bytes::from_static(b"fc"));
+    }
+    let (tx, rx) = mpsc::channel();
+    *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    let thread_js = Arc::clone(js);
+    let thread_acc = Arc::clone(&acc);
+    let thread_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name(format!("js-api-{name}"))
+        .spawn(move || api::run(&thread_shared, &thread_js, &thread_acc, &rx));
+    if let Err(e) = spawned {
+        warn!(error = %e, "could not start the JetStream API thread");
+    }
+    js.accounts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_owned(), Arc::clone(&acc));
+    tokio::spawn(drain(Arc::clone(&acc)));
+    acc
+}
+
+/// Drains an account's internal client and dispatches every message.
+async fn drain(acc: Arc<AccountJs>) {
+    let limits = Limits {
+        max_control_line: 1 << 20,
+        max_payload: usize::MAX,
+    };
+    let mut parser = Parser::new(limits);
+    let mut buf = BytesMut::new();
+    loop {
+        let batch = acc.client.outbound.take();
+        if batch.closed {
+            return;
+        }
+        if batch.bytes == 0 {
+            acc.client.outbound.wait().await;
+            continue;
+        }
+        acc.client.outbound.written(batch.bytes);
+        for c in batch.chunks {
+            buf.extend_from_slice(&c);
+        }
+        loop {
+            match parser.next_server_op(&mut buf) {
+                Ok(Some(ServerOp::Msg {
+                    subject,
+                    sid,
+                    reply,
+                    headers,
+                    payload,
+                })) => acc.dispatch(&sid, subject, reply, headers, payload),
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(error = %e, "JetStream could not parse its own queue");
+                    buf.clear();
+                    parser = Parser::new(limits);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Stops every stream thread (each closes its store and persists its consumers) and waits
+/// for them.
+pub(crate) fn stop(js: &JetStream) {
+    js.stopping.store(true, Ordering::Relaxed);
+    for acc in js.accounts() {
+        let mut threads = Vec::new();
+        {
+            let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
+            for (_, s) in streams.iter_mut() {
+                let _ = s.tx.send(Cmd::Stop(None));
+                if let Some(t) = s.thread.take() {
+                    threads.push(t);
+                }
+            }
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        acc.client.outbound.close();
+    }
+}

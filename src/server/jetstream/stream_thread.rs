@@ -1,0 +1,612 @@
+//! The thread that owns one stream.
+//!
+//! It blocks on its command channel until something arrives or the stream's next deadline
+//! (redelivery, pull expiry, heartbeat, age expiry) is due, then takes everything queued —
+//! consecutive publishes become one group commit — and answers. Consumer changes and
+//! consumer state are persisted here too: an ack that asked for a reply is answered only
+//! after the consumer's state file is durable; other state is written at most once a second
+//! and when the stream stops.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tracing::{error, info, warn};
+
+use crate::jetstream::api::{err_reply, ok_reply, optional_body, paging, ApiCall, ApiError};
+use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
+use crate::jetstream::consumer::{Consumer, SavedState};
+use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
+use crate::jetstream::{now_nanos, Sink};
+use crate::store::meta::{ConsumerId, StreamId};
+use crate::store::segment::StreamKeys;
+use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
+
+use super::sink::RouterSink;
+use super::{AccountJs, JetStream, StreamRef, Usage};
+use crate::server::{Shared, NATS_COMPAT_VERSION};
+
+/// What a stream thread is asked to do.
+pub(crate) enum Cmd {
+    /// A message published on one of the stream's subjects.
+    Publish(Incoming),
+    /// A stream-scoped API call.
+    Api {
+        call: ApiCall,
+        reply: String,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    },
+    /// An ack.
+    Ack {
+        subject: String,
+        reply: Option<String>,
+        payload: Bytes,
+    },
+    /// A flow-control reply.
+    FlowControl { subject: String },
+    /// Stream info for `STREAM.LIST` / create replies.
+    Info(Sender<Value>),
+    /// A validated config update; answers with the info or the error.
+    Update(Box<StreamConfig>, Sender<Result<Value, ApiError>>),
+    /// Stop: close the store, persist consumers; signal when done.
+    Stop(Option<Sender<()>>),
+}
+
+/// The envelope persisted in the catalog for streams and consumers.
+pub(crate) fn envelope<T: serde::Serialize>(cfg: &T, created: i64) -> Vec<u8> {
+    json!({"config": cfg, "created": created})
+        .to_string()
+        .into_bytes()
+}
+
+fn open_envelope(bytes: &[u8]) -> Option<(Value, i64)> {
+    let v: Value = serde_json::from_slice(bytes).ok()?;
+    let created = v.get("created").and_then(Value::as_i64).unwrap_or(0);
+    Some((v.get("config")?.clone(), created))
+}
+
+/// Opens a file stream's segment log from the metadata layer.
+pub(crate) fn open_file_store(
+    js: &JetStream,
+    id: StreamId,
+    cfg: &StreamConfig,
+) -> Result<Box<dyn StreamStore>, String> {
+    let meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+    let handle = meta.open_stream(id).map_err(|e| e.to_string())?;
+    let mut keys = StreamKeys::new(
+        handle.store_uuid,
+        *handle.stream_id.as_bytes(),
+        handle.dek_version,
+        handle.dek,
+    );
+    for v in 1..handle.dek_version {
+        if let Ok(old) = meta.stream_key(id, v) {
+            keys = keys.with_previous(v, old);
+        }
+    }
+    drop(meta);
+    let mut fcfg = FileStoreConfig::new(handle.dir.clone());
+    fcfg.limits = store_limits(cfg);
+    let store = FileStore::open(Arc::new(OsIo), keys, fcfg).map_err(|e| e.to_string())?;
+    if let Some(t) = &store.report().torn_tail {
+        warn!(
+            stream = %cfg.name,
+            file = %t.file.display(),
+            offset = t.offset,
+            bytes = t.bytes,
+            blocks = t.blocks,
+            "torn tail cut at recovery (an unacknowledged final write)"
+        );
+    }
+    Ok(Box::new(store))
+}
+
+/// A memory stream's store.
+pub(crate) fn mem_store(cfg: &StreamConfig) -> Box<dyn StreamStore> {
+    Box::new(MemStore::new(store_limits(cfg)))
+}
+
+/// Loads every stream (and its consumers) of `acc` from the sealed store and starts them.
+pub(crate) fn load_streams(shared: &Arc<Shared>, js: &Arc<JetStream>, acc: &Arc<AccountJs>) {
+    let metas = js
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .list_streams(&acc.name);
+    for sm in metas {
+        let Some((cfg_v, created)) = open_envelope(&sm.config) else {
+            error!(account = %acc.name, stream = %sm.name, "stream config in the catalog is unreadable; stream not served");
+            continue;
+        };
+        let cfg: StreamConfig = match serde_json::from_value(cfg_v) {
+            Ok(c) => c,
+            Err(e) => {
+                error!(account = %acc.name, stream = %sm.name, error = %e, "stream config in the catalog is unreadable; stream not served");
+                continue;
+            }
+        };
+        let store = match open_file_store(js, sm.stream_id, &cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                error!(account = %acc.name, stream = %sm.name, error = %e, "stream could not be opened; it is offline");
+                continue;
+            }
+        };
+        let now = now_nanos();
+        let mut stream = Stream::new(cfg.clone(), created, store, &js.server_name, now);
+        let mut ids = HashMap::new();
+        let consumers = js
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .list_consumers(sm.stream_id)
+            .unwrap_or_default();
+        for cm in consumers {
+            let Some((ccfg_v, ccreated)) = open_envelope(&cm.config) else {
+                error!(stream = %sm.name, consumer = %cm.name, "consumer config unreadable; consumer not served");
+                continue;
+            };
+            let Ok(ccfg) = serde_json::from_value::<ConsumerConfig>(ccfg_v) else {
+                error!(stream = %sm.name, consumer = %cm.name, "consumer config unreadable; consumer not served");
+                continue;
+            };
+            let mut c = Consumer::new(cm.name.clone(), ccfg, ccreated, stream.store());
+            let state = js
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .load_consumer_state(sm.stream_id, cm.consumer_id);
+            match state {
+                Ok(Some(st)) => match serde_json::from_slice::<SavedState>(&st.bytes) {
+                    Ok(saved) => {
+                        c.restore(saved, now);
+                        c.generation = st.generation;
+                    }
+                    Err(e) => {
+                        error!(stream = %sm.name, consumer = %cm.name, error = %e, "consumer state unreadable; consumer not served");
+                        continue;
+                    }
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    error!(stream = %sm.name, consumer = %cm.name, error = %e, "consumer state could not be loaded; consumer not served");
+                    continue;
+                }
+            }
+            ids.insert(cm.name.clone(), cm.consumer_id);
+            stream.restore_consumer(c);
+        }
+        let st = stream.store().state();
+        info!(account = %acc.name, stream = %sm.name, messages = st.msgs, consumers = stream.consumers.len(), "stream restored");
+        spawn(shared, js, acc, stream, Some(sm.stream_id), ids);
+    }
+}
+
+/// Starts the thread of `stream` and registers it with the account.
+pub(crate) fn spawn(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    stream: Stream,
+    id: Option<StreamId>,
+    consumer_ids: HashMap<String, ConsumerId>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let cfg = stream.cfg.clone();
+    let name = cfg.name.clone();
+    let usage = Arc::new(Usage::default());
+    let subs = acc.subscribe_stream(&name, &cfg.subjects);
+    let mut worker = Worker {
+        js: Arc::clone(js),
+        sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
+        stream,
+        id,
+        consumer_ids,
+        usage: Arc::clone(&usage),
+        last_persist: 0,
+        version: NATS_COMPAT_VERSION.to_owned(),
+    };
+    let _ = shared;
+    let thread = std::thread::Builder::new()
+        .name(format!("js-{name}"))
+        .spawn(move || worker.run(&rx));
+    let thread = match thread {
+        Ok(t) => Some(t),
+        Err(e) => {
+            error!(stream = %name, error = %e, "could not start the stream thread");
+            None
+        }
+    };
+    acc.streams
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            name,
+            StreamRef {
+                tx,
+                cfg,
+                id,
+                subs,
+                usage,
+                thread,
+            },
+        );
+}
+
+struct Worker {
+    js: Arc<JetStream>,
+    sink: RouterSink,
+    stream: Stream,
+    id: Option<StreamId>,
+    consumer_ids: HashMap<String, ConsumerId>,
+    usage: Arc<Usage>,
+    last_persist: i64,
+    version: String,
+}
+
+/// Most commands taken in one round (bounds the latency of the first one's answer).
+const MAX_ROUND: usize = 8192;
+/// How often dirty consumer state is written when nobody waits for it.
+const PERSIST_EVERY_NS: i64 = 1_000_000_000;
+
+impl Worker {
+    fn run(&mut self, rx: &Receiver<Cmd>) {
+        loop {
+            let now = now_nanos();
+            let mut wait = Duration::from_millis(1000);
+            if let Some(d) = self.stream.next_deadline() {
+                let ns = d.saturating_sub(now).max(0);
+                wait = wait.min(Duration::from_nanos(u64::try_from(ns).unwrap_or(0)));
+            }
+            let mut round = Vec::new();
+            match rx.recv_timeout(wait) {
+                Ok(c) => round.push(c),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.shutdown();
+                    return;
+                }
+            }
+            while round.len() < MAX_ROUND {
+                match rx.try_recv() {
+                    Ok(c) => round.push(c),
+                    Err(_) => break,
+                }
+            }
+            if self.round(round) {
+                return;
+            }
+        }
+    }
+
+    /// Processes one round; returns true when the thread must stop.
+    fn round(&mut self, cmds: Vec<Cmd>) -> bool {
+        let now = now_nanos();
+        let mut publishes = Vec::new();
+        let mut ack_replies: Vec<String> = Vec::new();
+        let mut stop: Option<Option<Sender<()>>> = None;
+        for cmd in cmds {
+            if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
+                self.stream
+                    .publish(std::mem::take(&mut publishes), &mut self.sink, now);
+            }
+            match cmd {
+                Cmd::Publish(m) => publishes.push(m),
+                Cmd::Api {
+                    call,
+                    reply,
+                    headers,
+                    payload,
+                } => self.api(&call, &reply, headers.as_ref(), &payload, now),
+                Cmd::Ack {
+                    subject,
+                    reply,
+                    payload,
+                } => {
+                    self.stream
+                        .ack(&subject, &payload, reply.as_deref(), &mut self.sink, now);
+                    if let Some(r) = reply {
+                        ack_replies.push(r);
+                    }
+                }
+                Cmd::FlowControl { subject } => self.stream.flow_control(&subject),
+                Cmd::Info(tx) => {
+                    let _ = tx.send(self.stream.info(None, now));
+                }
+                Cmd::Update(cfg, tx) => {
+                    let r = self
+                        .stream
+                        .update(*cfg)
+                        .map(|()| self.stream.info(None, now));
+                    if r.is_ok() {
+                        self.persist_stream_config();
+                    }
+                    let _ = tx.send(r);
+                }
+                Cmd::Stop(done) => {
+                    stop = Some(done);
+                    break;
+                }
+            }
+        }
+        if !publishes.is_empty() {
+            self.stream.publish(publishes, &mut self.sink, now);
+        }
+        self.stream.tick(&mut self.sink, now);
+        self.persist_changes();
+        let must = !ack_replies.is_empty();
+        self.persist_state(must, now);
+        for r in ack_replies {
+            self.sink.reply(&r, Bytes::new());
+        }
+        let (bytes, msgs) = self.stream.usage();
+        self.usage.bytes.store(bytes, Ordering::Relaxed);
+        self.usage.msgs.store(msgs, Ordering::Relaxed);
+        self.usage
+            .consumers
+            .store(self.stream.consumers.len() as u64, Ordering::Relaxed);
+        self.sink.flush();
+        if let Some(done) = stop {
+            self.shutdown();
+            if let Some(d) = done {
+                let _ = d.send(());
+            }
+            return true;
+        }
+        false
+    }
+
+    fn shutdown(&mut self) {
+        for c in self.stream.consumers.values_mut() {
+            c.dirty = true;
+        }
+        self.persist_state(true, now_nanos());
+        self.stream.close();
+    }
+
+    fn persisted(&self) -> bool {
+        self.id.is_some() && self.stream.cfg.storage == StorageType::File
+    }
+
+    fn persist_stream_config(&self) {
+        let Some(id) = self.id else { return };
+        let bytes = envelope(&self.stream.cfg, self.stream.created);
+        let r = self
+            .js
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .update_stream_config(id, &bytes);
+        if let Err(e) = r {
+            error!(stream = %self.stream.cfg.name, error = %e, "could not persist the stream config");
+        }
+    }
+
+    fn keeps_state(&self, c: &Consumer) -> bool {
+        self.persisted() && !c.cfg.mem_storage
+    }
+
+    /// Persists consumer creations, config changes and deletions.
+    fn persist_changes(&mut self) {
+        let changes = std::mem::take(&mut self.stream.changes);
+        let Some(sid) = self.id else { return };
+        for ch in changes {
+            match ch {
+                ConsumerChange::Upserted(name) => {
+                    let Some(c) = self.stream.consumers.get(&name) else {
+                        continue;
+                    };
+                    if !self.keeps_state(c) {
+                        continue;
+                    }
+                    let bytes = envelope(&c.cfg, c.created);
+                    let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
+                    let r = match self.consumer_ids.get(&name) {
+                        Some(id) => meta.update_consumer_config(*id, &bytes),
+                        None => meta.create_consumer(sid, &name, &bytes).map(|id| {
+                            self.consumer_ids.insert(name.clone(), id);
+                        }),
+                    };
+                    if let Err(e) = r {
+                        error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
+                    }
+                }
+                ConsumerChange::Deleted(name) => {
+                    if let Some(id) = self.consumer_ids.remove(&name) {
+                        let r = self
+                            .js
+                            .meta
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .delete_consumer(sid, id);
+                        if let Err(e) = r {
+                            error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes dirty consumer state: now when `must`, else at most once a second.
+    fn persist_state(&mut self, must: bool, now: i64) {
+        if !must && now.saturating_sub(self.last_persist) < PERSIST_EVERY_NS {
+            return;
+        }
+        let Some(sid) = self.id else { return };
+        let persisted = self.persisted();
+        let mut wrote = false;
+        for (name, c) in &mut self.stream.consumers {
+            if !c.dirty || !persisted || c.cfg.mem_storage {
+                continue;
+            }
+            let Some(id) = self.consumer_ids.get(name) else {
+                continue;
+            };
+            let Ok(bytes) = serde_json::to_vec(&c.save()) else {
+                continue;
+            };
+            c.generation += 1;
+            let r = self
+                .js
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .persist_consumer_state(sid, *id, c.generation, &bytes);
+            match r {
+                Ok(()) => {
+                    c.dirty = false;
+                    wrote = true;
+                }
+                Err(e) => {
+                    error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not persist consumer state");
+                }
+            }
+        }
+        if wrote || must {
+            self.last_persist = now;
+        }
+    }
+
+    fn api(
+        &mut self,
+        call: &ApiCall,
+        reply: &str,
+        _headers: Option<&Bytes>,
+        payload: &[u8],
+        now: i64,
+    ) {
+        if let ApiCall::DirectGet(_, subject) = call {
+            if !self.stream.cfg.allow_direct {
+                let status = crate::proto::headers::no_responders_block(b"$JS.API.DIRECT.GET");
+                self.sink.status(reply, status);
+                return;
+            }
+            self.stream
+                .direct_get(payload, subject.as_deref(), reply, &mut self.sink);
+            return;
+        }
+        if let ApiCall::MsgNext(_, consumer) = call {
+            self.stream
+                .pull(consumer, payload, reply, &mut self.sink, now);
+            return;
+        }
+        let result = self.api_json(call, payload, now);
+        let bytes = match result {
+            Ok(v) => ok_reply(call, v),
+            Err(e) => err_reply(call, &e),
+        };
+        self.sink.reply(reply, bytes);
+    }
+
+    fn api_json(&mut self, call: &ApiCall, payload: &[u8], now: i64) -> Result<Value, ApiError> {
+        match call {
+            ApiCall::StreamInfo(_) => {
+                let body = optional_body(payload)?;
+                Ok(self.stream.info(body.as_ref(), now))
+            }
+            ApiCall::StreamPurge(_) => {
+                let body = optional_body(payload)?;
+                self.stream.purge(body.as_ref())
+            }
+            ApiCall::MsgGet(_) => {
+                let body = optional_body(payload)?;
+                self.stream.msg_get(body.as_ref())
+            }
+            ApiCall::MsgDelete(_) => {
+                let body = optional_body(payload)?;
+                self.stream.msg_delete(body.as_ref())
+            }
+            ApiCall::ConsumerCreate {
+                consumer,
+                filter,
+                legacy_durable,
+                ..
+            } => {
+                let req = parse_create_request(payload)?;
+                let mut info = self.stream.create_consumer(
+                    req,
+                    consumer.as_deref(),
+                    filter.as_deref(),
+                    *legacy_durable,
+                    &self.version,
+                    now,
+                )?;
+                self.persist_changes();
+                if let Value::Object(m) = &mut info {
+                    m.remove("push_bound");
+                }
+                Ok(info)
+            }
+            ApiCall::ConsumerInfo(_, c) => self.stream.consumer_info(c, now),
+            ApiCall::ConsumerDelete(_, c) => {
+                let r = self.stream.consumer_delete(c, &mut self.sink);
+                self.persist_changes();
+                r
+            }
+            ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
+                let body = optional_body(payload)?;
+                let (offset, _) = paging(body.as_ref());
+                Ok(self
+                    .stream
+                    .consumer_page(offset, matches!(call, ApiCall::ConsumerList(_)), now))
+            }
+            _ => Err(ApiError::bad_request()),
+        }
+    }
+}
+
+/// Creates a brand-new stream: catalog entry and keys (file storage), store, thread.
+///
+/// # Errors
+/// Store failures as API errors.
+pub(crate) fn create(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    cfg: StreamConfig,
+) -> Result<Value, ApiError> {
+    let now = now_nanos();
+    let (store, id): (Box<dyn StreamStore>, Option<StreamId>) = match cfg.storage {
+        StorageType::Memory => (mem_store(&cfg), None),
+        StorageType::File => {
+            let bytes = envelope(&cfg, now);
+            let handle = js
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .create_stream(&acc.name, &cfg.name, &bytes)
+                .map_err(|e| ApiError::new(500, 10049, format!("stream create failed: {e}")))?;
+            let id = handle.stream_id;
+            drop(handle);
+            let store = open_file_store(js, id, &cfg)
+                .map_err(|e| ApiError::new(500, 10049, format!("stream create failed: {e}")))?;
+            (store, Some(id))
+        }
+    };
+    let stream = Stream::new(cfg, now, store, &js.server_name, now);
+    let mut info = stream.info(None, now);
+    spawn(shared, js, acc, stream, id, HashMap::new());
+    if let Value::Object(m) = &mut info {
+        m.remove("total");
+        m.remove("offset");
+        m.remove("limit");
+        m.insert("did_create".into(), json!(true));
+    }
+    Ok(info)
+}
+
+/// Stops a stream's thread and waits for it (the store is closed when this returns).
+pub(crate) fn stop_and_wait(s: &mut StreamRef) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _ = s.tx.send(Cmd::Stop(Some(tx)));
+    let _ = rx.recv_timeout(Duration::from_secs(30));
+    if let Some(t) = s.thread.take() {
+        let _ = t.join();
+    }
+}
