@@ -11,6 +11,7 @@
     reason = "shared by every test crate, each using a different part; a harness may panic"
 )]
 
+pub mod js;
 pub mod jwt;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -32,6 +33,9 @@ pub struct TestServer {
     /// Temporary directory owned by this server (config files, store).
     pub dir: tempfile::TempDir,
     reference: bool,
+    /// Flags and config it was started with (for [`TestServer::restart`]).
+    args: Vec<String>,
+    conf: Option<String>,
 }
 
 /// The binary under test.
@@ -59,15 +63,65 @@ impl TestServer {
     /// Starts a server with extra flags and an optional config body.
     pub fn start_with(args: &[&str], conf: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        Self::spawn(dir, args, conf.map(str::to_owned))
+    }
+
+    /// Starts a server with JetStream on, its store under `<tempdir>/store`.
+    pub fn start_js() -> Self {
+        Self::start_js_with(&[], None)
+    }
+
+    /// As [`TestServer::start_js`], with extra flags and an optional config body.
+    pub fn start_js_with(args: &[&str], conf: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("store");
+        let mut all: Vec<String> = vec!["-js".into(), "-sd".into(), store.display().to_string()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        Self::spawn(dir, all, conf.map(str::to_owned))
+    }
+
+    /// Stops the server (SIGTERM and wait when `graceful`, else SIGKILL) and starts it again
+    /// with the same flags, config and directory. The client port changes.
+    pub fn restart(&mut self, graceful: bool) {
+        self.stop(graceful);
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
+        let fresh = Self::spawn(dir, self.args.clone(), self.conf.clone());
+        let old = std::mem::replace(self, fresh);
+        drop(old);
+    }
+
+    /// Stops the server: SIGTERM and wait for exit when `graceful`, else SIGKILL.
+    pub fn stop(&mut self, graceful: bool) {
+        if let Some(mut c) = self.child.take() {
+            if graceful {
+                let _ = Command::new("kill")
+                    .arg("-TERM")
+                    .arg(c.id().to_string())
+                    .status();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = c.try_wait() {
+                        return;
+                    }
+                    spin_pause(Duration::from_millis(20));
+                }
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn spawn(dir: tempfile::TempDir, args: Vec<String>, conf: Option<String>) -> Self {
         let (bin, reference) = server_binary();
         let mut cmd = Command::new(&bin);
         cmd.current_dir(dir.path());
-        if let Some(c) = conf {
+        if let Some(c) = &conf {
             let path = dir.path().join("server.conf");
             std::fs::write(&path, c).expect("write conf");
             cmd.arg("-c").arg(&path);
         }
-        cmd.args(["-a", "127.0.0.1", "-p", "-1"]).args(args);
+        cmd.args(["-a", "127.0.0.1", "-p", "-1"]).args(&args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -106,6 +160,8 @@ impl TestServer {
             log,
             dir,
             reference,
+            args,
+            conf,
         }
     }
 
