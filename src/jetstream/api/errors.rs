@@ -225,11 +225,10 @@ impl ErrorKind {
                 10074,
                 "replicas > 1 not supported in non-clustered mode",
             ),
-            // The spec says only "deny_delete → error" (§4.5). Our choice: a bad-request code
-            // from the table with a description of our own.
-            DenyDelete => (400, 10003, "message delete not permitted"),
-            // Same for PURGE on a `deny_purge` stream (§4.1 says only "PURGE refused").
-            DenyPurge => (400, 10003, "stream purge not permitted"),
+            // The spec says only "deny_delete → error" (§4.5); these are what nats-server
+            // 2.15.1 answers (captured by tests/js_streams.rs against it).
+            DenyDelete => (500, 10057, "message delete not permitted"),
+            DenyPurge => (500, 10110, "stream purge not permitted"),
         }
     }
 
@@ -464,11 +463,11 @@ impl ApiError {
     pub fn replicas_not_supported() -> Self {
         Self::from_kind(ErrorKind::ReplicasNotSupported)
     }
-    /// `400 / 10003 message delete not permitted` (our choice; see [`ErrorKind::row`]).
+    /// `500 / 10057 message delete not permitted` (as nats-server answers).
     pub fn deny_delete() -> Self {
         Self::from_kind(ErrorKind::DenyDelete)
     }
-    /// `400 / 10003 stream purge not permitted` (our choice; see [`ErrorKind::row`]).
+    /// `500 / 10110 stream purge not permitted` (as nats-server answers).
     pub fn purge_denied() -> Self {
         Self::from_kind(ErrorKind::DenyPurge)
     }

@@ -453,6 +453,14 @@ impl ConsumerConfig {
             }
             _ => {
                 let name = deliver_policy_words(deliver);
+                if deliver == DeliverPolicy::LastPerSubject
+                    && self.filter_subject.as_deref().is_none_or(str::is_empty)
+                    && self.filter_subjects.is_empty()
+                {
+                    return policy(format!(
+                        "consumer delivery policy is deliver {name}, but optional filter subject is not set"
+                    ));
+                }
                 if self.opt_start_seq.is_some() {
                     return policy(format!("consumer delivery policy is deliver {name}, but optional start sequence is also set"));
                 }

@@ -332,8 +332,13 @@ impl StreamConfig {
                 return invalid("duplicate subjects detected");
             }
             if !self.no_ack {
+                if s == ">" {
+                    return invalid("capturing all subjects requires no-ack to be true");
+                }
                 if subjects_collide(s, "$JS.API.>") {
-                    return invalid("stream subjects overlapping $JS.API.> require no_ack");
+                    return invalid(
+                        "subjects that overlap with jetstream api require no-ack to be true",
+                    );
                 }
                 if subjects_collide(s, "$SYS.>") {
                     return invalid("stream subjects overlapping $SYS.> require no_ack");
