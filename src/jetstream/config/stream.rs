@@ -335,7 +335,7 @@ impl StreamConfig {
                 if s == ">" {
                     return invalid("capturing all subjects requires no-ack to be true");
                 }
-                if subjects_collide(s, "$JS.API.>") {
+                if subjects_collide(s, "$JS.>") {
                     return invalid(
                         "subjects that overlap with jetstream api require no-ack to be true",
                     );
