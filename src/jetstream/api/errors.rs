@@ -463,6 +463,11 @@ impl ApiError {
     pub fn replicas_not_supported() -> Self {
         Self::from_kind(ErrorKind::ReplicasNotSupported)
     }
+    /// `400 / 10002 resource limits exceeded for account`: a publish beyond the account's
+    /// storage limit (as nats-server answers).
+    pub fn account_resources_exceeded() -> Self {
+        Self::new(400, 10002, "resource limits exceeded for account")
+    }
     /// `500 / 10057 message delete not permitted` (as nats-server answers).
     pub fn deny_delete() -> Self {
         Self::from_kind(ErrorKind::DenyDelete)

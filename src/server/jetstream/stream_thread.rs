@@ -203,6 +203,7 @@ pub(crate) fn spawn(
     let subs = acc.subscribe_stream(&name, &cfg.subjects);
     let mut worker = Worker {
         js: Arc::clone(js),
+        acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
         stream,
         id,
@@ -240,6 +241,7 @@ pub(crate) fn spawn(
 
 struct Worker {
     js: Arc<JetStream>,
+    acc: Arc<AccountJs>,
     sink: RouterSink,
     stream: Stream,
     id: Option<StreamId>,
@@ -292,8 +294,7 @@ impl Worker {
         let mut stop: Option<Option<Sender<()>>> = None;
         for cmd in cmds {
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
-                self.stream
-                    .publish(std::mem::take(&mut publishes), &mut self.sink, now);
+                self.publish(std::mem::take(&mut publishes), now);
             }
             match cmd {
                 Cmd::Publish(m) => publishes.push(m),
@@ -335,7 +336,7 @@ impl Worker {
             }
         }
         if !publishes.is_empty() {
-            self.stream.publish(publishes, &mut self.sink, now);
+            self.publish(publishes, now);
         }
         self.stream.tick(&mut self.sink, now);
         self.persist_changes();
@@ -359,6 +360,67 @@ impl Worker {
             return true;
         }
         false
+    }
+
+    /// Stores a batch of publishes unless the account or the server is out of storage.
+    fn publish(&mut self, batch: Vec<Incoming>, now: i64) {
+        if let Some(e) = self.over_quota() {
+            for m in batch {
+                if let Some(r) = m.reply {
+                    let body =
+                        json!({"error": e.to_json(), "stream": self.stream.cfg.name, "seq": 0});
+                    self.sink.reply(&r, Bytes::from(body.to_string()));
+                }
+            }
+            return;
+        }
+        self.stream.publish(batch, &mut self.sink, now);
+    }
+
+    /// The storage error publishes get when the account's (`max_file`/`max_memory`) or the
+    /// server's (`max_file_store`/`max_memory_store`) limit for this stream's storage type is
+    /// used up.
+    fn over_quota(&self) -> Option<ApiError> {
+        let storage = self.stream.cfg.storage;
+        let l = self.acc.limits.unwrap_or_default();
+        let (acct_max, server_max) = match storage {
+            StorageType::File => (l.max_file, self.js.max_store),
+            StorageType::Memory => (l.max_memory, self.js.max_memory),
+        };
+        if acct_max <= 0 && server_max <= 0 {
+            return None;
+        }
+        let used_by = |acc: &AccountJs| -> i64 {
+            let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+            streams
+                .values()
+                .filter(|s| s.cfg.storage == storage)
+                .map(|s| i64::try_from(s.usage.bytes.load(Ordering::Relaxed)).unwrap_or(i64::MAX))
+                .sum()
+        };
+        if acct_max > 0 && used_by(&self.acc) >= acct_max {
+            return Some(ApiError::account_resources_exceeded());
+        }
+        let server_full = server_max > 0
+            && self.js.accounts().iter().map(|a| used_by(a)).sum::<i64>() >= server_max;
+        server_full.then(|| match storage {
+            StorageType::File => ApiError::insufficient_storage(),
+            StorageType::Memory => ApiError::insufficient_memory(),
+        })
+    }
+
+    /// Whether the account may have one more consumer.
+    fn consumer_allowed(&self) -> bool {
+        let max = self.acc.limits.map_or(-1, |l| l.max_consumers);
+        if max <= 0 {
+            return true;
+        }
+        let streams = self.acc.streams.read().unwrap_or_else(|p| p.into_inner());
+        let total: u64 = streams
+            .values()
+            .map(|s| s.usage.consumers.load(Ordering::Relaxed))
+            .sum();
+        i64::try_from(total).unwrap_or(i64::MAX) < max
     }
 
     fn shutdown(&mut self) {
@@ -529,6 +591,16 @@ impl Worker {
                 ..
             } => {
                 let req = parse_create_request(payload)?;
+                let exists = req
+                    .config
+                    .durable_name
+                    .as_ref()
+                    .or(req.config.name.as_ref())
+                    .or(consumer.as_ref())
+                    .is_some_and(|n| self.stream.consumers.contains_key(n));
+                if !exists && !self.consumer_allowed() {
+                    return Err(ApiError::max_consumers());
+                }
                 let mut info = self.stream.create_consumer(
                     req,
                     consumer.as_deref(),
@@ -538,6 +610,9 @@ impl Worker {
                     now,
                 )?;
                 self.persist_changes();
+                self.usage
+                    .consumers
+                    .store(self.stream.consumers.len() as u64, Ordering::Relaxed);
                 if let Value::Object(m) = &mut info {
                     m.remove("push_bound");
                 }
