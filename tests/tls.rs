@@ -588,3 +588,66 @@ async fn bearer_tokens_need_tls() {
     let lines = tls_lines(&mut t, connect.as_bytes(), "PONG").await;
     assert_eq!(lines.last().map(String::as_str), Some("PONG"), "{lines:?}");
 }
+
+/// JetStream over TLS: stream create, a PubAck'd publish, a pull fetch with an ack and KV, all
+/// on a TLS-only port.
+#[tokio::test]
+async fn jetstream_works_over_tls() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    let s = TestServer::start_js_with(&[], Some(&tls_conf(&cert, &key, "")));
+    let c = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(ca_pem)
+        .connect(s.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "SECURE".into(),
+            subjects: vec!["secure.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ack = js
+        .publish("secure.order", "over tls".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(ack.sequence, 1);
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("w".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .unwrap();
+    let m = batch.next().await.unwrap().unwrap();
+    assert_eq!(m.payload, "over tls".as_bytes());
+    m.double_ack().await.unwrap();
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "tlskv".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    kv.put("k", "v".into()).await.unwrap();
+    assert_eq!(kv.get("k").await.unwrap().unwrap(), "v".as_bytes());
+}
