@@ -248,6 +248,15 @@ impl System {
         match trust.push_account(token.trim(), id) {
             Ok(account) => {
                 info!(%account, "account JWT updated");
+                if let (Some(js), Some(claims)) = (shared.jetstream.get(), trust.account(&account))
+                {
+                    if let Some(acc) = js.account(&account) {
+                        super::jetstream::set_limits(
+                            &acc,
+                            super::jetstream::jwt_limits(&claims.nats.limits),
+                        );
+                    }
+                }
                 let revoked = disconnect_revoked(shared, &account);
                 json!({ "server": server, "data": { "account": account, "code": 200, "message": "jwt updated", "disconnected": revoked } })
             }

@@ -354,6 +354,16 @@ impl Session {
                                 &self.shared.accounts,
                                 &a,
                             );
+                            if let (Some(js), Some(claims)) =
+                                (self.shared.jetstream.get(), trust.account(acc))
+                            {
+                                super::super::jetstream::ensure_jwt_account(
+                                    &self.shared,
+                                    js,
+                                    &a,
+                                    super::super::jetstream::jwt_limits(&claims.nats.limits),
+                                );
+                            }
                             Some(a)
                         } else {
                             self.shared.accounts.get(acc)

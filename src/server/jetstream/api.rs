@@ -57,7 +57,7 @@ fn handle(
     m: ApiMsg,
 ) {
     let call = &m.call;
-    if acc.limits.is_none() {
+    if acc.limits().is_none() {
         acc.api_errors.fetch_add(1, Ordering::Relaxed);
         sink.reply(
             &m.reply,
@@ -147,7 +147,7 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
         }
         consumers += s.usage.consumers.load(Ordering::Relaxed);
     }
-    let l = acc.limits.unwrap_or_default();
+    let l = acc.limits().unwrap_or_default();
     let _ = js;
     json!({
         "memory": memory,
@@ -224,7 +224,7 @@ fn create(
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
     }
-    let l = acc.limits.unwrap_or_default();
+    let l = acc.limits().unwrap_or_default();
     let count = acc.streams.read().unwrap_or_else(|p| p.into_inner()).len();
     if l.max_streams > 0 && count as i64 >= l.max_streams {
         return Err(ApiError::max_streams());
@@ -238,7 +238,7 @@ fn create(
 /// Refuses a stream whose `max_bytes` cannot fit the account's or the server's storage
 /// limit, and streams without `max_bytes` when the account requires it.
 fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Result<(), ApiError> {
-    let l = acc.limits.unwrap_or_default();
+    let l = acc.limits().unwrap_or_default();
     let (acct_max, server_max, per_stream) = match cfg.storage {
         StorageType::File => (l.max_file, js.max_store, l.store_max_stream_bytes),
         StorageType::Memory => (l.max_memory, js.max_memory, l.memory_max_stream_bytes),

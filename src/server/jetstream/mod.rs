@@ -83,8 +83,9 @@ pub(crate) struct AccountJs {
     pub(crate) name: String,
     pub(crate) account: Arc<Account>,
     pub(crate) client: Arc<ClientHandle>,
-    /// `None`: JetStream is not enabled for this account (every call gets 10039).
-    pub(crate) limits: Option<AccountJetStream>,
+    /// `None`: JetStream is not enabled for this account (every call gets 10039). Replaced
+    /// when an operator pushes new account claims.
+    limits: RwLock<Option<AccountJetStream>>,
     pub(crate) streams: RwLock<HashMap<String, StreamRef>>,
     /// Subscription id → stream name.
     sids: RwLock<HashMap<Bytes, String>>,
@@ -95,6 +96,11 @@ pub(crate) struct AccountJs {
 }
 
 impl AccountJs {
+    /// The account's JetStream limits; `None` when JetStream is off for it.
+    pub(crate) fn limits(&self) -> Option<AccountJetStream> {
+        *self.limits.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn subscribe(&self, subject: &str, sid: Bytes) -> Option<Arc<Subscription>> {
         let sub = Arc::new(Subscription {
             client: Arc::clone(&self.client),
@@ -176,7 +182,7 @@ impl AccountJs {
                     return;
                 };
                 self.api_total.fetch_add(1, Ordering::Relaxed);
-                if self.limits.is_some() {
+                if self.limits().is_some() {
                     if let Some(stream) = call.stream_scoped() {
                         let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
                         if let Some(s) = streams.get(stream) {
@@ -244,7 +250,16 @@ impl JetStream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(account)
-            .is_some_and(|a| a.limits.is_some())
+            .is_some_and(|a| a.limits().is_some())
+    }
+
+    /// One account's JetStream, if it has been set up.
+    pub(crate) fn account(&self, name: &str) -> Option<Arc<AccountJs>> {
+        self.accounts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
     }
 
     /// Every account's JetStream.
@@ -307,7 +322,18 @@ pub(crate) fn start(shared: &Arc<Shared>, meta: MetaStore) -> Arc<JetStream> {
                     *lim = Some(AccountJetStream::default());
                 }
             }
-            None => enabled.push((name, Some(AccountJetStream::default()))),
+            None => {
+                // Operator mode: limits come from the account's JWT.
+                let lim = match shared.auth().trust() {
+                    Some(t) => t.account(&name).and_then(|c| jwt_limits(&c.nats.limits)),
+                    None => Some(AccountJetStream::default()),
+                };
+                if lim.is_none() {
+                    warn!(account = %name, "account has stored streams but its claims do not grant JetStream; they stay stored, unserved");
+                    continue;
+                }
+                enabled.push((name, lim));
+            }
         }
     }
     for (name, lim) in enabled {
@@ -320,7 +346,7 @@ pub(crate) fn start(shared: &Arc<Shared>, meta: MetaStore) -> Arc<JetStream> {
         }
         let account = shared.accounts.create(&name);
         let acc = setup_account(shared, &js, &name, account, lim);
-        if acc.limits.is_some() {
+        if acc.limits().is_some() {
             stream_thread::load_streams(shared, &js, &acc);
         }
     }
@@ -345,7 +371,7 @@ fn setup_account(
         name: name.to_owned(),
         account,
         client,
-        limits,
+        limits: RwLock::new(limits),
         streams: RwLock::new(HashMap::new()),
         sids: RwLock::new(HashMap::new()),
         next_sid: AtomicU64::new(1),
@@ -354,10 +380,8 @@ fn setup_account(
         api_errors: AtomicU64::new(0),
     });
     acc.subscribe("$JS.API.>", Bytes::from_static(b"api"));
-    if acc.limits.is_some() {
-        acc.subscribe("$JS.ACK.>", Bytes::from_static(b"ack"));
-        acc.subscribe("$JS.FC.>", Bytes::from_static(b"fc"));
-    }
+    acc.subscribe("$JS.ACK.>", Bytes::from_static(b"ack"));
+    acc.subscribe("$JS.FC.>", Bytes::from_static(b"fc"));
     let (tx, rx) = mpsc::channel();
     *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     let thread_js = Arc::clone(js);
@@ -417,6 +441,60 @@ async fn drain(acc: Arc<AccountJs>) {
                 }
             }
         }
+    }
+}
+
+/// JetStream limits from account JWT claims: on when memory or disk storage is granted
+/// (`-1` = unlimited), off otherwise.
+pub(crate) fn jwt_limits(l: &crate::auth::jwt::claims::AccountLimits) -> Option<AccountJetStream> {
+    if l.mem_storage == 0 && l.disk_storage == 0 {
+        return None;
+    }
+    Some(AccountJetStream {
+        enabled: true,
+        max_memory: l.mem_storage,
+        max_file: l.disk_storage,
+        max_streams: l.streams,
+        max_consumers: l.consumer,
+        max_bytes_required: l.max_bytes_required,
+        memory_max_stream_bytes: l.mem_max_stream_bytes,
+        store_max_stream_bytes: l.disk_max_stream_bytes,
+        max_ack_pending: l.max_ack_pending,
+    })
+}
+
+/// Operator mode: gives an account JetStream per its JWT the first time one of its users
+/// logs in (and loads its stored streams), or applies new limits to one that has it.
+pub(crate) fn ensure_jwt_account(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    account: &Arc<Account>,
+    limits: Option<AccountJetStream>,
+) {
+    let existing = js
+        .accounts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&account.name)
+        .cloned();
+    match existing {
+        Some(acc) => set_limits(&acc, limits),
+        None => {
+            let acc = setup_account(shared, js, &account.name, Arc::clone(account), limits);
+            if acc.limits().is_some() {
+                stream_thread::load_streams(shared, js, &acc);
+            }
+        }
+    }
+}
+
+/// Replaces an account's limits (claims update). Existing streams stay; new creates and
+/// publishes are checked against the new limits.
+pub(crate) fn set_limits(acc: &AccountJs, limits: Option<AccountJetStream>) {
+    let mut l = acc.limits.write().unwrap_or_else(|p| p.into_inner());
+    if *l != limits {
+        info!(account = %acc.name, enabled = limits.is_some(), "JetStream limits updated from account claims");
+        *l = limits;
     }
 }
 

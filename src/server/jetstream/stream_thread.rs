@@ -382,7 +382,7 @@ impl Worker {
     /// used up.
     fn over_quota(&self) -> Option<ApiError> {
         let storage = self.stream.cfg.storage;
-        let l = self.acc.limits.unwrap_or_default();
+        let l = self.acc.limits().unwrap_or_default();
         let (acct_max, server_max) = match storage {
             StorageType::File => (l.max_file, self.js.max_store),
             StorageType::Memory => (l.max_memory, self.js.max_memory),
@@ -411,7 +411,7 @@ impl Worker {
 
     /// Whether the account may have one more consumer.
     fn consumer_allowed(&self) -> bool {
-        let max = self.acc.limits.map_or(-1, |l| l.max_consumers);
+        let max = self.acc.limits().map_or(-1, |l| l.max_consumers);
         if max <= 0 {
             return true;
         }
