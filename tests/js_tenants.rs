@@ -110,3 +110,42 @@ async fn a_tenants_streams_survive_a_restart() {
     let info = api_ok(&ca, "STREAM.INFO.KEEP", "").await;
     assert_eq!(info["state"]["messages"], 5, "{info}");
 }
+
+/// Tenant erasure: the system account's `$JS.API.ACCOUNT.PURGE.<account>` stops the tenant's
+/// streams and destroys its keys and files; its streams are gone, others are untouched.
+#[tokio::test]
+async fn purging_a_tenant_erases_its_streams() {
+    let w = World::new();
+    let sys = w.tenant("SYS", AccountLimits::default());
+    let a = w.tenant("A", js_limits(-1, -1));
+    let b = w.tenant("B", js_limits(-1, -1));
+    let s = server(&w, &[&sys, &a, &b]);
+    if s.is_reference() {
+        return; // nats-server answers ACCOUNT.PURGE only when clustered.
+    }
+    let ca = connect(&s, &a, "a").await;
+    let cb = connect(&s, &b, "b").await;
+    create_stream(&ca, r#"{"name":"GONE","subjects":["gone.>"]}"#).await;
+    create_stream(&cb, r#"{"name":"STAYS","subjects":["stays.>"]}"#).await;
+    publish_ack(&ca, "gone.1", &[], "secret").await;
+    publish_ack(&cb, "stays.1", &[], "kept").await;
+    let stream_dirs = || {
+        std::fs::read_dir(s.dir.path().join("store/jetstream/s"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(stream_dirs(), 2);
+    let admin = connect(&s, &sys, "admin").await;
+    let r = support::js::request_msg(
+        &admin,
+        &format!("$JS.API.ACCOUNT.PURGE.{}", a.key.public_key()),
+        "",
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+    assert_eq!(v["initiated"], true, "{v}");
+    api_err(&ca, "STREAM.INFO.GONE", "", 404, 10059).await;
+    let ib = api_ok(&cb, "STREAM.INFO.STAYS", "").await;
+    assert_eq!(ib["state"]["messages"], 1);
+    assert_eq!(stream_dirs(), 1, "the tenant's stream directory is gone");
+}

@@ -67,6 +67,7 @@ impl System {
             "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
             "$SYS.REQ.SERVER.PING",
             "$SYS.REQ.SERVER.PING.*",
+            "$JS.API.ACCOUNT.PURGE.*",
         ];
         for (i, s) in subjects.iter().enumerate() {
             let sub = Arc::new(Subscription {
@@ -213,6 +214,20 @@ impl System {
                     None => {
                         json!({ "server": server, "error": { "account": id, "code": 404, "description": "account not found" } })
                     }
+                }
+            }
+            ["$JS", "API", "ACCOUNT", "PURGE", account] => {
+                let kind = "io.nats.jetstream.api.v1.account_purge_response";
+                match shared.jetstream.get() {
+                    None => {
+                        json!({"type": kind, "error": {"code": 503, "err_code": 10076, "description": "JetStream not enabled"}})
+                    }
+                    Some(js) => match super::jetstream::purge_account(js, account) {
+                        Ok(_) => json!({"type": kind, "initiated": true}),
+                        Err(e) => {
+                            json!({"type": kind, "error": {"code": 500, "err_code": 10011, "description": e}})
+                        }
+                    },
                 }
             }
             ["$SYS", "REQ", "SERVER", "PING", ..] => {

@@ -498,6 +498,34 @@ pub(crate) fn set_limits(acc: &AccountJs, limits: Option<AccountJetStream>) {
     }
 }
 
+/// Tenant erasure (`$JS.API.ACCOUNT.PURGE.<account>` from the system account): stops every
+/// stream of the account, then destroys the account's keys and files in the sealed store
+/// (keys first: crypto-erase). Returns how many streams were erased.
+///
+/// # Errors
+/// The store's error text when the erase could not be committed.
+pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String> {
+    if let Some(acc) = js.account(name) {
+        let mut taken: Vec<StreamRef> = {
+            let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
+            streams.drain().map(|(_, s)| s).collect()
+        };
+        for s in &mut taken {
+            acc.unsubscribe_stream(&s.subs);
+            stream_thread::stop_and_wait(s);
+        }
+    }
+    let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+    match meta.delete_account(name) {
+        Ok(n) => {
+            info!(account = %name, streams = n, "account's JetStream data erased (keys destroyed first)");
+            Ok(n)
+        }
+        Err(crate::store::meta::MetaError::AccountNotFound) => Ok(0),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Stops every stream thread (each closes its store and persists its consumers) and waits
 /// for them.
 pub(crate) fn stop(js: &JetStream) {
