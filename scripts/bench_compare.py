@@ -7,9 +7,21 @@ goes first — and prints a Markdown table of throughput, server CPU per deliver
 peak RSS, with sealstream/nats-server ratios. Used to write docs/PERFORMANCE.md.
 
     cargo build --release && .venv/bin/python scripts/bench_compare.py [--quick] [--tls]
+    cargo build --release && .venv/bin/python scripts/bench_compare.py --js [--quick] [--out r.json]
 
 With --tls, both servers also run with the same TLS certificate (made with openssl) and the
 1:1 scenarios are measured over TLS too.
+
+With --js, the JetStream scenarios of `sealctl bench --scenario ...` (stream publish with
+synchronous and windowed acks, pull consume, KV put/get) run against three servers started
+side by side: sealstream-server (`-js -sd <tmp>`: it always acknowledges after fsync),
+nats-server with `sync_interval: always` (the like-for-like durability setting) and
+nats-server with JetStream defaults (fsync every 2 minutes: its usual speed). All store
+directories live in one temporary directory on the same disk (`--store-root` to choose it).
+A server that fails a scenario (e.g. no JetStream yet) is shown as n/a with the reason.
+
+Binaries: `$CARGO_TARGET_DIR/release` (else `target/release`) for ours; nats-server from
+`$NATS_SERVER`, else `.venv/bin/nats-server` here or in the main checkout of a git worktree.
 """
 import json
 import os
@@ -19,9 +31,28 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEAL = os.path.join(ROOT, "target/release/sealstream-server")
-CTL = os.path.join(ROOT, "target/release/sealctl")
-NATS = os.path.join(ROOT, ".venv/bin/nats-server")
+TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+SEAL = os.path.join(TARGET, "release/sealstream-server")
+CTL = os.path.join(TARGET, "release/sealctl")
+
+
+def find_nats():
+    if os.environ.get("NATS_SERVER"):
+        return os.environ["NATS_SERVER"]
+    candidates = [os.path.join(ROOT, ".venv/bin/nats-server")]
+    try:
+        common = subprocess.run(["git", "-C", ROOT, "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        candidates.append(os.path.join(os.path.dirname(common), ".venv/bin/nats-server"))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    return candidates[0]
+
+
+NATS = find_nats()
 
 
 def free_port():
@@ -104,8 +135,177 @@ def tls_rows(quick):
     return rows
 
 
+def arg_value(flag):
+    if flag in sys.argv:
+        i = sys.argv.index(flag)
+        if i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return None
+
+
+def start_js(name, store_root):
+    """Starts one JetStream server variant; (Popen, port) or raises with the reason."""
+    port = free_port()
+    store = os.path.join(store_root, name)
+    os.makedirs(store, exist_ok=True)
+    if name == "sealstream":
+        if not os.path.exists(SEAL):
+            raise RuntimeError(f"{SEAL} not built")
+        cmd = [SEAL, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store]
+    else:
+        sync = "\n  sync_interval: always" if name == "nats-sync" else ""
+        conf = os.path.join(store_root, f"{name}.conf")
+        with open(conf, "w") as f:
+            f.write(f'listen: "127.0.0.1:{port}"\njetstream {{\n  store_dir: "{store}"{sync}\n}}\n')
+        cmd = [NATS, "-c", conf]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"{name} exited with {p.returncode} at startup")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"{name} did not start")
+
+
+JS_SERVERS = ("sealstream", "nats-sync", "nats-default")
+JS_LABELS = {"sealstream": "sealstream", "nats-sync": "nats-server (sync always)",
+             "nats-default": "nats-server (default sync)"}
+
+
+def js_scenarios(quick):
+    """(label, args, timeout s). Counts keep --quick under ~3 minutes for three servers on a
+    2-core VM. The budget goes to nats-server with `sync_interval: always`: it fsyncs every
+    stored message (~1-2k msgs/s here even with 256 in flight), which also paces the
+    js-consume preload and the kv-get key load."""
+    f = 1 if quick else 3
+    sz = "128"
+    return [
+        (f"js-pub-sync, 1 pub, {sz} B", ["--scenario", "js-pub-sync", "--msgs", str(2000 * f), "--size", sz], 120),
+        (f"js-pub-sync, 4 pubs, {sz} B", ["--scenario", "js-pub-sync", "--pubs", "4", "--msgs", str(2000 * f), "--size", sz], 120),
+        (f"js-pub-window 256, 1 pub, {sz} B", ["--scenario", "js-pub-window", "--msgs", str(30_000 * f), "--size", sz], 180),
+        ("js-pub-window 256, 1 pub, 1024 B", ["--scenario", "js-pub-window", "--msgs", str(15_000 * f), "--size", "1024"], 180),
+        (f"js-consume batch 500, {sz} B", ["--scenario", "js-consume", "--msgs", str(30_000 * f), "--size", sz], 180),
+        (f"kv-put window 256, 10k keys, {sz} B", ["--scenario", "kv-put", "--keys", "10000", "--msgs", str(10_000 * f), "--size", sz], 120),
+        (f"kv-get inflight 1, 10k keys, {sz} B", ["--scenario", "kv-get", "--keys", "10000", "--msgs", str(10_000 * f), "--size", sz], 120),
+    ]
+
+
+def js_bench(port, pid, args, timeout):
+    """One run: the report, or ("n/a", reason)."""
+    try:
+        out = subprocess.run([CTL, "--server", f"nats://127.0.0.1:{port}", "bench", *args,
+                              "--server-pid", str(pid), "--json"],
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        return None, lines[-1] if lines else f"exit {out.returncode}"
+    try:
+        return json.loads(out.stdout), None
+    except json.JSONDecodeError as e:
+        return None, f"bad JSON: {e}"
+
+
+def js_main(quick):
+    import tempfile
+    t0 = time.time()
+    root = arg_value("--store-root")
+    with tempfile.TemporaryDirectory(prefix="jsbench-", dir=root) as store_root:
+        procs, down = {}, {}
+        for name in JS_SERVERS:
+            try:
+                procs[name] = start_js(name, store_root)
+            except (OSError, RuntimeError) as e:
+                down[name] = str(e)
+        rows = []
+        try:
+            for i, (label, args, timeout) in enumerate(js_scenarios(quick)):
+                k = i % len(JS_SERVERS)
+                order = JS_SERVERS[k:] + JS_SERVERS[:k]
+                res = {}
+                for name in order:
+                    if name in down:
+                        res[name] = (None, down[name])
+                        continue
+                    p, port = procs[name]
+                    if p.poll() is not None:
+                        down[name] = f"exited with {p.returncode}"
+                        res[name] = (None, down[name])
+                        continue
+                    res[name] = js_bench(port, p.pid, args, timeout)
+                rows.append((label, res))
+                print(f"done: {label} ({time.time() - t0:.0f} s)", file=sys.stderr)
+            rss = {name: peak_rss_kib(p.pid) for name, (p, _) in procs.items() if p.poll() is None}
+        finally:
+            for p, _ in procs.values():
+                p.kill()
+                p.wait()
+    print_js(rows, rss)
+    out = arg_value("--out")
+    if out:
+        with open(out, "w") as f:
+            json.dump({"scenarios": [{"label": label, "results": {n: r for n, (r, _) in res.items()},
+                                      "na": {n: why for n, (r, why) in res.items() if r is None}}
+                                     for label, res in rows], "peak_rss_kib": rss}, f, indent=2)
+    print(f"\nTotal {time.time() - t0:.0f} s.", file=sys.stderr)
+
+
+def print_js(rows, rss):
+    def rate(r):
+        return f"{r['delivered_msgs_per_sec']:,.0f}" if r else "n/a"
+
+    def cpu(r):
+        return f"{r['server_cpu_us_per_msg']:.1f}" if r and r.get("server_cpu_us_per_msg") is not None else "n/a"
+
+    def ratio(a, b):
+        return f"{a['delivered_msgs_per_sec'] / b['delivered_msgs_per_sec']:.2f}" \
+            if a and b and b["delivered_msgs_per_sec"] else "n/a"
+
+    heads = [JS_LABELS[n] for n in JS_SERVERS]
+    print("| scenario | " + " | ".join(f"{h} msgs/s" for h in heads)
+          + " | vs sync always | vs default | " + " | ".join(f"{h} CPU µs/msg" for h in heads) + " |")
+    print("|---|" + "---:|" * (2 * len(JS_SERVERS) + 2))
+    notes = []
+    for label, res in rows:
+        r = {n: res[n][0] for n in JS_SERVERS}
+        print(f"| {label} | " + " | ".join(rate(r[n]) for n in JS_SERVERS)
+              + f" | {ratio(r['sealstream'], r['nats-sync'])} | {ratio(r['sealstream'], r['nats-default'])} | "
+              + " | ".join(cpu(r[n]) for n in JS_SERVERS) + " |")
+        for n in JS_SERVERS:
+            rep, why = res[n]
+            if rep is None:
+                notes.append(f"{label}, {JS_LABELS[n]}: n/a — {why}")
+                continue
+            lat = rep.get("latency_us")
+            extra = []
+            if lat:
+                extra.append(f"p50/p99 {lat['p50']:.0f}/{lat['p99']:.0f} µs")
+            if rep["pub_msgs_per_sec"] != rep["delivered_msgs_per_sec"]:
+                extra.append(f"preload {rep['pub_msgs_per_sec']:,.0f} msgs/s")
+            if rep.get("errors"):
+                extra.append(f"{rep['errors']} errors ({rep.get('note')})")
+            if extra:
+                notes.append(f"{label}, {JS_LABELS[n]}: " + ", ".join(extra))
+    print()
+    print("Ratios: sealstream msgs/s ÷ nats-server msgs/s (higher is better).")
+    for line in notes:
+        print(f"- {line}")
+    if rss:
+        print()
+        print("Peak RSS after the whole run: " + ", ".join(f"{JS_LABELS[n]} {v / 1024:.1f} MiB" for n, v in rss.items()) + ".")
+
+
 def main():
     quick = "--quick" in sys.argv
+    if "--js" in sys.argv:
+        js_main(quick)
+        return
     rows = []
     servers = {"sealstream": SEAL, "nats-server": NATS}
     if "--tls" in sys.argv:

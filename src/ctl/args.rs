@@ -231,15 +231,46 @@ pub enum ServerCmd {
     },
 }
 
+/// What `sealctl bench` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchScenario {
+    /// Core pub/sub fan-out or queue group (or request/reply with `--request`).
+    Core,
+    /// JetStream: each publisher awaits every PubAck before the next publish.
+    JsPubSync,
+    /// JetStream: each publisher keeps `--window` publishes in flight.
+    JsPubWindow,
+    /// JetStream: preload, then drain through a durable pull consumer, acking each message.
+    JsConsume,
+    /// Key-value: windowed puts over `--keys` distinct keys.
+    KvPut,
+    /// Key-value: preload `--keys` keys, then DIRECT.GET random keys.
+    KvGet,
+}
+
+/// Storage type of the stream a JetStream scenario creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchStorage {
+    /// File storage (what durability costs).
+    File,
+    /// Memory storage.
+    Memory,
+}
+
 /// `sealctl bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Subject to publish on.
+    /// Subject to publish on (core scenarios; JetStream scenarios use `bench.js.>` / `$KV.bench.>`).
     #[arg(default_value = "bench.sealctl")]
     pub subject: String,
-    /// Number of messages to publish.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub msgs: u64,
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = BenchScenario::Core)]
+    pub scenario: BenchScenario,
+    /// Number of messages (publishes, deliveries, puts or gets) to measure. Default per scenario:
+    /// core 1,000,000; js-pub-sync 10,000; js-pub-window and js-consume 100,000; kv-put
+    /// `--keys`; kv-get 20,000.
+    #[arg(long)]
+    pub msgs: Option<u64>,
     /// Payload size in bytes.
     #[arg(long, default_value_t = 128)]
     pub size: usize,
@@ -261,6 +292,43 @@ pub struct BenchArgs {
     /// Connect over TLS, trusting this CA bundle (PEM).
     #[arg(long)]
     pub tlsca: Option<std::path::PathBuf>,
+    /// JetStream publishers in parallel, one connection each (js-pub-sync, js-pub-window).
+    #[arg(long, default_value_t = 1)]
+    pub pubs: usize,
+    /// Publishes (or KV puts) in flight per connection for windowed scenarios and preloads.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Messages per pull request (js-consume).
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Ack each consumed message with a reply and wait for it before the next ack (js-consume).
+    #[arg(long)]
+    pub ack_sync: bool,
+    /// Distinct keys (kv-put, kv-get).
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// DIRECT.GET requests in flight (kv-get); 1 = each get awaits its reply.
+    #[arg(long, default_value_t = 1)]
+    pub inflight: usize,
+    /// Storage of the stream a JetStream scenario creates.
+    #[arg(long, value_enum, default_value_t = BenchStorage::File)]
+    pub storage: BenchStorage,
+    /// Name of the stream the js-* scenarios create (deleted first if it exists, and at the end).
+    #[arg(long, default_value = "BENCH")]
+    pub stream: String,
+}
+
+impl BenchArgs {
+    /// `--msgs`, or the scenario's default.
+    pub fn msgs(&self) -> u64 {
+        self.msgs.unwrap_or(match self.scenario {
+            BenchScenario::Core => 1_000_000,
+            BenchScenario::JsPubSync => 10_000,
+            BenchScenario::JsPubWindow | BenchScenario::JsConsume => 100_000,
+            BenchScenario::KvPut => self.keys,
+            BenchScenario::KvGet => 20_000,
+        })
+    }
 }
 
 /// `sealctl audit`.

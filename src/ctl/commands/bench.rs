@@ -10,6 +10,11 @@
 //!
 //! The publisher sends a PING after every batch and keeps at most [`PONG_WINDOW`] batches
 //! unacknowledged, so it never pushes a healthy subscriber into slow-consumer territory.
+//!
+//! `--scenario js-*` / `kv-*` measure JetStream instead (see [`js`]): the same raw connection,
+//! the JetStream API spoken as JSON requests, so the numbers compare servers, not client libraries.
+
+pub mod js;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,7 +26,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::ctl::args::BenchArgs;
+use crate::ctl::args::{BenchArgs, BenchScenario};
 use crate::proto::encode::encode_client_op;
 use crate::proto::parser::{Limits, Parser};
 use crate::proto::{ClientOp, ServerOp};
@@ -151,6 +156,15 @@ impl RawConn {
         }
     }
 
+    /// The next op already in the read buffer, without waiting for the socket.
+    fn try_next(&mut self) -> anyhow::Result<Option<ServerOp>> {
+        let op = self.parser.next_server_op(&mut self.buf)?;
+        if let Some(ServerOp::Err(e)) = &op {
+            bail!("server error: {}", String::from_utf8_lossy(e));
+        }
+        Ok(op)
+    }
+
     async fn until_pong(&mut self) -> anyhow::Result<()> {
         loop {
             match self.next().await? {
@@ -188,8 +202,14 @@ pub struct BenchReport {
     pub delivered_msgs_per_sec: f64,
     /// Server CPU microseconds per delivered message, when `--server-pid` was given.
     pub server_cpu_us_per_msg: Option<f64>,
-    /// Latency percentiles in microseconds (request mode).
+    /// Latency percentiles in microseconds (request mode; JetStream: publish → PubAck, get →
+    /// reply).
     pub latency_us: Option<Latency>,
+    /// JetStream scenarios: negative or malformed replies (error PubAcks, 404 gets, messages
+    /// left pending on the consumer). `None` for core scenarios.
+    pub errors: Option<u64>,
+    /// JetStream scenarios: the first error seen, or a verification note.
+    pub note: Option<String>,
 }
 
 /// Round-trip percentiles, microseconds.
@@ -231,10 +251,10 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// Connection failures, server errors, or a run that stalls.
 pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
     let addr = addr_of(server);
-    let report = if a.request {
-        latency(&addr, &a).await?
-    } else {
-        throughput(&addr, &a).await?
+    let report = match a.scenario {
+        BenchScenario::Core if a.request => latency(&addr, &a).await?,
+        BenchScenario::Core => throughput(&addr, &a).await?,
+        _ => js::run(&addr, &a).await?,
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -245,6 +265,9 @@ pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
 }
 
 fn print_table(r: &BenchReport) {
+    if r.errors.is_some() {
+        return js::print_table(r);
+    }
     println!(
         "{:<28} {:>8} {:>10} {:>14} {:>14} {:>12}",
         "scenario", "size", "msgs", "pub msgs/s", "recv msgs/s", "cpu µs/msg"
@@ -268,9 +291,9 @@ fn print_table(r: &BenchReport) {
 pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     let subs = a.subs.max(1);
     let total_expected = if a.queue.is_some() {
-        a.msgs
+        a.msgs()
     } else {
-        a.msgs * subs as u64
+        a.msgs() * subs as u64
     };
     let received = Arc::new(AtomicU64::new(0));
     // Set when the last expected message arrived, so idle subscribers stop waiting at once.
@@ -330,8 +353,8 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     let mut batches = 0u64;
     let mut pongs = 0u64;
     let mut out = BytesMut::with_capacity(frame.len() * BATCH as usize + 8);
-    while sent < a.msgs {
-        let n = BATCH.min(a.msgs - sent);
+    while sent < a.msgs() {
+        let n = BATCH.min(a.msgs() - sent);
         out.clear();
         for _ in 0..n {
             out.extend_from_slice(&frame);
@@ -368,13 +391,15 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     Ok(BenchReport {
         scenario,
         size: a.size,
-        msgs: a.msgs,
+        msgs: a.msgs(),
         delivered,
         seconds: secs,
-        pub_msgs_per_sec: a.msgs as f64 / pub_secs.max(1e-9),
+        pub_msgs_per_sec: a.msgs() as f64 / pub_secs.max(1e-9),
         delivered_msgs_per_sec: delivered as f64 / secs.max(1e-9),
         server_cpu_us_per_msg: cpu,
         latency_us: None,
+        errors: None,
+        note: None,
     })
 }
 
@@ -437,10 +462,10 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     };
     let mut frame = BytesMut::new();
     encode_client_op(&mut frame, &op);
-    let mut samples = Vec::with_capacity(a.msgs as usize);
+    let mut samples = Vec::with_capacity(a.msgs() as usize);
     let cpu0 = a.server_pid.and_then(cpu_seconds);
     let start = Instant::now();
-    for _ in 0..a.msgs {
+    for _ in 0..a.msgs() {
         let t0 = Instant::now();
         req.wr.write_all(&frame).await?;
         loop {
@@ -455,28 +480,35 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = a.server_pid.and_then(cpu_seconds);
     serve.abort();
-    samples.sort_by(|x, y| x.total_cmp(y));
-    let pct = |p: f64| -> f64 {
-        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
-        samples.get(i).copied().unwrap_or(0.0)
-    };
     let cpu = match (cpu0, cpu1) {
-        (Some(c0), Some(c1)) if a.msgs > 0 => Some((c1 - c0) * 1e6 / (2 * a.msgs) as f64),
+        (Some(c0), Some(c1)) if a.msgs() > 0 => Some((c1 - c0) * 1e6 / (2 * a.msgs()) as f64),
         _ => None,
     };
     Ok(BenchReport {
         scenario: "request/reply".to_owned(),
         size: a.size,
-        msgs: a.msgs,
-        delivered: a.msgs,
+        msgs: a.msgs(),
+        delivered: a.msgs(),
         seconds: secs,
-        pub_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
-        delivered_msgs_per_sec: a.msgs as f64 / secs.max(1e-9),
+        pub_msgs_per_sec: a.msgs() as f64 / secs.max(1e-9),
+        delivered_msgs_per_sec: a.msgs() as f64 / secs.max(1e-9),
         server_cpu_us_per_msg: cpu,
-        latency_us: Some(Latency {
-            p50: pct(0.50),
-            p90: pct(0.90),
-            p99: pct(0.99),
-        }),
+        latency_us: Some(percentiles(samples)),
+        errors: None,
+        note: None,
     })
+}
+
+/// p50/p90/p99 of round-trip samples in microseconds.
+fn percentiles(mut samples: Vec<f64>) -> Latency {
+    samples.sort_by(|x, y| x.total_cmp(y));
+    let pct = |p: f64| -> f64 {
+        let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        samples.get(i).copied().unwrap_or(0.0)
+    };
+    Latency {
+        p50: pct(0.50),
+        p90: pct(0.90),
+        p99: pct(0.99),
+    }
 }
