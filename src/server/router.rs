@@ -246,6 +246,12 @@ fn deliver(
     if !ok {
         return false;
     }
+    if let Some(svc) = &sub.service {
+        svc.deliver(&sub.sid, subject, reply, headers, payload);
+        ctx.delivered_msgs += 1;
+        ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
+        return true;
+    }
     let client = &sub.client;
     if let Some(r) = reply {
         if client.track_replies.load(Ordering::Relaxed) {

@@ -78,6 +78,7 @@ impl System {
                 delivered: AtomicU64::new(0),
                 max: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
+                service: None,
                 deny: None,
             });
             if account.subscribe(&sub).is_err() {

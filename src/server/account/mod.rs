@@ -43,6 +43,23 @@ pub(crate) struct Subscription {
     /// The subscriber's permissions when its filter overlaps a subscribe-deny pattern:
     /// deliveries on denied subjects are dropped.
     pub(crate) deny: Option<Arc<crate::auth::Permissions>>,
+    /// An in-process service that takes deliveries as a call on the publisher's task instead
+    /// of through `client`'s outbound queue (JetStream's intake).
+    pub(crate) service: Option<Arc<dyn Service>>,
+}
+
+/// An in-process subscriber called directly by the router. It must not block: it hands the
+/// message to its own thread and returns.
+pub(crate) trait Service: Send + Sync {
+    /// One delivery for the subscription `sid`.
+    fn deliver(
+        &self,
+        sid: &[u8],
+        subject: &[u8],
+        reply: Option<&[u8]>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    );
 }
 
 impl Subscription {

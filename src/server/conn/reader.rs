@@ -543,6 +543,7 @@ impl Session {
             delivered: AtomicU64::new(0),
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            service: None,
             deny: self
                 .permissions
                 .clone()

@@ -1,9 +1,10 @@
 //! Drives the [`jetstream`](crate::jetstream) engine: the threads and the plumbing.
 //!
-//! Per JetStream-enabled account there is one in-process client (like the system account's)
-//! subscribed to `$JS.API.>`, `$JS.ACK.>`, `$JS.FC.>` and every stream's subjects. A tokio task
-//! drains its outbound queue — so publishes reach streams by exactly the path they reach any
-//! subscriber — and hands each message to a thread:
+//! Per account there is one in-process subscriber for `$JS.API.>`, `$JS.ACK.>`, `$JS.FC.>`
+//! and every stream's subjects. Its subscriptions are ordinary ones in the account's tree —
+//! so publishes reach streams by exactly the routing any subscriber gets — but instead of an
+//! outbound queue they carry a [`Service`]: the router calls [`Intake`] on the publisher's
+//! own task, which decodes the subject and hands the message to a thread without blocking:
 //!
 //! - one **stream thread** per stream ([`stream_thread`]) owns that stream's store and
 //!   consumers: publishes (group-committed: everything queued while an fsync ran becomes the
@@ -24,24 +25,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tracing::{info, warn};
 
 use crate::config::accounts::AccountJetStream;
 use crate::jetstream::api::ApiCall;
 use crate::jetstream::config::StreamConfig;
-use crate::proto::parser::{Limits, Parser};
-use crate::proto::ServerOp;
 use crate::store::meta::{MetaStore, StreamId};
 
-use super::account::{Account, Subscription};
+use super::account::{Account, Service, Subscription};
 use super::conn::ClientHandle;
 use super::Shared;
 
 use stream_thread::Cmd;
 
-/// Queue limit of an internal JetStream client. Its drain task moves messages to threads as
-/// fast as they arrive; the limit only guards against a runaway.
+/// Queue limit of an internal JetStream client (its subscriptions are served by [`Intake`],
+/// so the queue stays empty; the limit only guards against a runaway).
 const INTERNAL_MAX_PENDING: usize = 1 << 30;
 
 /// Server-wide JetStream state.
@@ -93,6 +92,29 @@ pub(crate) struct AccountJs {
     api_tx: Mutex<Option<Sender<api::ApiMsg>>>,
     pub(crate) api_total: AtomicU64,
     pub(crate) api_errors: AtomicU64,
+    /// What the router calls for this account's JetStream subscriptions.
+    intake: Arc<dyn Service>,
+}
+
+/// The router's entry into an account's JetStream: called on the publisher's task, it only
+/// decodes the subject and hands the message to the right thread.
+struct Intake {
+    acc: std::sync::Weak<AccountJs>,
+}
+
+impl Service for Intake {
+    fn deliver(
+        &self,
+        sid: &[u8],
+        subject: &[u8],
+        reply: Option<&[u8]>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) {
+        if let Some(acc) = self.acc.upgrade() {
+            acc.dispatch(sid, subject, reply, headers.cloned(), payload.clone());
+        }
+    }
 }
 
 impl AccountJs {
@@ -111,6 +133,7 @@ impl AccountJs {
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             deny: None,
+            service: Some(Arc::clone(&self.intake)),
         });
         match self.account.subscribe(&sub) {
             Ok(()) => Some(sub),
@@ -168,13 +191,13 @@ impl AccountJs {
     fn dispatch(
         &self,
         sid: &[u8],
-        subject: Bytes,
-        reply: Option<Bytes>,
+        subject: &[u8],
+        reply: Option<&[u8]>,
         headers: Option<Bytes>,
         payload: Bytes,
     ) {
-        let subject_str = String::from_utf8_lossy(&subject).into_owned();
-        let reply = reply.map(|r| String::from_utf8_lossy(&r).into_owned());
+        let subject_str = String::from_utf8_lossy(subject).into_owned();
+        let reply = reply.map(|r| String::from_utf8_lossy(r).into_owned());
         match sid {
             b"api" => {
                 let Some(reply) = reply else { return };
@@ -367,7 +390,8 @@ fn setup_account(
         INTERNAL_MAX_PENDING,
     ));
     client.headers.store(true, Ordering::Relaxed);
-    let acc = Arc::new(AccountJs {
+    let acc = Arc::new_cyclic(|me| AccountJs {
+        intake: Arc::new(Intake { acc: me.clone() }),
         name: name.to_owned(),
         account,
         client,
@@ -397,51 +421,7 @@ fn setup_account(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(name.to_owned(), Arc::clone(&acc));
-    tokio::spawn(drain(Arc::clone(&acc)));
     acc
-}
-
-/// Drains an account's internal client and dispatches every message.
-async fn drain(acc: Arc<AccountJs>) {
-    let limits = Limits {
-        max_control_line: 1 << 20,
-        max_payload: usize::MAX,
-    };
-    let mut parser = Parser::new(limits);
-    let mut buf = BytesMut::new();
-    loop {
-        let batch = acc.client.outbound.take();
-        if batch.closed {
-            return;
-        }
-        if batch.bytes == 0 {
-            acc.client.outbound.wait().await;
-            continue;
-        }
-        acc.client.outbound.written(batch.bytes);
-        for c in batch.chunks {
-            buf.extend_from_slice(&c);
-        }
-        loop {
-            match parser.next_server_op(&mut buf) {
-                Ok(Some(ServerOp::Msg {
-                    subject,
-                    sid,
-                    reply,
-                    headers,
-                    payload,
-                })) => acc.dispatch(&sid, subject, reply, headers, payload),
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(e) => {
-                    warn!(error = %e, "JetStream could not parse its own queue");
-                    buf.clear();
-                    parser = Parser::new(limits);
-                    break;
-                }
-            }
-        }
-    }
 }
 
 /// JetStream limits from account JWT claims: on when memory or disk storage is granted
