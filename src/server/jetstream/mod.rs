@@ -62,6 +62,8 @@ pub(crate) struct JetStream {
 /// A stream as the dispatcher and the API thread see it.
 pub(crate) struct StreamRef {
     pub(crate) tx: Sender<Cmd>,
+    /// The stream itself (its thread holds the lock while working; readers `try_lock`).
+    pub(crate) stream: Arc<Mutex<crate::jetstream::stream::Stream>>,
     pub(crate) cfg: StreamConfig,
     pub(crate) id: Option<StreamId>,
     pub(crate) subs: Vec<Arc<Subscription>>,
@@ -209,6 +211,17 @@ impl AccountJs {
                     if let Some(stream) = call.stream_scoped() {
                         let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
                         if let Some(s) = streams.get(stream) {
+                            if matches!(call, ApiCall::DirectGet(..) | ApiCall::MsgGet(_))
+                                && stream_thread::try_read(
+                                    &s.stream,
+                                    &self.account,
+                                    &call,
+                                    &reply,
+                                    &payload,
+                                )
+                            {
+                                return;
+                            }
                             let _ = s.tx.send(Cmd::Api {
                                 call,
                                 reply,

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -200,12 +200,13 @@ pub(crate) fn spawn(
     let cfg = stream.cfg.clone();
     let name = cfg.name.clone();
     let usage = Arc::new(Usage::default());
+    let stream = Arc::new(Mutex::new(stream));
     let subs = acc.subscribe_stream(&name, &cfg.subjects);
     let mut worker = Worker {
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
-        stream,
+        stream: Arc::clone(&stream),
         id,
         consumer_ids,
         usage: Arc::clone(&usage),
@@ -230,6 +231,7 @@ pub(crate) fn spawn(
             name,
             StreamRef {
                 tx,
+                stream,
                 cfg,
                 id,
                 subs,
@@ -243,12 +245,54 @@ struct Worker {
     js: Arc<JetStream>,
     acc: Arc<AccountJs>,
     sink: RouterSink,
-    stream: Stream,
+    /// The stream; this thread holds the lock for a whole round. Readers on other tasks only
+    /// ever `try_lock` it (see [`try_read`]).
+    stream: Arc<Mutex<Stream>>,
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
     usage: Arc<Usage>,
     last_persist: i64,
     version: String,
+}
+
+fn lock(s: &Mutex<Stream>) -> std::sync::MutexGuard<'_, Stream> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Answers a read-only call (`DIRECT.GET`, `STREAM.MSG.GET`) on the caller's task when the
+/// stream is idle, saving the hop to its thread. Returns false when the stream is busy (the
+/// caller queues the call for the thread instead): a read never waits behind an fsync here.
+pub(crate) fn try_read(
+    stream: &Mutex<Stream>,
+    account: &Arc<crate::server::account::Account>,
+    call: &ApiCall,
+    reply: &str,
+    payload: &[u8],
+) -> bool {
+    let Ok(st) = stream.try_lock() else {
+        return false;
+    };
+    let mut sink = RouterSink::new(Arc::clone(account), 0x5EED);
+    match call {
+        ApiCall::DirectGet(_, subject) => {
+            if !st.cfg.allow_direct {
+                return false;
+            }
+            st.direct_get(payload, subject.as_deref(), reply, &mut sink);
+        }
+        ApiCall::MsgGet(_) => {
+            let r = optional_body(payload).and_then(|b| st.msg_get(b.as_ref()));
+            let bytes = match r {
+                Ok(v) => ok_reply(call, v),
+                Err(e) => err_reply(call, &e),
+            };
+            sink.reply(reply, bytes);
+        }
+        _ => return false,
+    }
+    drop(st);
+    sink.flush();
+    true
 }
 
 /// Most commands taken in one round (bounds the latency of the first one's answer).
@@ -258,10 +302,12 @@ const PERSIST_EVERY_NS: i64 = 1_000_000_000;
 
 impl Worker {
     fn run(&mut self, rx: &Receiver<Cmd>) {
+        let shared = Arc::clone(&self.stream);
         loop {
             let now = now_nanos();
             let mut wait = Duration::from_millis(1000);
-            if let Some(d) = self.stream.next_deadline() {
+            let deadline = lock(&shared).next_deadline();
+            if let Some(d) = deadline {
                 let ns = d.saturating_sub(now).max(0);
                 wait = wait.min(Duration::from_nanos(u64::try_from(ns).unwrap_or(0)));
             }
@@ -270,7 +316,7 @@ impl Worker {
                 Ok(c) => round.push(c),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.shutdown();
+                    self.shutdown(&mut lock(&shared));
                     return;
                 }
             }
@@ -280,21 +326,21 @@ impl Worker {
                     Err(_) => break,
                 }
             }
-            if self.round(round) {
+            if self.round(&mut lock(&shared), round) {
                 return;
             }
         }
     }
 
     /// Processes one round; returns true when the thread must stop.
-    fn round(&mut self, cmds: Vec<Cmd>) -> bool {
+    fn round(&mut self, st: &mut Stream, cmds: Vec<Cmd>) -> bool {
         let now = now_nanos();
         let mut publishes = Vec::new();
         let mut ack_replies: Vec<String> = Vec::new();
         let mut stop: Option<Option<Sender<()>>> = None;
         for cmd in cmds {
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
-                self.publish(std::mem::take(&mut publishes), now);
+                self.publish(st, std::mem::take(&mut publishes), now);
             }
             match cmd {
                 Cmd::Publish(m) => publishes.push(m),
@@ -303,29 +349,25 @@ impl Worker {
                     reply,
                     headers,
                     payload,
-                } => self.api(&call, &reply, headers.as_ref(), &payload, now),
+                } => self.api(st, &call, &reply, headers.as_ref(), &payload, now),
                 Cmd::Ack {
                     subject,
                     reply,
                     payload,
                 } => {
-                    self.stream
-                        .ack(&subject, &payload, reply.as_deref(), &mut self.sink, now);
+                    st.ack(&subject, &payload, reply.as_deref(), &mut self.sink, now);
                     if let Some(r) = reply {
                         ack_replies.push(r);
                     }
                 }
-                Cmd::FlowControl { subject } => self.stream.flow_control(&subject),
+                Cmd::FlowControl { subject } => st.flow_control(&subject),
                 Cmd::Info(tx) => {
-                    let _ = tx.send(self.stream.info(None, now));
+                    let _ = tx.send(st.info(None, now));
                 }
                 Cmd::Update(cfg, tx) => {
-                    let r = self
-                        .stream
-                        .update(*cfg)
-                        .map(|()| self.stream.info(None, now));
+                    let r = st.update(*cfg).map(|()| st.info(None, now));
                     if r.is_ok() {
-                        self.persist_stream_config();
+                        self.persist_stream_config(st);
                     }
                     let _ = tx.send(r);
                 }
@@ -336,24 +378,24 @@ impl Worker {
             }
         }
         if !publishes.is_empty() {
-            self.publish(publishes, now);
+            self.publish(st, publishes, now);
         }
-        self.stream.tick(&mut self.sink, now);
-        self.persist_changes();
+        st.tick(&mut self.sink, now);
+        self.persist_changes(st);
         let must = !ack_replies.is_empty();
-        self.persist_state(must, now);
+        self.persist_state(st, must, now);
         for r in ack_replies {
             self.sink.reply(&r, Bytes::new());
         }
-        let (bytes, msgs) = self.stream.usage();
+        let (bytes, msgs) = st.usage();
         self.usage.bytes.store(bytes, Ordering::Relaxed);
         self.usage.msgs.store(msgs, Ordering::Relaxed);
         self.usage
             .consumers
-            .store(self.stream.consumers.len() as u64, Ordering::Relaxed);
+            .store(st.consumers.len() as u64, Ordering::Relaxed);
         self.sink.flush();
         if let Some(done) = stop {
-            self.shutdown();
+            self.shutdown(st);
             if let Some(d) = done {
                 let _ = d.send(());
             }
@@ -363,25 +405,24 @@ impl Worker {
     }
 
     /// Stores a batch of publishes unless the account or the server is out of storage.
-    fn publish(&mut self, batch: Vec<Incoming>, now: i64) {
-        if let Some(e) = self.over_quota() {
+    fn publish(&mut self, st: &mut Stream, batch: Vec<Incoming>, now: i64) {
+        if let Some(e) = self.over_quota(st) {
             for m in batch {
                 if let Some(r) = m.reply {
-                    let body =
-                        json!({"error": e.to_json(), "stream": self.stream.cfg.name, "seq": 0});
+                    let body = json!({"error": e.to_json(), "stream": st.cfg.name, "seq": 0});
                     self.sink.reply(&r, Bytes::from(body.to_string()));
                 }
             }
             return;
         }
-        self.stream.publish(batch, &mut self.sink, now);
+        st.publish(batch, &mut self.sink, now);
     }
 
     /// The storage error publishes get when the account's (`max_file`/`max_memory`) or the
     /// server's (`max_file_store`/`max_memory_store`) limit for this stream's storage type is
     /// used up.
-    fn over_quota(&self) -> Option<ApiError> {
-        let storage = self.stream.cfg.storage;
+    fn over_quota(&self, st: &Stream) -> Option<ApiError> {
+        let storage = st.cfg.storage;
         let l = self.acc.limits().unwrap_or_default();
         let (acct_max, server_max) = match storage {
             StorageType::File => (l.max_file, self.js.max_store),
@@ -423,21 +464,21 @@ impl Worker {
         i64::try_from(total).unwrap_or(i64::MAX) < max
     }
 
-    fn shutdown(&mut self) {
-        for c in self.stream.consumers.values_mut() {
+    fn shutdown(&mut self, st: &mut Stream) {
+        for c in st.consumers.values_mut() {
             c.dirty = true;
         }
-        self.persist_state(true, now_nanos());
-        self.stream.close();
+        self.persist_state(st, true, now_nanos());
+        st.close();
     }
 
-    fn persisted(&self) -> bool {
-        self.id.is_some() && self.stream.cfg.storage == StorageType::File
+    fn persisted(&self, st: &Stream) -> bool {
+        self.id.is_some() && st.cfg.storage == StorageType::File
     }
 
-    fn persist_stream_config(&self) {
+    fn persist_stream_config(&self, st: &Stream) {
         let Some(id) = self.id else { return };
-        let bytes = envelope(&self.stream.cfg, self.stream.created);
+        let bytes = envelope(&st.cfg, st.created);
         let r = self
             .js
             .meta
@@ -445,25 +486,25 @@ impl Worker {
             .unwrap_or_else(|p| p.into_inner())
             .update_stream_config(id, &bytes);
         if let Err(e) = r {
-            error!(stream = %self.stream.cfg.name, error = %e, "could not persist the stream config");
+            error!(stream = %st.cfg.name, error = %e, "could not persist the stream config");
         }
     }
 
-    fn keeps_state(&self, c: &Consumer) -> bool {
-        self.persisted() && !c.cfg.mem_storage
+    fn keeps_state(&self, st: &Stream, c: &Consumer) -> bool {
+        self.persisted(st) && !c.cfg.mem_storage
     }
 
     /// Persists consumer creations, config changes and deletions.
-    fn persist_changes(&mut self) {
-        let changes = std::mem::take(&mut self.stream.changes);
+    fn persist_changes(&mut self, st: &mut Stream) {
+        let changes = std::mem::take(&mut st.changes);
         let Some(sid) = self.id else { return };
         for ch in changes {
             match ch {
                 ConsumerChange::Upserted(name) => {
-                    let Some(c) = self.stream.consumers.get(&name) else {
+                    let Some(c) = st.consumers.get(&name) else {
                         continue;
                     };
-                    if !self.keeps_state(c) {
+                    if !self.keeps_state(st, c) {
                         continue;
                     }
                     let bytes = envelope(&c.cfg, c.created);
@@ -475,7 +516,7 @@ impl Worker {
                         }),
                     };
                     if let Err(e) = r {
-                        error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
+                        error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
                     }
                 }
                 ConsumerChange::Deleted(name) => {
@@ -487,7 +528,7 @@ impl Worker {
                             .unwrap_or_else(|p| p.into_inner())
                             .delete_consumer(sid, id);
                         if let Err(e) = r {
-                            error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
+                            error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
                         }
                     }
                 }
@@ -496,14 +537,14 @@ impl Worker {
     }
 
     /// Writes dirty consumer state: now when `must`, else at most once a second.
-    fn persist_state(&mut self, must: bool, now: i64) {
+    fn persist_state(&mut self, st: &mut Stream, must: bool, now: i64) {
         if !must && now.saturating_sub(self.last_persist) < PERSIST_EVERY_NS {
             return;
         }
         let Some(sid) = self.id else { return };
-        let persisted = self.persisted();
+        let persisted = self.persisted(st);
         let mut wrote = false;
-        for (name, c) in &mut self.stream.consumers {
+        for (name, c) in &mut st.consumers {
             if !c.dirty || !persisted || c.cfg.mem_storage {
                 continue;
             }
@@ -526,7 +567,7 @@ impl Worker {
                     wrote = true;
                 }
                 Err(e) => {
-                    error!(stream = %self.stream.cfg.name, consumer = %name, error = %e, "could not persist consumer state");
+                    error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist consumer state");
                 }
             }
         }
@@ -537,6 +578,7 @@ impl Worker {
 
     fn api(
         &mut self,
+        st: &mut Stream,
         call: &ApiCall,
         reply: &str,
         _headers: Option<&Bytes>,
@@ -544,21 +586,19 @@ impl Worker {
         now: i64,
     ) {
         if let ApiCall::DirectGet(_, subject) = call {
-            if !self.stream.cfg.allow_direct {
+            if !st.cfg.allow_direct {
                 let status = crate::proto::headers::no_responders_block(b"$JS.API.DIRECT.GET");
                 self.sink.status(reply, status);
                 return;
             }
-            self.stream
-                .direct_get(payload, subject.as_deref(), reply, &mut self.sink);
+            st.direct_get(payload, subject.as_deref(), reply, &mut self.sink);
             return;
         }
         if let ApiCall::MsgNext(_, consumer) = call {
-            self.stream
-                .pull(consumer, payload, reply, &mut self.sink, now);
+            st.pull(consumer, payload, reply, &mut self.sink, now);
             return;
         }
-        let result = self.api_json(call, payload, now);
+        let result = self.api_json(st, call, payload, now);
         let bytes = match result {
             Ok(v) => ok_reply(call, v),
             Err(e) => err_reply(call, &e),
@@ -566,23 +606,29 @@ impl Worker {
         self.sink.reply(reply, bytes);
     }
 
-    fn api_json(&mut self, call: &ApiCall, payload: &[u8], now: i64) -> Result<Value, ApiError> {
+    fn api_json(
+        &mut self,
+        st: &mut Stream,
+        call: &ApiCall,
+        payload: &[u8],
+        now: i64,
+    ) -> Result<Value, ApiError> {
         match call {
             ApiCall::StreamInfo(_) => {
                 let body = optional_body(payload)?;
-                Ok(self.stream.info(body.as_ref(), now))
+                Ok(st.info(body.as_ref(), now))
             }
             ApiCall::StreamPurge(_) => {
                 let body = optional_body(payload)?;
-                self.stream.purge(body.as_ref())
+                st.purge(body.as_ref())
             }
             ApiCall::MsgGet(_) => {
                 let body = optional_body(payload)?;
-                self.stream.msg_get(body.as_ref())
+                st.msg_get(body.as_ref())
             }
             ApiCall::MsgDelete(_) => {
                 let body = optional_body(payload)?;
-                self.stream.msg_delete(body.as_ref())
+                st.msg_delete(body.as_ref())
             }
             ApiCall::ConsumerCreate {
                 consumer,
@@ -597,11 +643,11 @@ impl Worker {
                     .as_ref()
                     .or(req.config.name.as_ref())
                     .or(consumer.as_ref())
-                    .is_some_and(|n| self.stream.consumers.contains_key(n));
+                    .is_some_and(|n| st.consumers.contains_key(n));
                 if !exists && !self.consumer_allowed() {
                     return Err(ApiError::max_consumers());
                 }
-                let mut info = self.stream.create_consumer(
+                let mut info = st.create_consumer(
                     req,
                     consumer.as_deref(),
                     filter.as_deref(),
@@ -609,27 +655,25 @@ impl Worker {
                     &self.version,
                     now,
                 )?;
-                self.persist_changes();
+                self.persist_changes(st);
                 self.usage
                     .consumers
-                    .store(self.stream.consumers.len() as u64, Ordering::Relaxed);
+                    .store(st.consumers.len() as u64, Ordering::Relaxed);
                 if let Value::Object(m) = &mut info {
                     m.remove("push_bound");
                 }
                 Ok(info)
             }
-            ApiCall::ConsumerInfo(_, c) => self.stream.consumer_info(c, now),
+            ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now),
             ApiCall::ConsumerDelete(_, c) => {
-                let r = self.stream.consumer_delete(c, &mut self.sink);
-                self.persist_changes();
+                let r = st.consumer_delete(c, &mut self.sink);
+                self.persist_changes(st);
                 r
             }
             ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
                 let body = optional_body(payload)?;
                 let (offset, _) = paging(body.as_ref());
-                Ok(self
-                    .stream
-                    .consumer_page(offset, matches!(call, ApiCall::ConsumerList(_)), now))
+                Ok(st.consumer_page(offset, matches!(call, ApiCall::ConsumerList(_)), now))
             }
             _ => Err(ApiError::bad_request()),
         }
