@@ -50,6 +50,10 @@ pub struct ServerOptions {
     pub https_port: Option<i32>,
     /// Prefix for monitoring URLs.
     pub http_base_path: String,
+    /// sealstream extension: show tenants' account, stream and consumer names on the
+    /// monitoring port (`/jsz`, `/accountz`, per-stream `/metrics`). Off by default when more
+    /// than one account has JetStream.
+    pub monitor_tenant_details: bool,
     /// Largest message payload in bytes.
     pub max_payload: i64,
     /// Longest protocol control line in bytes.
@@ -144,6 +148,7 @@ impl Default for ServerOptions {
             http_port: None,
             https_port: None,
             http_base_path: "/".to_string(),
+            monitor_tenant_details: false,
             max_payload: 1024 * 1024,
             max_control_line: 4096,
             max_pending: 64 * 1024 * 1024,
@@ -463,6 +468,7 @@ pub(super) fn map_document(value: &Value, check_files: bool) -> Result<ServerOpt
                 o.https_port = Some(port);
             }
             "http_base_path" => o.http_base_path = field::string(e)?,
+            "monitor_tenant_details" => o.monitor_tenant_details = field::boolean(e)?,
             "max_payload" => o.max_payload = at_most_i32(e)?,
             "max_control_line" => o.max_control_line = at_most_i32(e)?,
             "max_pending" => o.max_pending = field::int(e)?,

@@ -126,6 +126,7 @@ pub(crate) struct Stats {
     pub(crate) slow_consumers: AtomicU64,
     pub(crate) stale_connections: AtomicU64,
     pub(crate) total_connections: AtomicU64,
+    pub(crate) auth_failures: AtomicU64,
 }
 
 /// State every task of the server can see.
@@ -235,6 +236,7 @@ impl Shared {
     /// Records a failed authentication from `ip`; returns how many failures it has in the
     /// current window (callers log the first few and stay quiet after).
     pub(crate) fn record_auth_failure(&self, ip: std::net::IpAddr) -> u32 {
+        self.stats.auth_failures.fetch_add(1, Ordering::Relaxed);
         let mut m = self.auth_failures.lock().unwrap_or_else(|p| p.into_inner());
         let now = std::time::Instant::now();
         if m.len() > AUTH_FAILURE_TABLE {

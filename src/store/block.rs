@@ -683,7 +683,10 @@ pub fn open_block(
     let body = block
         .get_mut(FRAME_HEADER_LEN..tag_at)
         .ok_or(DecodeError::Malformed("block too short"))?;
-    sealer.open_in_place(&frame.nonce, &aad, body, &tag)?;
+    if let Err(e) = sealer.open_in_place(&frame.nonce, &aad, body, &tag) {
+        super::metrics::METRICS.auth_failure();
+        return Err(e);
+    }
     Ok(FRAME_HEADER_LEN..tag_at)
 }
 

@@ -125,7 +125,10 @@ impl SegmentFile for OsFile {
         FileExt::write_all_at(&self.0, buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
+        let t = std::time::Instant::now();
+        let r = self.0.sync_data();
+        super::metrics::METRICS.fsync(t.elapsed(), r.is_ok());
+        r
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)

@@ -39,6 +39,7 @@ pub mod index;
 pub mod io;
 pub mod mem_store;
 pub mod meta;
+pub mod metrics;
 pub mod recovery;
 pub mod segment;
 mod subject;

@@ -210,6 +210,16 @@ impl Registry {
         })
     }
 
+    /// Names of every account.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.accounts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Total subscriptions over all accounts.
     pub(crate) fn subscription_count(&self) -> usize {
         self.accounts

@@ -8,6 +8,7 @@
 //! The HTTP/1.1 framing is hyper's; this module only maps paths to documents built from
 //! [`Shared`](super::Shared).
 
+mod jsz;
 mod varz;
 
 use std::collections::HashMap;
@@ -180,6 +181,34 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Resp, Inf
         },
         "/subsz" | "/subscriptionsz" => json(StatusCode::OK, &varz::subsz(&shared)),
         "/routez" => json(StatusCode::OK, &varz::routez(&shared)),
+        "/jsz" => {
+            let sh = Arc::clone(&shared);
+            let q2 = q.clone();
+            match tokio::task::spawn_blocking(move || jsz::jsz(&sh, &q2)).await {
+                Ok(v) => json(StatusCode::OK, &v),
+                Err(_) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "jsz failed\n",
+                ),
+            }
+        }
+        "/accountz" => json(StatusCode::OK, &jsz::accountz(&shared, &q)),
+        "/metrics" => {
+            let sh = Arc::clone(&shared);
+            match tokio::task::spawn_blocking(move || jsz::metrics(&sh)).await {
+                Ok(text) => respond(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text,
+                ),
+                Err(_) => respond(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "metrics failed\n",
+                ),
+            }
+        }
         "/healthz" => {
             let (status, v) = varz::healthz(&shared, &q);
             json(status, &v)
@@ -190,10 +219,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Resp, Inf
 }
 
 fn index_html(base: &str) -> String {
-    let links: String = ["varz", "connz", "subsz", "routez", "healthz"]
-        .iter()
-        .map(|p| format!("<a href=\"{base}/{p}\">{p}</a><br/>\n"))
-        .collect();
+    let links: String = [
+        "varz", "connz", "subsz", "routez", "accountz", "jsz", "healthz", "metrics",
+    ]
+    .iter()
+    .map(|p| format!("<a href=\"{base}/{p}\">{p}</a><br/>\n"))
+    .collect();
     format!(
         "<html><head><title>sealstream monitoring</title></head><body>\n{links}</body></html>\n"
     )

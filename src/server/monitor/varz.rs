@@ -230,9 +230,9 @@ pub(crate) fn routez(s: &Shared) -> Value {
 
 /// `/healthz`: ok while the server runs; `js-enabled-only` reports 503 because this build has
 /// no JetStream yet.
-pub(crate) fn healthz(_s: &Shared, q: &HashMap<String, String>) -> (StatusCode, Value) {
+pub(crate) fn healthz(s: &Shared, q: &HashMap<String, String>) -> (StatusCode, Value) {
     let js_only = q.contains_key("js-enabled-only") || q.contains_key("js-enabled");
-    if js_only {
+    if js_only && s.jetstream.get().is_none() {
         let e = "JetStream is not enabled";
         return (
             StatusCode::SERVICE_UNAVAILABLE,

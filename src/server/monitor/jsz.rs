@@ -1,0 +1,551 @@
+//! `/jsz`, `/accountz` and Prometheus `/metrics`.
+//!
+//! Field names follow nats-server's `/jsz` and `/accountz` so dashboards built for it keep
+//! working. Tenants' names (accounts, streams, consumers) are shown only when the server
+//! serves a single JetStream account, or when the operator sets `monitor_tenant_details:
+//! true`: the monitoring port has no authentication of its own, and a stream name can say a
+//! lot about a tenant. Totals are always shown.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use crate::jetstream::config::StorageType;
+use crate::jetstream::now_nanos;
+use crate::jetstream::timefmt::rfc3339_nanos;
+use crate::server::jetstream::{AccountJs, JetStream};
+use crate::server::Shared;
+
+/// Whether tenants' names may be shown.
+fn details_allowed(shared: &Shared, js: &JetStream) -> bool {
+    shared.opts.monitor_tenant_details
+        || js
+            .accounts()
+            .iter()
+            .filter(|a| a.limits().is_some())
+            .count()
+            <= 1
+}
+
+fn now_string() -> String {
+    rfc3339_nanos(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0),
+    )
+}
+
+/// One stream's figures, read under its lock.
+struct StreamFigures {
+    account: String,
+    name: String,
+    storage: StorageType,
+    info: Value,
+    consumers: Vec<Value>,
+    max_msgs: i64,
+    max_bytes: i64,
+}
+
+fn collect(js: &JetStream, want_consumers: bool) -> Vec<StreamFigures> {
+    let now = now_nanos();
+    let mut out = Vec::new();
+    for acc in js.accounts() {
+        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+        for (name, s) in streams.iter() {
+            let st = s.stream.lock().unwrap_or_else(|p| p.into_inner());
+            let consumers = if want_consumers {
+                st.consumers
+                    .values()
+                    .map(|c| c.info(name, st.store(), now))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            out.push(StreamFigures {
+                account: acc.name.clone(),
+                name: name.clone(),
+                storage: st.cfg.storage,
+                info: st.info(None, now),
+                consumers,
+                max_msgs: st.cfg.max_msgs,
+                max_bytes: st.cfg.max_bytes,
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.account, &a.name).cmp(&(&b.account, &b.name)));
+    out
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for p in path {
+        cur = &cur[*p];
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+fn account_usage(acc: &AccountJs) -> (u64, u64, usize, u64) {
+    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+    let (mut mem, mut file, mut consumers) = (0, 0, 0);
+    for s in streams.values() {
+        let b = s.usage.bytes.load(Ordering::Relaxed);
+        match s.cfg.storage {
+            StorageType::Memory => mem += b,
+            StorageType::File => file += b,
+        }
+        consumers += s.usage.consumers.load(Ordering::Relaxed);
+    }
+    (mem, file, streams.len(), consumers)
+}
+
+/// `/jsz`.
+pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
+    let flag = |k: &str| {
+        q.get(k)
+            .is_some_and(|v| v.is_empty() || v == "true" || v == "1")
+    };
+    let Some(js) = shared.jetstream.get() else {
+        return json!({"server_id": shared.server_id, "now": now_string(), "disabled": true,
+            "config": {}, "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+            "accounts": 0, "ha_assets": 0, "api": {"total": 0, "errors": 0}});
+    };
+    let want_consumers = flag("consumers");
+    let want_streams = flag("streams") || want_consumers;
+    let want_accounts = flag("accounts") || want_streams || q.contains_key("acc");
+    let figures = collect(js, want_consumers);
+    let (mut memory, mut storage, mut messages, mut bytes, mut consumers) = (0, 0, 0, 0, 0);
+    for f in &figures {
+        let b = u(&f.info, &["state", "bytes"]);
+        match f.storage {
+            StorageType::Memory => memory += b,
+            StorageType::File => storage += b,
+        }
+        messages += u(&f.info, &["state", "messages"]);
+        bytes += b;
+        consumers += u(&f.info, &["state", "consumer_count"]);
+    }
+    let accounts = js.accounts();
+    let enabled: Vec<_> = accounts.iter().filter(|a| a.limits().is_some()).collect();
+    let (total, errors) = enabled.iter().fold((0, 0), |(t, e), a| {
+        (
+            t + a.api_total.load(Ordering::Relaxed),
+            e + a.api_errors.load(Ordering::Relaxed),
+        )
+    });
+    let mut v = json!({
+        "server_id": shared.server_id,
+        "now": now_string(),
+        "config": {
+            "max_memory": js.max_memory,
+            "max_storage": js.max_store,
+            "store_dir": shared.opts.jetstream.store_dir.as_ref().map(|d| d.join("jetstream").display().to_string()),
+            "sync_interval": "always",
+            "compress_ok": false,
+        },
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "accounts": enabled.len(),
+        "ha_assets": 0,
+        "api": {"level": crate::jetstream::API_LEVEL, "total": total, "errors": errors},
+        "streams": figures.len(),
+        "consumers": consumers,
+        "messages": messages,
+        "bytes": bytes,
+    });
+    if !want_accounts {
+        return v;
+    }
+    if !details_allowed(shared, js) {
+        v["tenant_details"] =
+            json!("hidden: several tenants share this server (set monitor_tenant_details: true)");
+        return v;
+    }
+    let only = q.get("acc");
+    let details: Vec<Value> = enabled
+        .iter()
+        .filter(|a| only.is_none_or(|o| *o == a.name))
+        .map(|a| {
+            let (mem, file, n, c) = account_usage(a);
+            let mut d = json!({
+                "name": a.name, "id": a.name,
+                "memory": mem, "storage": file, "reserved_memory": 0, "reserved_storage": 0,
+                "accounts": 1, "ha_assets": 0,
+                "api": {"total": a.api_total.load(Ordering::Relaxed), "errors": a.api_errors.load(Ordering::Relaxed)},
+                "streams": n, "consumers": c,
+            });
+            if want_streams {
+                let sd: Vec<Value> = figures
+                    .iter()
+                    .filter(|f| f.account == a.name)
+                    .map(|f| {
+                        let mut s = json!({
+                            "name": f.name,
+                            "created": f.info["created"],
+                            "cluster": f.info["cluster"],
+                            "state": f.info["state"],
+                        });
+                        if flag("config") {
+                            s["config"] = f.info["config"].clone();
+                        }
+                        if want_consumers {
+                            s["consumer_detail"] = json!(f.consumers);
+                        }
+                        s
+                    })
+                    .collect();
+                d["stream_detail"] = json!(sd);
+            }
+            d
+        })
+        .collect();
+    v["account_details"] = json!(details);
+    v
+}
+
+/// `/accountz`.
+pub(crate) fn accountz(shared: &Shared, q: &HashMap<String, String>) -> Value {
+    let system = shared.system.as_ref().map(|s| s.account.name.clone());
+    let mut names: Vec<String> = shared.accounts.names();
+    names.sort();
+    let allowed = shared.opts.monitor_tenant_details
+        || names.iter().filter(|n| Some(*n) != system.as_ref()).count() <= 1;
+    let mut v = json!({
+        "server_id": shared.server_id,
+        "now": now_string(),
+        "system_account": system,
+    });
+    if !allowed {
+        v["accounts_count"] = json!(names.len());
+        v["tenant_details"] =
+            json!("hidden: several tenants share this server (set monitor_tenant_details: true)");
+        return v;
+    }
+    if let Some(acc) = q.get("acc") {
+        let Some(a) = shared.accounts.get(acc) else {
+            v["error"] = json!(format!("account {acc:?} not found"));
+            return v;
+        };
+        let mut d = json!({
+            "account_name": a.name,
+            "is_system": Some(&a.name) == system.as_ref(),
+            "subscriptions": a.subscription_count(),
+            "jetstream_enabled": false,
+        });
+        if let Some(js) = shared.jetstream.get().and_then(|js| js.account(acc)) {
+            if js.limits().is_some() {
+                let (mem, file, n, c) = account_usage(&js);
+                d["jetstream_enabled"] = json!(true);
+                d["jetstream"] =
+                    json!({"memory": mem, "storage": file, "streams": n, "consumers": c});
+            }
+        }
+        v["account_detail"] = d;
+        return v;
+    }
+    v["accounts"] = json!(names);
+    v
+}
+
+fn metric(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text exposition (`/metrics`).
+pub(crate) fn metrics(shared: &Shared) -> String {
+    let st = &shared.stats;
+    let mut o = String::with_capacity(4096);
+    let simple: [(&str, &str, &str, u64); 8] = [
+        (
+            "sealstream_connections",
+            "gauge",
+            "Client connections open now.",
+            shared.num_clients() as u64,
+        ),
+        (
+            "sealstream_connections_total",
+            "counter",
+            "Client connections accepted since start.",
+            st.total_connections.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_in_msgs_total",
+            "counter",
+            "Messages received from clients.",
+            st.in_msgs.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_out_msgs_total",
+            "counter",
+            "Messages delivered to clients.",
+            st.out_msgs.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_in_bytes_total",
+            "counter",
+            "Payload bytes received from clients.",
+            st.in_bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_out_bytes_total",
+            "counter",
+            "Payload bytes delivered to clients.",
+            st.out_bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_slow_consumers_total",
+            "counter",
+            "Connections closed as slow consumers.",
+            st.slow_consumers.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_auth_failures_total",
+            "counter",
+            "Failed client authentications.",
+            st.auth_failures.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, kind, help, v) in simple {
+        metric(&mut o, name, kind, help);
+        let _ = writeln!(o, "{name} {v}");
+    }
+    metric(
+        &mut o,
+        "sealstream_subscriptions",
+        "gauge",
+        "Subscriptions over all accounts.",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_subscriptions {}",
+        shared.accounts.subscription_count()
+    );
+
+    let sm = crate::store::metrics::METRICS.snapshot();
+    metric(
+        &mut o,
+        "sealstream_store_fsync_seconds",
+        "histogram",
+        "Time each store fsync took.",
+    );
+    let buckets = crate::store::metrics::FSYNC_BUCKETS_US;
+    for (i, c) in sm.fsync_cumulative.iter().enumerate() {
+        let le = buckets
+            .get(i)
+            .map_or("+Inf".to_owned(), |us| format!("{}", *us as f64 / 1e6));
+        let _ = writeln!(
+            o,
+            "sealstream_store_fsync_seconds_bucket{{le=\"{le}\"}} {c}"
+        );
+    }
+    let count = sm.fsync_cumulative.last().copied().unwrap_or(0);
+    let _ = writeln!(
+        o,
+        "sealstream_store_fsync_seconds_sum {}",
+        sm.fsync_sum_seconds
+    );
+    let _ = writeln!(o, "sealstream_store_fsync_seconds_count {count}");
+    metric(
+        &mut o,
+        "sealstream_store_fsync_failures_total",
+        "counter",
+        "Store fsyncs that failed (the stream then refuses writes).",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_store_fsync_failures_total {}",
+        sm.fsync_failures
+    );
+    metric(
+        &mut o,
+        "sealstream_store_seal_failures_total",
+        "counter",
+        "Stored blocks that failed authentication when read (tampering or corruption).",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_store_seal_failures_total {}",
+        sm.auth_failures
+    );
+
+    let Some(js) = shared.jetstream.get() else {
+        metric(
+            &mut o,
+            "sealstream_jetstream_enabled",
+            "gauge",
+            "1 when JetStream is on.",
+        );
+        let _ = writeln!(o, "sealstream_jetstream_enabled 0");
+        return o;
+    };
+    metric(
+        &mut o,
+        "sealstream_jetstream_enabled",
+        "gauge",
+        "1 when JetStream is on.",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_enabled 1");
+    let details = details_allowed(shared, js);
+    let figures = collect(js, details);
+    let (mut file, mut mem, mut msgs, mut consumers) = (0, 0, 0, 0);
+    for f in &figures {
+        let b = u(&f.info, &["state", "bytes"]);
+        match f.storage {
+            StorageType::File => file += b,
+            StorageType::Memory => mem += b,
+        }
+        msgs += u(&f.info, &["state", "messages"]);
+        consumers += u(&f.info, &["state", "consumer_count"]);
+    }
+    metric(
+        &mut o,
+        "sealstream_jetstream_streams",
+        "gauge",
+        "Streams over all accounts.",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_streams {}", figures.len());
+    metric(
+        &mut o,
+        "sealstream_jetstream_consumers",
+        "gauge",
+        "Consumers over all accounts.",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_consumers {consumers}");
+    metric(
+        &mut o,
+        "sealstream_jetstream_messages",
+        "gauge",
+        "Messages stored over all streams.",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_messages {msgs}");
+    metric(
+        &mut o,
+        "sealstream_jetstream_storage_bytes",
+        "gauge",
+        "Bytes stored, by storage type.",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_jetstream_storage_bytes{{type=\"file\"}} {file}"
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_jetstream_storage_bytes{{type=\"memory\"}} {mem}"
+    );
+    metric(
+        &mut o,
+        "sealstream_jetstream_storage_limit_bytes",
+        "gauge",
+        "Server storage limits (max_file_store, max_memory_store); -1 = none.",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_jetstream_storage_limit_bytes{{type=\"file\"}} {}",
+        js.max_store
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_jetstream_storage_limit_bytes{{type=\"memory\"}} {}",
+        js.max_memory
+    );
+    if !details {
+        return o;
+    }
+    metric(
+        &mut o,
+        "sealstream_stream_messages",
+        "gauge",
+        "Messages in the stream.",
+    );
+    for f in &figures {
+        let _ = writeln!(
+            o,
+            "sealstream_stream_messages{{account=\"{}\",stream=\"{}\"}} {}",
+            label(&f.account),
+            label(&f.name),
+            u(&f.info, &["state", "messages"])
+        );
+    }
+    metric(
+        &mut o,
+        "sealstream_stream_bytes",
+        "gauge",
+        "Bytes in the stream.",
+    );
+    for f in &figures {
+        let _ = writeln!(
+            o,
+            "sealstream_stream_bytes{{account=\"{}\",stream=\"{}\"}} {}",
+            label(&f.account),
+            label(&f.name),
+            u(&f.info, &["state", "bytes"])
+        );
+    }
+    metric(
+        &mut o,
+        "sealstream_stream_limit_usage_ratio",
+        "gauge",
+        "Share of a stream limit in use (streams with that limit only).",
+    );
+    for f in &figures {
+        let (m, b) = (
+            u(&f.info, &["state", "messages"]),
+            u(&f.info, &["state", "bytes"]),
+        );
+        if f.max_msgs > 0 {
+            let _ = writeln!(o, "sealstream_stream_limit_usage_ratio{{account=\"{}\",stream=\"{}\",limit=\"max_msgs\"}} {}", label(&f.account), label(&f.name), m as f64 / f.max_msgs as f64);
+        }
+        if f.max_bytes > 0 {
+            let _ = writeln!(o, "sealstream_stream_limit_usage_ratio{{account=\"{}\",stream=\"{}\",limit=\"max_bytes\"}} {}", label(&f.account), label(&f.name), b as f64 / f.max_bytes as f64);
+        }
+    }
+    for (name, key, help) in [
+        (
+            "sealstream_consumer_num_pending",
+            "num_pending",
+            "Matching messages not yet delivered.",
+        ),
+        (
+            "sealstream_consumer_num_ack_pending",
+            "num_ack_pending",
+            "Delivered messages waiting for an ack.",
+        ),
+        (
+            "sealstream_consumer_num_redelivered",
+            "num_redelivered",
+            "Pending messages delivered more than once.",
+        ),
+        (
+            "sealstream_consumer_num_waiting",
+            "num_waiting",
+            "Queued pull requests.",
+        ),
+    ] {
+        metric(&mut o, name, "gauge", help);
+        for f in &figures {
+            for c in &f.consumers {
+                let _ = writeln!(
+                    o,
+                    "{name}{{account=\"{}\",stream=\"{}\",consumer=\"{}\"}} {}",
+                    label(&f.account),
+                    label(&f.name),
+                    label(c["name"].as_str().unwrap_or("")),
+                    c[key].as_u64().unwrap_or(0)
+                );
+            }
+        }
+    }
+    o
+}
