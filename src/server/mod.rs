@@ -436,6 +436,7 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         display_addr(client_addr)
     );
     let files = startup_files(&shared, client_addr, monitor_addr)?;
+    let signals = shutdown::Signals::install();
     info!("Server is ready");
 
     if let Some(sys) = &shared.system {
@@ -446,7 +447,7 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         Arc::clone(&shared),
         shutdown.token(),
     ));
-    shutdown::wait_for_signals(&shared, &shutdown).await;
+    shutdown::wait_for_signals(&shared, &shutdown, signals).await;
     shutdown.cancel();
     let _ = accept.await;
     shutdown::close_clients(&shared).await;

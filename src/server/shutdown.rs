@@ -42,28 +42,59 @@ impl Shutdown {
 }
 
 /// Waits for a stop signal (or the end of lame-duck mode).
-pub(crate) async fn wait_for_signals(shared: &Arc<Shared>, shutdown: &Shutdown) {
-    let (Ok(mut term), Ok(mut int), Ok(mut usr2), Ok(mut hup), Ok(mut usr1)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::user_defined2()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::user_defined1()),
-    ) else {
-        warn!("could not install signal handlers; stop the server with SIGKILL");
+/// The signal streams, installed before the server says it is ready (a SIGTERM that arrives
+/// right after "Server is ready" must be a graceful stop, not the default kill).
+pub(crate) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; `None` (logged) when the OS refuses.
+    pub(crate) fn install() -> Option<Self> {
+        let (Ok(term), Ok(int), Ok(usr2), Ok(hup), Ok(usr1)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::user_defined2()),
+            signal(SignalKind::hangup()),
+            signal(SignalKind::user_defined1()),
+        ) else {
+            warn!("could not install signal handlers; stop the server with SIGKILL");
+            return None;
+        };
+        Some(Signals {
+            term,
+            int,
+            usr2,
+            hup,
+            usr1,
+        })
+    }
+}
+
+/// Serves signals until one asks the server to stop.
+pub(crate) async fn wait_for_signals(
+    shared: &Arc<Shared>,
+    shutdown: &Shutdown,
+    signals: Option<Signals>,
+) {
+    let Some(mut sg) = signals else {
         std::future::pending::<()>().await;
         return;
     };
     loop {
         tokio::select! {
-            _ = term.recv() => { info!("Trapped \"terminated\" signal"); return }
-            _ = int.recv() => { info!("Trapped \"interrupt\" signal"); return }
-            _ = usr2.recv() => {
+            _ = sg.term.recv() => { info!("Trapped \"terminated\" signal"); return }
+            _ = sg.int.recv() => { info!("Trapped \"interrupt\" signal"); return }
+            _ = sg.usr2.recv() => {
                 lame_duck(shared, shutdown).await;
                 return;
             }
-            _ = hup.recv() => reload(shared),
-            _ = usr1.recv() => info!("log file reopen requested (SIGUSR1): nothing to reopen"),
+            _ = sg.hup.recv() => reload(shared),
+            _ = sg.usr1.recv() => info!("log file reopen requested (SIGUSR1): nothing to reopen"),
         }
     }
 }
