@@ -977,7 +977,7 @@ fn contexts_select_the_server() {
     let c = Ctl::new(&s);
     let url = s.url();
     c.ok(&["stream", "add", "CTX", "--subjects", "ctx"]);
-    // No context and no --server: the default URL (nothing listens there in tests... maybe).
+    // The first context saved is selected.
     let add = Ctl::output(c.cmd(
         false,
         &[
@@ -1028,4 +1028,94 @@ fn contexts_select_the_server() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(f).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn creds_file_and_context_with_creds() {
+    use sealstream::auth::jwt::claims::AccountLimits;
+    use sealstream::auth::nkeys::{KeyPair, Role};
+    use support::jwt::{open_user, user_jwt, World};
+    let w = World::new();
+    let t = w.tenant("ACME", AccountLimits::default());
+    let s = TestServer::with_config(&w.config(&[&t]));
+    let c = Ctl::new(&s);
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "svc", open_user(), |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let creds = write(
+        dir.path(),
+        "svc.creds",
+        &sealstream::auth::creds::format_creds(&token, &user.seed()),
+    );
+    let creds = creds.to_str().unwrap();
+    // Without credentials the server refuses; with them it answers.
+    assert_eq!(c.run(&["server", "ping", "--count", "1"]).code, 1);
+    let info = c.ok(&["server", "info", "--creds", creds]);
+    assert_eq!(info.field("Auth required"), "true");
+    let rep = c.spawn_listening(&["reply", "svc.x", "ok", "--count", "1", "--creds", creds]);
+    let add = Ctl::output(c.cmd(true, &["context", "add", "acme", "--creds", creds]));
+    assert_eq!(add.code, 0, "{}", add.err);
+    assert_eq!(
+        c.run_bare(&["req", "svc.x", "q", "--raw"]).ok().out.trim(),
+        "ok"
+    );
+    finish(rep);
+}
+
+#[test]
+fn tls_with_client_certificates() {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType,
+    };
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "ctl test CA");
+    let ca = CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |cn: &str, sans: Vec<SanType>| {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.subject_alt_names = sans;
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (scert, skey) = leaf(
+        "server",
+        vec![
+            SanType::DnsName("localhost".try_into().unwrap()),
+            SanType::IpAddress("127.0.0.1".parse().unwrap()),
+        ],
+    );
+    let (ccert, ckey) = leaf("client", vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca_f = write(d, "ca.pem", &ca.pem());
+    let sc = write(d, "server.pem", &scert);
+    let sk = write(d, "server-key.pem", &skey);
+    let cc = write(d, "client.pem", &ccert);
+    let ck = write(d, "client-key.pem", &ckey);
+    let conf = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n}}\n",
+        sc.display(),
+        sk.display(),
+        ca_f.display()
+    );
+    let s = TestServer::start_js_with(&[], Some(&conf));
+    let c = Ctl::new(&s);
+    let (ca_s, cc_s, ck_s) = (
+        ca_f.to_str().unwrap(),
+        cc.to_str().unwrap(),
+        ck.to_str().unwrap(),
+    );
+    let tls = ["--tlsca", ca_s, "--tlscert", cc_s, "--tlskey", ck_s];
+    let mut args = vec!["server", "info"];
+    args.extend(tls);
+    let info = c.ok(&args);
+    assert_eq!(info.field("TLS required"), "true");
+    let mut args = vec!["stream", "add", "TLS", "--subjects", "tls.>"];
+    args.extend(tls);
+    c.ok(&args);
+    // No client certificate: refused.
+    let r = c.run(&["server", "info", "--tlsca", ca_s, "--timeout", "2s"]);
+    assert_eq!(r.code, 1, "{}", r.out);
 }
