@@ -12,11 +12,19 @@ pub mod policy;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// Parses the command line and runs the command; the process exit code.
 pub fn main() -> ExitCode {
-    let cli = args::Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = args::Cli::command().get_matches();
+    let cli = match args::Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    // A saved context supplies the URL unless the user gave one (flag or NATS_URL).
+    let explicit = !matches!(
+        matches.value_source("server"),
+        None | Some(clap::parser::ValueSource::DefaultValue)
+    );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -27,11 +35,90 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli)) {
+    match rt.block_on(run_with(cli, explicit)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sealctl: {e:#}");
+            // JetStream API errors print as the server gave them: `error: stream not found (10059)`.
+            match e.downcast_ref::<commands::conn::JsApiError>() {
+                Some(j) => eprintln!("error: {j}"),
+                None => eprintln!("sealctl: {e:#}"),
+            }
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one parsed command, `--server` counting as given when `server_explicit` (otherwise a
+/// selected context's URL wins).
+///
+/// # Errors
+/// Whatever the command reports; printed by [`main`].
+pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<()> {
+    use args::{CheckCmd, Command, ServerCmd};
+    use commands::conn::{Session, Target};
+    let target = Target {
+        url: cli.server.clone(),
+        explicit: server_explicit,
+    };
+    match cli.command {
+        Command::Stream(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::stream::run(&s, a.cmd).await
+        }
+        Command::Consumer(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::consumer::run(&s, a.cmd).await
+        }
+        Command::Kv(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::kv::run(&s, a.cmd).await
+        }
+        Command::Pub(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::msg::publish(&s, &a).await
+        }
+        Command::Sub(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::msg::subscribe(&s, &a).await
+        }
+        Command::Req(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::msg::request(&s, &a).await
+        }
+        Command::Reply(a) => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::msg::reply(&s, &a).await
+        }
+        Command::Context { cmd } => commands::context::run(&target, cmd),
+        Command::Server {
+            cmd: ServerCmd::Info(conn),
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::server::info(&s).await
+        }
+        Command::Server {
+            cmd: ServerCmd::Ping { count, conn },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::server::ping(&s, count).await
+        }
+        Command::Server {
+            cmd: ServerCmd::Check {
+                cmd: CheckCmd::Jetstream(a),
+            },
+        } => {
+            let code = commands::server::check_jetstream(&target, &a.conn, &a).await;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        other => {
+            run(args::Cli {
+                server: cli.server,
+                command: other,
+            })
+            .await
         }
     }
 }
@@ -155,6 +242,18 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 tenant::server_config(&Keystore::new(&keys.keys), resolver_dir.as_deref())?
             );
             Ok(())
+        }
+        // The client commands need to know whether `--server` was given; `main` routes them
+        // through `run_with`, and so does this.
+        other => {
+            Box::pin(run_with(
+                args::Cli {
+                    server: cli.server,
+                    command: other,
+                },
+                true,
+            ))
+            .await
         }
     }
 }
