@@ -1303,3 +1303,39 @@ async fn async_nats_stream_api_round_trip() {
     assert!(js.delete_stream("TYPED").await.unwrap().success);
     assert!(js.get_stream("TYPED").await.is_err());
 }
+
+/// Byte accounting, reservations, reply shapes and edge answers match nats-server exactly.
+#[tokio::test]
+async fn accounting_and_edge_answers_match_the_reference() {
+    let (_s, c) = js_server().await;
+    let created = create_stream(
+        &c,
+        r#"{"name":"ACC","subjects":["orders.>"],"max_bytes":1048576}"#,
+    )
+    .await;
+    assert!(created.get("cluster").is_none(), "{created}");
+    for _ in 0..3 {
+        publish_seq(&c, "orders.new", "n1").await;
+    }
+    let ack = publish_ack(&c, "orders.new", &[("Nats-Msg-Id", "x")], "hi").await;
+    assert!(ack.get("error").is_none(), "{ack}");
+    let info = stream_info(&c, "ACC", "").await;
+    assert_eq!(info["state"]["bytes"], 200, "file-store accounting: {info}");
+    let acct = api_ok(&c, "INFO", "").await;
+    assert_eq!(acct["reserved_storage"], 1048576, "{acct}");
+    let d = api_err(&c, "STREAM.MSG.DELETE.ACC", r#"{"seq":99}"#, 500, 10057).await;
+    assert_eq!(d, "stream store EOF");
+    // A consumer that saw nothing moves past purged messages.
+    api_ok(
+        &c,
+        "CONSUMER.CREATE.ACC.P",
+        r#"{"stream_name":"ACC","config":{"durable_name":"P","deliver_subject":"nobody.listens","ack_policy":"explicit"}}"#,
+    )
+    .await;
+    api_ok(&c, "STREAM.PURGE.ACC", r#"{"keep":2}"#).await;
+    let ci = api_ok(&c, "CONSUMER.INFO.ACC.P", "").await;
+    assert_eq!(ci["delivered"]["stream_seq"], 2, "{ci}");
+    assert_eq!(ci["ack_floor"]["stream_seq"], 2, "{ci}");
+    assert_eq!(ci["num_pending"], 2, "{ci}");
+    assert!(ci.get("push_bound").is_none(), "{ci}");
+}

@@ -361,8 +361,8 @@ impl Consumer {
             "num_pending": self.num_pending(store),
             "ts": rfc3339_nanos(now),
         });
-        if let Some(p) = &self.push {
-            v["push_bound"] = json!(p.bound);
+        if self.push.as_ref().is_some_and(|p| p.bound) {
+            v["push_bound"] = json!(true);
         }
         v
     }
@@ -987,7 +987,10 @@ impl Consumer {
             self.redeliver.remove(&s);
         }
         if self.next_sseq < first && self.lps.is_empty() {
+            // Messages this consumer never saw were removed: it moves past them, as if they
+            // had been delivered and acked (what nats-server reports).
             self.next_sseq = first;
+            self.delivered_sseq = self.delivered_sseq.max(first - 1);
         }
         if self.pending.is_empty() && self.floor_sseq < self.delivered_sseq {
             self.floor_sseq = self.delivered_sseq;

@@ -893,6 +893,9 @@ impl Stream {
             .and_then(|b| b.get("no_erase"))
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        if seq > self.store.state().last_seq {
+            return Err(ApiError::new(500, 10057, "stream store EOF"));
+        }
         let found = self.store.delete(seq, !no_erase).map_err(|e| {
             self.note_store_error(&e);
             store_failed(&e)

@@ -700,8 +700,13 @@ pub fn block_tag(block: &[u8]) -> Option<[u8; TAG_LEN]> {
 }
 
 /// The stored size of a message, as limits and state count it: the record's bytes.
+///
+/// The figure is nats-server's file-store accounting (subject + payload + 30, plus headers + 4
+/// when there are headers), not our record's size on disk: `max_bytes` limits and the `bytes`
+/// clients see then mean the same thing on both servers.
 pub fn record_size(subject_len: usize, headers_len: usize, payload_len: usize) -> u64 {
-    (RECORD_HEADER_LEN + subject_len + headers_len + payload_len) as u64
+    let hdr = if headers_len > 0 { headers_len + 4 } else { 0 };
+    (subject_len + payload_len + hdr + 30) as u64
 }
 
 #[cfg(test)]

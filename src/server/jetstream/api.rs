@@ -139,11 +139,19 @@ fn lim(v: i64) -> i64 {
 pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
     let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
     let (mut memory, mut storage, mut consumers) = (0u64, 0u64, 0u64);
+    let (mut reserved_memory, mut reserved_storage) = (0u64, 0u64);
     for s in streams.values() {
         let b = s.usage.bytes.load(Ordering::Relaxed);
+        let reserved = u64::try_from(s.cfg.max_bytes).unwrap_or(0);
         match s.cfg.storage {
-            StorageType::Memory => memory += b,
-            StorageType::File => storage += b,
+            StorageType::Memory => {
+                memory += b;
+                reserved_memory += reserved;
+            }
+            StorageType::File => {
+                storage += b;
+                reserved_storage += reserved;
+            }
         }
         consumers += s.usage.consumers.load(Ordering::Relaxed);
     }
@@ -152,8 +160,8 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
     json!({
         "memory": memory,
         "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
+        "reserved_memory": reserved_memory,
+        "reserved_storage": reserved_storage,
         "streams": streams.len(),
         "consumers": consumers,
         "limits": {
@@ -217,6 +225,7 @@ fn create(
             m.remove("total");
             m.remove("offset");
             m.remove("limit");
+            m.remove("cluster");
             m.insert("did_create".into(), json!(true));
         }
         return Ok(info);
@@ -304,6 +313,7 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
         m.remove("total");
         m.remove("offset");
         m.remove("limit");
+        m.remove("cluster");
     }
     Ok(info)
 }
@@ -366,6 +376,7 @@ fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, A
                 m.remove("total");
                 m.remove("offset");
                 m.remove("limit");
+                m.remove("cluster");
             }
             infos.push(v);
         }

@@ -715,6 +715,7 @@ pub(crate) fn create(
         m.remove("total");
         m.remove("offset");
         m.remove("limit");
+        m.remove("cluster");
         m.insert("did_create".into(), json!(true));
     }
     Ok(info)
