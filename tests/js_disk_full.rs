@@ -1,0 +1,77 @@
+//! A full disk, for real: the store on a 16 MiB tmpfs. Publishing until the file system is
+//! full ends in `insufficient storage resources available` (10047) — never a crash, never a
+//! positive PubAck for something that was not stored — and every message acknowledged before
+//! it is still there after a restart.
+//!
+//! Needs root (to mount the tmpfs); elsewhere the test says so and passes. sealstream only.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::process::Command;
+
+use support::js::{api_ok, create_stream, publish_ack};
+use support::TestServer;
+
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_file_system_refuses_publishes_and_loses_nothing() {
+    if support::server_binary().1 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the full-disk test did not run"
+        );
+        return;
+    }
+    let _guard = Mount(mnt.clone());
+    let sd = mnt.join("data");
+    let sd_arg = sd.to_str().unwrap().to_owned();
+    let mut s = TestServer::start_with(&["-js", "-sd", &sd_arg], None);
+    let c = async_nats::connect(s.url()).await.unwrap();
+    create_stream(&c, r#"{"name":"FILL","subjects":["fill.>"]}"#).await;
+    let payload = "x".repeat(16 * 1024);
+    let mut acked = 0u64;
+    let mut refusal = None;
+    for i in 0..4000 {
+        let ack = publish_ack(&c, &format!("fill.{i}"), &[], &payload).await;
+        if ack.get("error").is_some() {
+            refusal = Some(ack);
+            break;
+        }
+        acked += 1;
+    }
+    let ack = refusal.expect("the 16 MiB file system fills up");
+    assert_eq!(ack["error"]["err_code"], 10047, "{ack}");
+    assert_eq!(
+        ack["error"]["description"], "insufficient storage resources available",
+        "{ack}"
+    );
+    assert!(acked > 100, "only {acked} messages fit");
+    // The server is still up and answers; the stream still holds every acked message.
+    let info = api_ok(&c, "STREAM.INFO.FILL", "").await;
+    assert_eq!(info["state"]["messages"], acked, "{info}");
+    drop(c);
+    s.restart(true);
+    let c = async_nats::connect(s.url()).await.unwrap();
+    let info = api_ok(&c, "STREAM.INFO.FILL", "").await;
+    assert_eq!(info["state"]["messages"], acked, "after restart: {info}");
+    let m = api_ok(&c, "STREAM.MSG.GET.FILL", &format!(r#"{{"seq":{acked}}}"#)).await;
+    assert_eq!(m["message"]["seq"], acked);
+}
