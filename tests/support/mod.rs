@@ -87,7 +87,8 @@ impl TestServer {
         self.stop(graceful);
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
         let fresh = Self::spawn(dir, self.args.clone(), self.conf.clone());
-        let old = std::mem::replace(self, fresh);
+        let mut old = std::mem::replace(self, fresh);
+        old.args.clear(); // the new process owns the store now: no audit for the old one
         drop(old);
     }
 
@@ -220,8 +221,51 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// The store directory (`-sd`) this server was started with, if any.
+    pub fn store_dir(&self) -> Option<PathBuf> {
+        let i = self
+            .args
+            .iter()
+            .position(|a| a == "-sd" || a == "--store_dir")?;
+        self.args.get(i + 1).map(PathBuf::from)
+    }
+
+    /// Every store-producing test ends with an audit: after the test, the server is stopped
+    /// gracefully and `sealctl audit` must find the store sealed and intact (exit 0). Skipped
+    /// for the reference server, for stores keyed by passphrase (no key file), and when the
+    /// test is already failing.
+    fn audit_on_drop(&mut self) {
+        if self.reference || std::thread::panicking() {
+            return;
+        }
+        let Some(sd) = self.store_dir() else { return };
+        let key = sd.join("jetstream.key");
+        if !key.exists() || !sd.join("jetstream").join("STORE").exists() {
+            return;
+        }
+        self.stop(true);
+        let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+            .arg("audit")
+            .arg(sd.join("jetstream"))
+            .arg("--key-file")
+            .arg(&key)
+            .env_remove("SEALSTREAM_STORE_KEY")
+            .output()
+            .expect("run sealctl audit");
+        assert!(
+            out.status.success(),
+            "sealctl audit of the test's store failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
+        self.audit_on_drop();
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
