@@ -521,3 +521,34 @@ fn base64_encode(data: &[u8]) -> String {
     }
     out
 }
+
+/// `sync_interval` (interval mode, the weaker option nats-server users may ask for): PubAcks
+/// come before the fsync, yet a process crash (kill -9) loses nothing, because the writes are
+/// in the OS page cache; only a power loss could. Runs against nats-server too.
+#[tokio::test]
+async fn interval_sync_mode_survives_a_process_crash() {
+    const N: u64 = 200;
+    let mut s = TestServer::start_js_with(&[], Some("jetstream { sync_interval: \"2s\" }\n"));
+    let c = client(&s).await;
+    let js = jetstream::new(c.clone());
+    js.create_stream(stream::Config {
+        name: "LAZY".into(),
+        subjects: vec!["lazy.*".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for i in 1..=N {
+        let ack = js
+            .publish(format!("lazy.{}", i % 3), format!("m{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(ack.sequence, i);
+    }
+    s.restart(false);
+    let c = client(&s).await;
+    let info = stream_info(&c, "LAZY").await;
+    assert_eq!(info["state"]["messages"], N, "{info}");
+}

@@ -924,6 +924,14 @@ impl Stream {
         Ok(())
     }
 
+    /// Interval mode: syncs what was written since the last sync. A failure takes the stream
+    /// offline like any write failure.
+    pub fn sync_pending(&mut self) {
+        if let Err(e) = self.store.sync_pending() {
+            self.note_store_error(&e);
+        }
+    }
+
     /// Closes the store (checkpoint) — at shutdown or before deletion.
     pub fn close(&mut self) {
         if let Err(e) = self.store.close() {

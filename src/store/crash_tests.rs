@@ -421,3 +421,50 @@ fn enospc_on_write_is_disk_full_not_poison() {
         assert_eq!(content(&open(&img).unwrap()), acked, "n {n}: crash");
     }
 }
+
+/// Interval mode (`defer_sync`): appends return without an fdatasync; what was written
+/// since the last sync is not in a crash image (the documented weaker guarantee), and
+/// everything is once `sync_pending` returns.
+#[test]
+fn interval_mode_defers_fsync_until_sync_pending() {
+    let io = FaultIo::new();
+    let mut cfg = small_cfg();
+    cfg.defer_sync = true;
+    let mut s = super::testing::support::open_cfg(&io, cfg.clone()).unwrap();
+    let (_, syncs_before) = io.counts();
+    for i in 0..5 {
+        s.append_batch(&[NewMsg::new("d.x", format!("m{i}"))])
+            .unwrap();
+    }
+    let (_, syncs_after) = io.counts();
+    assert!(
+        syncs_after - syncs_before <= 1,
+        "appends in interval mode must not fsync each batch ({} syncs)",
+        syncs_after - syncs_before
+    );
+    let lost = io.crash_image(&CrashOptions::default());
+    let reopened = FileStore::open(
+        std::sync::Arc::new(FaultIo::from_image(lost)) as std::sync::Arc<dyn super::SegmentIo>,
+        keys(),
+        cfg.clone(),
+    )
+    .unwrap();
+    assert!(
+        reopened.state().msgs < 5,
+        "before a sync, a crash loses unsynced appends"
+    );
+    assert!(s.sync_pending().unwrap());
+    assert!(!s.sync_pending().unwrap(), "nothing left to sync");
+    let kept = io.crash_image(&CrashOptions::default());
+    let reopened = FileStore::open(
+        std::sync::Arc::new(FaultIo::from_image(kept)) as std::sync::Arc<dyn super::SegmentIo>,
+        keys(),
+        cfg,
+    )
+    .unwrap();
+    assert_eq!(
+        reopened.state().msgs,
+        5,
+        "after sync_pending every append survives"
+    );
+}

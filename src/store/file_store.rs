@@ -72,6 +72,10 @@ pub struct FileStoreConfig {
     pub min_durable: Option<DurableMark>,
     /// Time source.
     pub clock: Clock,
+    /// Interval mode (`jetstream { sync_interval: 10s }`): appends return after the write,
+    /// before `fdatasync`; [`FileStore::sync_pending`] syncs later. Weaker: a power loss or
+    /// OS crash can lose (or tear) what was written since the last sync. Off by default.
+    pub defer_sync: bool,
 }
 
 impl std::fmt::Debug for FileStoreConfig {
@@ -98,6 +102,7 @@ impl FileStoreConfig {
             limits: StoreLimits::default(),
             min_durable: None,
             clock: Arc::new(now_nanos),
+            defer_sync: false,
         }
     }
 }
@@ -160,6 +165,8 @@ pub struct FileStore {
     erase_pending: bool,
     report: RecoveryReport,
     cache: Mutex<BlockCache>,
+    /// Segments written since their last fdatasync (interval mode only).
+    unsynced: std::collections::BTreeSet<u64>,
 }
 
 impl std::fmt::Debug for FileStore {
@@ -347,6 +354,7 @@ impl FileStore {
             erase_pending: false,
             report: rec.report,
             cache: Mutex::new(BlockCache::default()),
+            unsynced: std::collections::BTreeSet::new(),
             cfg,
         })
     }
@@ -560,10 +568,11 @@ impl FileStore {
             .seal(w.sealer(), &place, bucket)
             .map_err(|_| StoreError::InvalidArgument("batch too large for one block"))?;
         let is_new = w.is_new();
+        let defer = self.cfg.defer_sync;
         let res = w
             .reserve(sealed.bytes.len() as u64, chunk)
             .and_then(|()| w.write_block(&sealed))
-            .and_then(|()| w.sync());
+            .and_then(|()| if defer { Ok(()) } else { w.sync() });
         if let Err(f) = res {
             if matches!(f, WriteFail::Io(..)) {
                 w.discard_uncommitted();
@@ -580,6 +589,9 @@ impl FileStore {
             return Err(StoreError::InvalidArgument("no active segment"));
         };
         w.commit(&sealed);
+        if defer {
+            self.unsynced.insert(w.id);
+        }
         let loc = Loc {
             seg: w.id,
             off: place.offset,
@@ -1120,12 +1132,36 @@ impl StreamStore for FileStore {
         Ok(())
     }
 
+    fn sync_pending(&mut self) -> Result<bool, StoreError> {
+        if self.unsynced.is_empty() {
+            return Ok(false);
+        }
+        self.check_write()?;
+        for id in std::mem::take(&mut self.unsynced) {
+            let r = match &self.active {
+                Some(w) if w.id == id => w.sync().map_err(|f| (w.path.clone(), f)),
+                _ => match self.segments.get(&id) {
+                    Some(seg) => seg
+                        .file
+                        .sync_data()
+                        .map_err(|e| (seg.path.clone(), WriteFail::Io("fdatasync", e))),
+                    None => Ok(()),
+                },
+            };
+            if let Err((path, f)) = r {
+                return Err(self.fail(&path, f));
+            }
+        }
+        Ok(true)
+    }
+
     fn close(&mut self) -> Result<(), StoreError> {
         if self.closed {
             return Ok(());
         }
         let r = if self.poisoned.is_none() && self.offline.is_none() {
             self.sync_checkpoint()
+                .and_then(|()| self.sync_pending().map(|_| ()))
         } else {
             Ok(())
         };

@@ -374,6 +374,15 @@ pub trait StreamStore: Send {
     /// Write errors.
     fn sync_checkpoint(&mut self) -> Result<(), StoreError>;
 
+    /// Interval mode: fdatasyncs what was written since the last sync. Returns whether there
+    /// was anything to sync. Stores that always sync before returning have nothing to do.
+    ///
+    /// # Errors
+    /// A failed sync (the store is then poisoned).
+    fn sync_pending(&mut self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     /// Checkpoints and closes; later calls fail with [`StoreError::Closed`].
     ///
     /// # Errors

@@ -52,6 +52,9 @@ pub(crate) struct JetStream {
     /// Server-wide limits (`max_memory_store`, `max_file_store`), -1 = unlimited.
     pub(crate) max_memory: i64,
     pub(crate) max_store: i64,
+    /// `sync_interval: <duration>`: interval mode (acks before fsync; weaker). `None`: fsync
+    /// before every ack (the default, whatever nats-server's default is).
+    pub(crate) sync_interval: Option<std::time::Duration>,
     /// Accounts with JetStream state, by name.
     accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
     /// Seed source for routing contexts.
@@ -323,6 +326,16 @@ pub(crate) fn start(shared: &Arc<Shared>, meta: MetaStore) -> Arc<JetStream> {
         server_name: shared.server_name.clone(),
         max_memory: opts.jetstream.max_memory_store.unwrap_or(-1),
         max_store: opts.jetstream.max_file_store.unwrap_or(-1),
+        sync_interval: match opts.jetstream.sync_interval {
+            Some(crate::config::options::SyncInterval::Every(d)) if !d.is_zero() => {
+                warn!(
+                    "sync_interval {:?}: PubAcks are sent before fsync; a power loss can lose up to that much acknowledged data",
+                    d
+                );
+                Some(d)
+            }
+            _ => None,
+        },
         accounts: Mutex::new(HashMap::new()),
         seed: AtomicU64::new(shared.seed | 1),
         stopping: AtomicBool::new(false),

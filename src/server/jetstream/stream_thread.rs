@@ -92,6 +92,7 @@ pub(crate) fn open_file_store(
     drop(meta);
     let mut fcfg = FileStoreConfig::new(handle.dir.clone());
     fcfg.limits = store_limits(cfg);
+    fcfg.defer_sync = js.sync_interval.is_some();
     let store = FileStore::open(Arc::new(OsIo), keys, fcfg).map_err(|e| e.to_string())?;
     if let Some(t) = &store.report().torn_tail {
         warn!(
@@ -211,6 +212,7 @@ pub(crate) fn spawn(
         consumer_ids,
         usage: Arc::clone(&usage),
         last_persist: 0,
+        last_sync: now_nanos(),
         version: NATS_COMPAT_VERSION.to_owned(),
     };
     let _ = shared;
@@ -252,6 +254,8 @@ struct Worker {
     consumer_ids: HashMap<String, ConsumerId>,
     usage: Arc<Usage>,
     last_persist: i64,
+    /// Last interval-mode sync (unix nanos).
+    last_sync: i64,
     version: String,
 }
 
@@ -306,7 +310,13 @@ impl Worker {
         loop {
             let now = now_nanos();
             let mut wait = Duration::from_millis(1000);
-            let deadline = lock(&shared).next_deadline();
+            let mut deadline = lock(&shared).next_deadline();
+            if let Some(iv) = self.js.sync_interval {
+                let due = self
+                    .last_sync
+                    .saturating_add(i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX));
+                deadline = Some(deadline.map_or(due, |d| d.min(due)));
+            }
             if let Some(d) = deadline {
                 let ns = d.saturating_sub(now).max(0);
                 wait = wait.min(Duration::from_nanos(u64::try_from(ns).unwrap_or(0)));
@@ -381,6 +391,14 @@ impl Worker {
             self.publish(st, publishes, now);
         }
         st.tick(&mut self.sink, now);
+        if let Some(iv) = self.js.sync_interval {
+            if now.saturating_sub(self.last_sync)
+                >= i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX)
+            {
+                st.sync_pending();
+                self.last_sync = now;
+            }
+        }
         self.persist_changes(st);
         let must = !ack_replies.is_empty();
         self.persist_state(st, must, now);
