@@ -1146,6 +1146,52 @@ async fn nak_redelivers_with_delivered_two() {
 }
 
 #[tokio::test]
+async fn ack_floor_counts_from_the_first_delivery_of_a_redelivered_message() {
+    // Nothing acked yet: the floor stays at 0 however often the first message is redelivered
+    // (the pending entry keeps its first consumer sequence); once it is acked, the floor moves
+    // past the latest delivery.
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "AF", "subjects": ["af"]})).await;
+    publish(&c, "af", b"a").await;
+    add_consumer(
+        &c,
+        "AF",
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit"}),
+    )
+    .await;
+    let mut last = None;
+    for delivered in 1..=3 {
+        let got = pull(
+            &c,
+            "AF",
+            "p",
+            json!({"batch": 1}),
+            1,
+            Duration::from_secs(3),
+        )
+        .await;
+        let m = ack_meta(&got.msgs[0]);
+        assert_eq!(
+            (m.delivered, m.stream_seq, m.consumer_seq),
+            (delivered, 1, delivered)
+        );
+        let v = consumer_info(&c, "AF", "p").await;
+        assert_eq!(v["ack_floor"]["consumer_seq"], 0, "{v}");
+        assert_eq!(v["ack_floor"]["stream_seq"], 0, "{v}");
+        if delivered < 3 {
+            ack(&c, &got.msgs[0], "-NAK").await;
+        }
+        last = got.msgs.into_iter().next();
+    }
+    ack_sync(&c, &last.unwrap(), "+ACK").await;
+    let v = consumer_info(&c, "AF", "p").await;
+    assert_eq!(v["ack_floor"]["consumer_seq"], 3, "{v}");
+    assert_eq!(v["ack_floor"]["stream_seq"], 1, "{v}");
+}
+
+#[tokio::test]
 async fn nak_with_delay_holds_the_message_back() {
     let s = TestServer::start_js();
     let c = client(&s).await;

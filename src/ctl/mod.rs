@@ -15,6 +15,7 @@ use std::process::ExitCode;
 /// Parses the command line and runs the command; the process exit code.
 pub fn main() -> ExitCode {
     use clap::{CommandFactory, FromArgMatches};
+    quiet_on_closed_stdout();
     let matches = args::Cli::command().get_matches();
     let cli = match args::Cli::from_arg_matches(&matches) {
         Ok(c) => c,
@@ -46,6 +47,25 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sealctl stream info X | head -3`: once the reader has gone, `println!` panics with a broken
+/// pipe. Rust ignores SIGPIPE (restoring it needs `unsafe`), so end the process quietly the way
+/// a CLI killed by SIGPIPE does (status 141 = 128 + 13) instead of printing a panic.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 /// Runs one parsed command, `--server` counting as given when `server_explicit` (otherwise a

@@ -31,7 +31,8 @@ const INTEREST_POLL_NS: i64 = 100_000_000;
 /// One delivery waiting for its ack.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 struct Pending {
-    /// Consumer sequence of the latest delivery.
+    /// Consumer sequence of the first delivery (redeliveries keep it; the ack floor is
+    /// measured against it).
     cseq: u64,
     /// Stream timestamp of the message (for the ack subject).
     ts: i64,
@@ -873,10 +874,17 @@ impl Consumer {
             }
             if self.acks() {
                 let wait = self.ack_wait_for(deliveries);
+                // A redelivery keeps the consumer sequence of the first delivery (as
+                // nats-server does): the ack floor is measured against it.
+                let first_cseq = if redelivery {
+                    self.pending.get(&msg.seq).map_or(cseq, |p| p.cseq)
+                } else {
+                    cseq
+                };
                 self.pending.insert(
                     msg.seq,
                     Pending {
-                        cseq,
+                        cseq: first_cseq,
                         ts: msg.ts,
                         deliveries,
                         deadline: now.saturating_add(wait),
