@@ -1457,6 +1457,22 @@ async fn max_deliver_stops_redelivery_after_n_attempts() {
     assert_eq!(delivered, [1, 2]);
     let v = consumer_info(&c, "MD", "p").await;
     assert_eq!(v["num_pending"], 0, "{v}");
+    // Once its deliveries are used up and the last ack wait is over, the message no longer
+    // counts as awaiting an ack (it would otherwise hold a max_ack_pending slot forever).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let v = consumer_info(&c, "MD", "p").await;
+        if v["num_ack_pending"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still pending: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        stream_msgs(&c, "MD").await,
+        1,
+        "the message stays in the stream"
+    );
 }
 
 #[tokio::test]

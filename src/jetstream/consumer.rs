@@ -510,11 +510,9 @@ impl Consumer {
                     match delay {
                         Some(d) if d > 0 => p.deadline = now.saturating_add(d),
                         _ => {
-                            p.deadline = i64::MAX;
-                            let md = self.cfg.max_deliver;
-                            if md <= 0 || p.deliveries < md as u64 {
-                                self.redeliver.insert(sseq);
-                            }
+                            // Due now; `tick` redelivers it, or drops it from pending when its
+                            // deliveries are used up.
+                            p.deadline = now;
                         }
                     }
                     self.dirty = true;
@@ -670,16 +668,31 @@ impl Consumer {
     pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
         let max_deliver = self.cfg.max_deliver;
         let mut due = Vec::new();
+        let mut exhausted = Vec::new();
         for (s, p) in &mut self.pending {
             if p.deadline <= now {
                 p.deadline = i64::MAX;
                 if max_deliver <= 0 || p.deliveries < max_deliver as u64 {
                     due.push(*s);
+                } else {
+                    exhausted.push(*s);
                 }
             }
         }
         for s in due {
             self.redeliver.insert(s);
+        }
+        // Deliveries used up (max_deliver) and the last ack wait over: no longer pending, as
+        // nats-server does; the message stays in the stream (it was never acked).
+        if !exhausted.is_empty() {
+            for s in exhausted {
+                self.pending.remove(&s);
+            }
+            if self.pending.is_empty() {
+                self.floor_cseq = self.cseq;
+                self.floor_sseq = self.delivered_sseq;
+            }
+            self.dirty = true;
         }
         // Pull request expiry and heartbeats.
         let mut keep = VecDeque::with_capacity(self.waiting.len());
