@@ -9,6 +9,7 @@ pub mod client;
 pub mod commands;
 pub mod keystore;
 pub mod policy;
+pub mod progress;
 
 use std::process::ExitCode;
 
@@ -20,6 +21,9 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if cli.no_progress {
+        progress::disable();
+    }
     // A saved context supplies the URL unless the user gave one (flag or NATS_URL).
     let explicit = !matches!(
         matches.value_source("server"),
@@ -116,6 +120,7 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
         other => {
             run(args::Cli {
                 server: cli.server,
+                no_progress: cli.no_progress,
                 command: other,
             })
             .await
@@ -220,7 +225,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 key_file: a.key_file,
                 no_key: a.no_key,
                 canaries: a.canary,
-                progress: !a.json,
+                progress: progress::enabled(a.json),
             };
             let report = tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
             if a.json {
@@ -249,6 +254,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             Box::pin(run_with(
                 args::Cli {
                     server: cli.server,
+                    no_progress: cli.no_progress,
                     command: other,
                 },
                 true,
