@@ -16,6 +16,10 @@ pub struct Cli {
         env = "NATS_URL"
     )]
     pub server: String,
+    /// Never draw progress bars (they are drawn on stderr only when it is a terminal, and
+    /// never with `--json`).
+    #[arg(long, global = true)]
+    pub no_progress: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -326,6 +330,10 @@ pub struct BenchArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write a self-contained HTML report (summary, parameters, throughput over time,
+    /// latency percentiles as inline SVG) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
     /// Connect over TLS, trusting this CA bundle (PEM).
     #[arg(long)]
     pub tlsca: Option<std::path::PathBuf>,

@@ -9,6 +9,7 @@ pub mod client;
 pub mod commands;
 pub mod keystore;
 pub mod policy;
+pub mod progress;
 
 use std::process::ExitCode;
 
@@ -21,6 +22,9 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    if cli.no_progress {
+        progress::disable();
+    }
     // A saved context supplies the URL unless the user gave one (flag or NATS_URL).
     let explicit = !matches!(
         matches.value_source("server"),
@@ -136,6 +140,7 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
         other => {
             run(args::Cli {
                 server: cli.server,
+                no_progress: cli.no_progress,
                 command: other,
             })
             .await
@@ -240,7 +245,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 key_file: a.key_file,
                 no_key: a.no_key,
                 canaries: a.canary,
-                progress: !a.json,
+                progress: progress::enabled(a.json),
             };
             let report = tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
             if a.json {
@@ -269,6 +274,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             Box::pin(run_with(
                 args::Cli {
                     server: cli.server,
+                    no_progress: cli.no_progress,
                     command: other,
                 },
                 true,

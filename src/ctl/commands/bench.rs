@@ -13,10 +13,16 @@
 //!
 //! `--scenario js-*` / `kv-*` measure JetStream instead (see [`js`]): the same raw connection,
 //! the JetStream API spoken as JSON requests, so the numbers compare servers, not client libraries.
+//!
+//! Every scenario bumps a [`meter::Meter`] per completed operation: it draws the progress bar
+//! (stderr, terminal only, never with `--json`) and records throughput over time, which
+//! `--report FILE` plots next to the latency percentiles (see [`report`]).
 
 pub mod js;
+pub mod meter;
+pub mod report;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +43,9 @@ const BATCH: u64 = 1000;
 const PONG_WINDOW: u64 = 32;
 /// Give up if a run makes no progress for this long.
 const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Core fan-out: every this many messages a subscriber records its arrival time, for the
+/// publish → delivery latency (a message's send time is its batch's write time).
+const LATENCY_EVERY: u64 = 10;
 
 /// A connection speaking the raw protocol (over TCP or TLS).
 struct RawConn {
@@ -212,7 +221,7 @@ pub struct BenchReport {
     pub note: Option<String>,
 }
 
-/// Round-trip percentiles, microseconds.
+/// Latency percentiles, microseconds.
 #[derive(Debug, Serialize)]
 pub struct Latency {
     /// Median.
@@ -221,6 +230,12 @@ pub struct Latency {
     pub p90: f64,
     /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
+    pub p99_9: f64,
+    /// The largest sample.
+    pub max: f64,
+    /// Number of samples.
+    pub samples: usize,
 }
 
 /// Host:port from a NATS URL (`nats://h:p`, `h:p`, comma lists use the first).
@@ -251,17 +266,82 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// Connection failures, server errors, or a run that stalls.
 pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
     let addr = addr_of(server);
-    let report = match a.scenario {
-        BenchScenario::Core if a.request => latency(&addr, &a).await?,
-        BenchScenario::Core => throughput(&addr, &a).await?,
-        _ => js::run(&addr, &a).await?,
+    let meter = meter::Meter::start(crate::ctl::progress::bar(Some(a.msgs()), "connect", a.json));
+    let result = match a.scenario {
+        BenchScenario::Core if a.request => latency(&addr, &a, &meter).await,
+        BenchScenario::Core => throughput(&addr, &a, &meter).await,
+        _ => js::run(&addr, &a, &meter).await,
     };
+    let timeline = meter.finish();
+    let report = result?;
+    if let Some(path) = &a.report {
+        let page = report::html(&report, &timeline, &params(server, &a));
+        std::fs::write(path, page).with_context(|| format!("write {}", path.display()))?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report);
     }
     Ok(())
+}
+
+/// The run parameters shown in `--report`.
+fn params(server: &str, a: &BenchArgs) -> Vec<(String, String)> {
+    let mut p: Vec<(&str, String)> = vec![
+        ("sealctl", env!("CARGO_PKG_VERSION").to_owned()),
+        (
+            "started (UTC)",
+            time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default(),
+        ),
+        ("server", server.to_owned()),
+        ("scenario", format!("{:?}", a.scenario)),
+        ("msgs", a.msgs().to_string()),
+        ("size", a.size.to_string()),
+        ("tls", a.tlsca.is_some().to_string()),
+    ];
+    match a.scenario {
+        BenchScenario::Core => {
+            p.push(("subject", a.subject.clone()));
+            p.push(("request", a.request.to_string()));
+            if !a.request {
+                p.push(("subs", a.subs.to_string()));
+                p.push(("queue", a.queue.clone().unwrap_or_else(|| "-".into())));
+            }
+        }
+        s => {
+            p.push(("storage", format!("{:?}", a.storage).to_lowercase()));
+            match s {
+                BenchScenario::JsPubSync => p.push(("pubs", a.pubs.to_string())),
+                BenchScenario::JsPubWindow => {
+                    p.push(("pubs", a.pubs.to_string()));
+                    p.push(("window", a.window.to_string()));
+                }
+                BenchScenario::JsConsume => {
+                    p.push(("window", a.window.to_string()));
+                    p.push(("batch", a.batch.to_string()));
+                    p.push(("ack_sync", a.ack_sync.to_string()));
+                }
+                BenchScenario::KvPut => {
+                    p.push(("window", a.window.to_string()));
+                    p.push(("keys", a.keys.to_string()));
+                }
+                _ => {
+                    p.push(("keys", a.keys.to_string()));
+                    p.push(("inflight", a.inflight.to_string()));
+                }
+            }
+            if !matches!(s, BenchScenario::KvPut | BenchScenario::KvGet) {
+                p.push(("stream", a.stream.clone()));
+            }
+        }
+    }
+    if let Some(pid) = a.server_pid {
+        p.push(("server pid", pid.to_string()));
+    }
+    p.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn print_table(r: &BenchReport) {
@@ -280,22 +360,35 @@ fn print_table(r: &BenchReport) {
         r.scenario, r.size, r.msgs, r.pub_msgs_per_sec, r.delivered_msgs_per_sec, cpu
     );
     if let Some(l) = &r.latency_us {
+        // Core fan-out samples publish → delivery while the publisher runs flat out, so the
+        // figure includes queueing: say so.
+        let what = if r.scenario == "request/reply" {
+            "latency µs:"
+        } else {
+            "delivery latency at full load µs:"
+        };
         println!(
-            "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}",
-            l.p50, l.p90, l.p99
+            "{what} p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            l.p50, l.p90, l.p99, l.p99_9, l.max
         );
     }
 }
 
-/// One publisher, `a.subs` subscribers (or a queue group of them).
-pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+/// One publisher, `a.subs` subscribers (or a queue group of them). Without a queue group each
+/// subscriber also samples publish → delivery latency (every [`LATENCY_EVERY`]th message).
+pub async fn throughput(
+    addr: &str,
+    a: &BenchArgs,
+    m: &meter::Meter,
+) -> anyhow::Result<BenchReport> {
     let subs = a.subs.max(1);
     let total_expected = if a.queue.is_some() {
         a.msgs()
     } else {
         a.msgs() * subs as u64
     };
-    let received = Arc::new(AtomicU64::new(0));
+    let sample_latency = a.queue.is_none();
+    let received = m.counter();
     // Set when the last expected message arrived, so idle subscribers stop waiting at once.
     let finished = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
@@ -313,20 +406,25 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
         let finished = finished.clone();
         handles.push(tokio::spawn(async move {
             let mut local = 0u64;
+            // (index of the message on this subscription, arrival time)
+            let mut arrivals: Vec<(u64, Instant)> = Vec::new();
             loop {
                 if received.load(Ordering::Relaxed) >= total_expected {
-                    return Ok::<u64, anyhow::Error>(local);
+                    return Ok::<_, anyhow::Error>((local, arrivals));
                 }
                 let op = tokio::select! {
-                    _ = finished.cancelled() => return Ok(local),
+                    _ = finished.cancelled() => return Ok((local, arrivals)),
                     op = c.next() => op?,
                 };
                 match op {
                     ServerOp::Msg { .. } => {
+                        if sample_latency && local % LATENCY_EVERY == 0 {
+                            arrivals.push((local, Instant::now()));
+                        }
                         local += 1;
                         if received.fetch_add(1, Ordering::Relaxed) + 1 >= total_expected {
                             finished.cancel();
-                            return Ok(local);
+                            return Ok((local, arrivals));
                         }
                     }
                     ServerOp::Ping => c.wr.write_all(b"PONG\r\n").await?,
@@ -348,11 +446,13 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
         },
     );
     let cpu0 = a.server_pid.and_then(cpu_seconds);
+    m.begin("deliver", total_expected);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut batches = 0u64;
     let mut pongs = 0u64;
     let mut out = BytesMut::with_capacity(frame.len() * BATCH as usize + 8);
+    let mut batch_sent = Vec::with_capacity((a.msgs() / BATCH + 1) as usize);
     while sent < a.msgs() {
         let n = BATCH.min(a.msgs() - sent);
         out.clear();
@@ -360,6 +460,7 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
             out.extend_from_slice(&frame);
         }
         out.extend_from_slice(b"PING\r\n");
+        batch_sent.push(Instant::now());
         publisher.wr.write_all(&out).await?;
         sent += n;
         batches += 1;
@@ -373,10 +474,17 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
     }
     let pub_secs = start.elapsed().as_secs_f64();
     let mut delivered = 0;
+    let mut samples = Vec::new();
     for h in handles {
-        delivered += h
+        let (n, arrivals) = h
             .await
             .map_err(|e| anyhow!("subscriber task failed: {e}"))??;
+        delivered += n;
+        for (i, at) in arrivals {
+            if let Some(t0) = batch_sent.get((i / BATCH) as usize) {
+                samples.push(at.saturating_duration_since(*t0).as_secs_f64() * 1e6);
+            }
+        }
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = a.server_pid.and_then(cpu_seconds);
@@ -397,14 +505,14 @@ pub async fn throughput(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport
         pub_msgs_per_sec: a.msgs() as f64 / pub_secs.max(1e-9),
         delivered_msgs_per_sec: delivered as f64 / secs.max(1e-9),
         server_cpu_us_per_msg: cpu,
-        latency_us: None,
+        latency_us: (!samples.is_empty()).then(|| percentiles(samples)),
         errors: None,
         note: None,
     })
 }
 
 /// Sequential request/reply round trips through one responder.
-pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+pub async fn latency(addr: &str, a: &BenchArgs, m: &meter::Meter) -> anyhow::Result<BenchReport> {
     let mut responder = RawConn::connect(addr, "bench-responder", a.tlsca.as_deref()).await?;
     responder
         .send(&ClientOp::Sub {
@@ -464,6 +572,7 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     encode_client_op(&mut frame, &op);
     let mut samples = Vec::with_capacity(a.msgs() as usize);
     let cpu0 = a.server_pid.and_then(cpu_seconds);
+    m.begin("request", a.msgs());
     let start = Instant::now();
     for _ in 0..a.msgs() {
         let t0 = Instant::now();
@@ -476,6 +585,7 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
             }
         }
         samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        m.inc();
     }
     let secs = start.elapsed().as_secs_f64();
     let cpu1 = a.server_pid.and_then(cpu_seconds);
@@ -499,7 +609,7 @@ pub async fn latency(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     })
 }
 
-/// p50/p90/p99 of round-trip samples in microseconds.
+/// Percentiles of latency samples in microseconds.
 fn percentiles(mut samples: Vec<f64>) -> Latency {
     samples.sort_by(|x, y| x.total_cmp(y));
     let pct = |p: f64| -> f64 {
@@ -510,5 +620,8 @@ fn percentiles(mut samples: Vec<f64>) -> Latency {
         p50: pct(0.50),
         p90: pct(0.90),
         p99: pct(0.99),
+        p99_9: pct(0.999),
+        max: samples.last().copied().unwrap_or(0.0),
+        samples: samples.len(),
     }
 }

@@ -23,7 +23,9 @@ use crate::ctl::args::{PubArgs, ReplyArgs, ReqArgs, SubArgs};
 /// Bad headers, connection errors, JetStream publish errors ([`JsApiError`]).
 pub async fn publish(s: &Session, a: &PubArgs) -> anyhow::Result<()> {
     let headers = parse_headers(&a.headers)?;
+    let pb = crate::ctl::progress::count_bar(a.count, "publish", s.json);
     for i in 1..=a.count {
+        pb.inc(1);
         let body = render_template(&a.body, i, None);
         let len = body.len();
         if a.jetstream {
@@ -47,11 +49,13 @@ pub async fn publish(s: &Session, a: &PubArgs) -> anyhow::Result<()> {
                 } else {
                     ""
                 };
-                println!(
-                    "Stored in stream {} sequence {}{dup}",
-                    v.get("stream").and_then(Value::as_str).unwrap_or(""),
-                    v.get("seq").and_then(Value::as_u64).unwrap_or(0)
-                );
+                pb.suspend(|| {
+                    println!(
+                        "Stored in stream {} sequence {}{dup}",
+                        v.get("stream").and_then(Value::as_str).unwrap_or(""),
+                        v.get("seq").and_then(Value::as_u64).unwrap_or(0)
+                    )
+                });
             }
         } else {
             match &headers {
@@ -68,10 +72,12 @@ pub async fn publish(s: &Session, a: &PubArgs) -> anyhow::Result<()> {
                     json!({ "subject": a.subject, "bytes": len, "count": i })
                 );
             } else if a.count <= 10 || i == a.count {
+                pb.finish_and_clear();
                 println!("Published {len} bytes to {}", a.subject);
             }
         }
     }
+    pb.finish_and_clear();
     if !a.jetstream {
         s.client.flush().await?;
         if !s.json && a.count > 10 {

@@ -408,7 +408,10 @@ async fn view(
     let mut shown = 0u64;
     let mut all = Vec::new();
     let mut seq = first.max(1);
+    let total = limit.min((last + 1).saturating_sub(seq));
+    let pb = crate::ctl::progress::count_bar(total, "view", s.json);
     while seq <= last && shown < limit {
+        pb.set_position(shown);
         match s
             .api(&format!("STREAM.MSG.GET.{name}"), &json!({ "seq": seq }))
             .await
@@ -418,7 +421,7 @@ async fn view(
                 if s.json {
                     all.push(decoded(&m));
                 } else {
-                    print_stored(name, &m);
+                    pb.suspend(|| print_stored(name, &m));
                 }
                 shown += 1;
             }
@@ -430,6 +433,7 @@ async fn view(
         }
         seq += 1;
     }
+    pb.finish_and_clear();
     if s.json {
         return s.print_json(&Value::Array(all));
     }

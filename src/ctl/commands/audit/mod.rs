@@ -147,7 +147,7 @@ pub struct AuditOptions {
     pub no_key: bool,
     /// Extra strings that must not appear anywhere.
     pub canaries: Vec<String>,
-    /// Print progress to stderr.
+    /// Draw progress bars on stderr (the caller decides: see [`crate::ctl::progress::enabled`]).
     pub progress: bool,
 }
 
@@ -191,11 +191,10 @@ pub fn audit(o: &AuditOptions) -> Report {
         });
         return report;
     }
-    let total = files.len();
-    for (i, (path, kind, len)) in files.iter().enumerate() {
-        if o.progress && (i % 16 == 0 || i + 1 == total) {
-            eprint!("\rstructure: {}/{} files", i + 1, total);
-        }
+    let total_bytes: u64 = files.iter().map(|(_, _, len)| *len).sum();
+    let pb = phase_bar(o, Some(total_bytes), "structure");
+    for (path, kind, len) in &files {
+        pb.inc(*len);
         report.files += 1;
         report.bytes += len;
         let full = root.join(path);
@@ -223,9 +222,7 @@ pub fn audit(o: &AuditOptions) -> Report {
             _ => {}
         }
     }
-    if o.progress {
-        eprintln!();
-    }
+    pb.finish_and_clear();
     let mut needles = Needles::default();
     for c in &o.canaries {
         needles.add(c.as_bytes());
@@ -235,7 +232,9 @@ pub fn audit(o: &AuditOptions) -> Report {
     }
     report.needles = needles.len();
     if !needles.is_empty() {
-        for (path, _, _) in &files {
+        let pb = phase_bar(o, Some(total_bytes), "leak scan");
+        for (path, _, len) in &files {
+            pb.inc(*len);
             let relp = path.display().to_string();
             for hit in needles.found_in(relp.as_bytes()) {
                 report.findings.push(Finding {
@@ -257,8 +256,26 @@ pub fn audit(o: &AuditOptions) -> Report {
                 }
             }
         }
+        pb.finish_and_clear();
     }
     report
+}
+
+/// A progress bar for one audit phase (`total` bytes, or a spinner), hidden unless
+/// [`AuditOptions::progress`].
+fn phase_bar(o: &AuditOptions, total: Option<u64>, what: &str) -> indicatif::ProgressBar {
+    if !o.progress {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = crate::ctl::progress::bar(total, what, false);
+    if total.is_some() {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        ) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+    }
+    pb
 }
 
 /// Walks a segment's blocks by their framing (no key needed) and checks ciphertext entropy.
@@ -350,6 +367,7 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
         }
     };
     let io: Arc<dyn crate::store::io::SegmentIo> = Arc::new(OsIo);
+    let pb = phase_bar(o, None, "decrypt");
     for account in meta.list_accounts() {
         needles.add(account.as_bytes());
         for sm in meta.list_streams(&account) {
@@ -408,6 +426,7 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
             while seq != 0 && seq <= st.last_seq {
                 if let Ok(Some(m)) = store.get(seq) {
                     messages += 1;
+                    pb.inc(1);
                     needles.add_subject(&m.subject);
                     if m.payload.len() >= 8 {
                         needles.add(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
@@ -445,6 +464,7 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
             });
         }
     }
+    pb.finish_and_clear();
 }
 
 /// Prints the human summary.

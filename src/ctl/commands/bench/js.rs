@@ -38,6 +38,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use super::meter::Meter;
 use super::{cpu_seconds, percentiles, BenchReport, RawConn};
 use crate::ctl::args::{BenchArgs, BenchScenario, BenchStorage};
 use crate::proto::encode::encode_client_op;
@@ -225,6 +226,8 @@ struct Flow {
     payload: Bytes,
     window: usize,
     kind: ReplyKind,
+    /// Bumped per reply (the bench [`Meter`]'s counter once [`run_flows`] starts it).
+    done: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What a [`Flow`] measured.
@@ -274,6 +277,7 @@ impl Flow {
             payload,
             window: window.max(1),
             kind,
+            done: Arc::default(),
         })
     }
 
@@ -325,6 +329,7 @@ impl Flow {
                             r.samples.push(t0.elapsed().as_secs_f64() * 1e6);
                         }
                         done += 1;
+                        self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         match check_reply(self.kind, headers.as_ref(), &payload) {
                             Ok(()) => r.ok += 1,
                             Err(e) => {
@@ -399,11 +404,11 @@ fn cpu_per_op(c0: Option<f64>, c1: Option<f64>, ops: u64) -> Option<f64> {
 ///
 /// # Errors
 /// Connection failures, a server without JetStream, failed API calls, or a stalled run.
-pub async fn run(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+pub async fn run(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     match a.scenario {
-        BenchScenario::JsPubSync | BenchScenario::JsPubWindow => js_pub(addr, a).await,
-        BenchScenario::JsConsume => js_consume(addr, a).await,
-        BenchScenario::KvPut | BenchScenario::KvGet => kv(addr, a).await,
+        BenchScenario::JsPubSync | BenchScenario::JsPubWindow => js_pub(addr, a, m).await,
+        BenchScenario::JsConsume => js_consume(addr, a, m).await,
+        BenchScenario::KvPut | BenchScenario::KvGet => kv(addr, a, m).await,
         BenchScenario::Core => bail!("core scenarios are not JetStream scenarios"),
     }
 }
@@ -423,12 +428,21 @@ fn js_stream_config(a: &BenchArgs) -> Value {
 }
 
 /// One flow per publisher, all connected before the clock starts; their merged result and
-/// the wall time from the first publish to the last ack.
-async fn run_flows(flows: Vec<Flow>, per_flow: u64) -> anyhow::Result<(FlowResult, f64)> {
+/// the wall time from the first publish to the last ack. Starts a `label` phase of `m`.
+async fn run_flows(
+    flows: Vec<Flow>,
+    per_flow: u64,
+    m: &Meter,
+    label: &str,
+) -> anyhow::Result<(FlowResult, f64)> {
+    m.begin(label, per_flow * flows.len() as u64);
     let start = Instant::now();
     let handles: Vec<_> = flows
         .into_iter()
-        .map(|f| tokio::spawn(f.run(per_flow)))
+        .map(|mut f| {
+            f.done = m.counter();
+            tokio::spawn(f.run(per_flow))
+        })
         .collect();
     let mut total = FlowResult::default();
     for h in handles {
@@ -461,7 +475,7 @@ async fn js_publisher(
     .await
 }
 
-async fn js_pub(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+async fn js_pub(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let sync = a.scenario == BenchScenario::JsPubSync;
     let window = if sync { 1 } else { a.window.max(1) };
     let pubs = a.pubs.max(1);
@@ -485,7 +499,7 @@ async fn js_pub(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
         );
     }
     let c0 = cpu_now(a);
-    let (r, secs) = run_flows(flows, per_pub).await?;
+    let (r, secs) = run_flows(flows, per_pub, m, "publish").await?;
     let c1 = cpu_now(a);
     let stored = stream_msgs(&mut admin, &a.stream).await;
     admin.delete_stream(&a.stream).await;
@@ -534,7 +548,7 @@ async fn stream_msgs(admin: &mut Admin, stream: &str) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow!("stream info without state.messages"))
 }
 
-async fn js_consume(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+async fn js_consume(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let n = a.msgs();
     let mut admin = Admin::connect(addr, a).await?;
     admin
@@ -548,7 +562,7 @@ async fn js_consume(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
         a.window,
     )
     .await?;
-    let (pre, pre_secs) = run_flows(vec![preload], n).await?;
+    let (pre, pre_secs) = run_flows(vec![preload], n, m, "preload").await?;
     if pre.errors > 0 {
         bail!(
             "preload: {} of {n} publishes failed ({})",
@@ -614,6 +628,7 @@ async fn js_consume(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     let mut out = BytesMut::with_capacity(64 * 1024);
 
     let c0 = cpu_now(a);
+    m.begin("consume", n);
     let start = Instant::now();
     while acked < n {
         // Keep two requests' worth outstanding so the server never idles between batches.
@@ -679,6 +694,7 @@ async fn js_consume(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
                         }
                     } else if let Some(reply) = reply {
                         received += 1;
+                        m.inc();
                         if payload.len() != a.size {
                             errors += 1;
                             note.get_or_insert_with(|| {
@@ -760,7 +776,7 @@ async fn js_consume(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     })
 }
 
-async fn kv(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
+async fn kv(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let keys = a.keys.max(1);
     let stream = format!("KV_{BUCKET}");
     let config = json!({
@@ -803,7 +819,12 @@ async fn kv(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     )
     .await?;
     let c0 = cpu_now(a);
-    let (put, put_secs) = run_flows(vec![putter], puts).await?;
+    let put_label = if a.scenario == BenchScenario::KvPut {
+        "put"
+    } else {
+        "preload"
+    };
+    let (put, put_secs) = run_flows(vec![putter], puts, m, put_label).await?;
     let c1 = cpu_now(a);
     let put_rate = put.ok as f64 / put_secs.max(1e-9);
     if a.scenario == BenchScenario::KvPut {
@@ -843,7 +864,7 @@ async fn kv(addr: &str, a: &BenchArgs) -> anyhow::Result<BenchReport> {
     )
     .await?;
     let c0 = cpu_now(a);
-    let (get, get_secs) = run_flows(vec![getter], gets).await?;
+    let (get, get_secs) = run_flows(vec![getter], gets, m, "get").await?;
     let c1 = cpu_now(a);
     admin.delete_stream(&stream).await;
     let rate = get.ok as f64 / get_secs.max(1e-9);
@@ -889,8 +910,8 @@ pub(super) fn print_table(r: &BenchReport) {
     );
     if let Some(l) = &r.latency_us {
         println!(
-            "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}",
-            l.p50, l.p90, l.p99
+            "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            l.p50, l.p90, l.p99, l.p99_9, l.max
         );
     }
     if let Some(n) = &r.note {
