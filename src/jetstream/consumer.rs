@@ -118,6 +118,9 @@ pub struct Consumer {
     pending: BTreeMap<u64, Pending>,
     /// Stream sequences due for redelivery, oldest first.
     redeliver: BTreeSet<u64>,
+    /// Messages whose deliveries ran out (max_deliver) unacked: no longer pending, still
+    /// counted as redelivered (as nats-server reports them).
+    exhausted: BTreeSet<u64>,
     /// Last-per-subject starting set, still to deliver.
     lps: VecDeque<u64>,
     waiting: VecDeque<Waiting>,
@@ -197,6 +200,7 @@ impl Consumer {
             floor_sseq: 0,
             pending: BTreeMap::new(),
             redeliver: BTreeSet::new(),
+            exhausted: BTreeSet::new(),
             lps: VecDeque::new(),
             waiting: VecDeque::new(),
             push: None,
@@ -357,7 +361,8 @@ impl Consumer {
             "delivered": delivered,
             "ack_floor": ack_floor,
             "num_ack_pending": self.pending.len(),
-            "num_redelivered": self.pending.values().filter(|p| p.deliveries > 1).count(),
+            "num_redelivered": self.pending.values().filter(|p| p.deliveries > 1).count()
+                + self.exhausted.len(),
             "num_waiting": self.waiting.len(),
             "num_pending": self.num_pending(store),
             "ts": rfc3339_nanos(now),
@@ -541,6 +546,7 @@ impl Consumer {
     }
 
     fn ack_one(&mut self, sseq: u64, now: i64) -> AckEffect {
+        self.exhausted.remove(&sseq);
         match self.cfg.ack_policy {
             AckPolicy::None => AckEffect::None,
             AckPolicy::Explicit => {
@@ -687,6 +693,9 @@ impl Consumer {
         if !exhausted.is_empty() {
             for s in exhausted {
                 self.pending.remove(&s);
+                if max_deliver > 1 {
+                    self.exhausted.insert(s);
+                }
             }
             if self.pending.is_empty() {
                 self.floor_cseq = self.cseq;
@@ -1002,6 +1011,7 @@ impl Consumer {
     /// limits) so they do not hold the ack floor down.
     pub fn forget_removed(&mut self, store: &dyn StreamStore) {
         let first = store.state().first_seq;
+        self.exhausted = self.exhausted.split_off(&first);
         let gone: Vec<u64> = self.pending.range(..first).map(|(s, _)| *s).collect();
         for s in gone {
             self.pending.remove(&s);
