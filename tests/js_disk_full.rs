@@ -45,12 +45,19 @@ async fn a_full_file_system_refuses_publishes_and_loses_nothing() {
     let sd_arg = sd.to_str().unwrap().to_owned();
     let mut s = TestServer::start_with(&["-js", "-sd", &sd_arg], None);
     let c = async_nats::connect(s.url()).await.unwrap();
+    // A second stream holding some data: deleting it later gives space back.
+    create_stream(&c, r#"{"name":"SPARE","subjects":["spare.>"]}"#).await;
+    let spare = "s".repeat(64 * 1024);
+    for _ in 0..40 {
+        let ack = publish_ack(&c, "spare.x", &[], &spare).await;
+        assert!(ack.get("error").is_none(), "{ack}");
+    }
     create_stream(&c, r#"{"name":"FILL","subjects":["fill.>"]}"#).await;
     let payload = "x".repeat(16 * 1024);
     let mut acked = 0u64;
     let mut refusal = None;
-    for i in 0..4000 {
-        let ack = publish_ack(&c, &format!("fill.{i}"), &[], &payload).await;
+    for _ in 0..4000 {
+        let ack = publish_ack(&c, "fill.x", &[], &payload).await;
         if ack.get("error").is_some() {
             refusal = Some(ack);
             break;
@@ -74,4 +81,12 @@ async fn a_full_file_system_refuses_publishes_and_loses_nothing() {
     assert_eq!(info["state"]["messages"], acked, "after restart: {info}");
     let m = api_ok(&c, "STREAM.MSG.GET.FILL", &format!(r#"{{"seq":{acked}}}"#)).await;
     assert_eq!(m["message"]["seq"], acked);
+    // Space comes back (a stream is deleted): publishing resumes.
+    api_ok(&c, "STREAM.DELETE.SPARE", "").await;
+    let ack = publish_ack(&c, "fill.after", &[], &payload).await;
+    assert!(
+        ack.get("error").is_none(),
+        "publishing resumes once space returns: {ack}"
+    );
+    assert_eq!(ack["seq"], acked + 1, "{ack}");
 }

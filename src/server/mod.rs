@@ -372,8 +372,8 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         warn!("option {key:?} is not supported yet and is ignored");
     }
     let shared = Arc::new(Shared::new(opts)?);
-    if let Some(meta) = store {
-        let js = jetstream::start(&shared, meta);
+    if let Some(opened) = store {
+        let js = jetstream::start(&shared, opened);
         let _ = shared.jetstream.set(js);
     }
     let client_listener = listener::bind_clients(&shared).await?;
@@ -470,7 +470,7 @@ fn display_addr(a: SocketAddr) -> String {
 /// keyed by `jetstream.key` (passphrase), `jetstream.key_file`, `SEALSTREAM_STORE_KEY[_FILE]`,
 /// or an automatically generated `<store_dir>/jetstream.key` next to (outside) the store. A
 /// wrong key stops the server here, before anything under the store is written.
-fn open_store(opts: &ServerOptions) -> Result<Option<crate::store::meta::MetaStore>, ServerError> {
+fn open_store(opts: &ServerOptions) -> Result<Option<jetstream::OpenedStore>, ServerError> {
     use crate::store::meta::{KeyConfig, KeySource, MetaOptions, MetaStore};
     if !opts.jetstream.enabled {
         return Ok(None);
@@ -501,9 +501,16 @@ fn open_store(opts: &ServerOptions) -> Result<Option<crate::store::meta::MetaSto
     };
     let source = KeySource::resolve_with_process_env(&cfg)?;
     let described = source.describe();
+    let key = source.duplicate();
     let store = MetaStore::open(&root, source, MetaOptions::default())?;
     info!("Sealed store at {} (key: {described})", root.display());
-    Ok(Some(store))
+    let reserve = base.join("jetstream.reserve");
+    jetstream::make_reserve(&reserve);
+    Ok(Some(jetstream::OpenedStore {
+        meta: store,
+        key,
+        reserve,
+    }))
 }
 
 /// Writes the pid file and the ports file; returns the paths to remove on exit.

@@ -111,7 +111,7 @@ fn handle(
         ApiCall::AccountInfo => Ok(account_info(js, acc)),
         ApiCall::StreamCreate(name) => create(shared, js, acc, name, &m.payload),
         ApiCall::StreamUpdate(name) => update(acc, name, &m.payload),
-        ApiCall::StreamDelete(name) => delete(js, acc, name),
+        ApiCall::StreamDelete(name) => delete(shared, js, acc, name),
         ApiCall::StreamNames | ApiCall::StreamList => {
             names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
         }
@@ -318,7 +318,12 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
     Ok(info)
 }
 
-fn delete(js: &JetStream, acc: &AccountJs, name: &str) -> Result<Value, ApiError> {
+fn delete(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+) -> Result<Value, ApiError> {
     let mut s = acc
         .streams
         .write()
@@ -329,19 +334,23 @@ fn delete(js: &JetStream, acc: &AccountJs, name: &str) -> Result<Value, ApiError
     stream_thread::stop_and_wait(&mut s);
     if let Some(id) = s.id {
         // Crypto-erase: the stream's data key goes first, then its files.
-        let r = js
-            .meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .delete_stream(id);
+        let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = meta.delete_stream(id);
+        if r.is_err() && js.heal(&mut meta) {
+            // A full disk: the reserve was released and the metadata reopened; once more.
+            r = meta.delete_stream(id);
+        }
+        drop(meta);
         if let Err(e) = r {
-            warn!(stream = %name, error = %e, "stream delete did not complete");
+            warn!(stream = %name, error = %e, "stream delete did not complete; the stream is served again");
+            stream_thread::reload_stream(shared, js, acc, name);
             return Err(ApiError::new(
                 500,
                 10050,
                 format!("stream delete failed: {e}"),
             ));
         }
+        js.restore_reserve();
     }
     info!(account = %acc.name, stream = %name, "stream deleted (data key destroyed)");
     Ok(json!({"success": true}))

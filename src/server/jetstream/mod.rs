@@ -31,7 +31,7 @@ use tracing::{info, warn};
 use crate::config::accounts::AccountJetStream;
 use crate::jetstream::api::ApiCall;
 use crate::jetstream::config::StreamConfig;
-use crate::store::meta::{MetaStore, StreamId};
+use crate::store::meta::{KeySource, MetaStore, StreamId};
 
 use super::account::{Account, Service, Subscription};
 use super::conn::ClientHandle;
@@ -43,10 +43,40 @@ use stream_thread::Cmd;
 /// so the queue stays empty; the limit only guards against a runaway).
 const INTERNAL_MAX_PENDING: usize = 1 << 30;
 
+/// The sealed store as startup opened it.
+pub(crate) struct OpenedStore {
+    pub(crate) meta: MetaStore,
+    /// The key source, kept to reopen the metadata after a failed update.
+    pub(crate) key: KeySource,
+    /// The space reserve next to the store (see [`make_reserve`]).
+    pub(crate) reserve: std::path::PathBuf,
+}
+
+/// Bytes kept in reserve next to the store so that metadata updates (deleting a stream to free
+/// space, persisting consumer state) can still be written when the disk is full.
+const RESERVE_BYTES: usize = 2 << 20;
+
+/// Creates the reserve file (zeros, outside the sealed store directory) if it is missing.
+/// Best effort: on a full disk it stays missing until space returns.
+pub(crate) fn make_reserve(path: &std::path::Path) {
+    if path.exists() {
+        return;
+    }
+    let tmp = path.with_extension("reserve.tmp");
+    let r =
+        std::fs::write(&tmp, vec![0u8; RESERVE_BYTES]).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        warn!(path = %path.display(), error = %e, "could not create the store's space reserve");
+    }
+}
+
 /// Server-wide JetStream state.
 pub(crate) struct JetStream {
     /// The sealed store's metadata (catalog, keys, consumer state files).
     pub(crate) meta: Mutex<MetaStore>,
+    key: KeySource,
+    reserve: std::path::PathBuf,
     /// Server name (stream info `cluster.leader`).
     pub(crate) server_name: String,
     /// Server-wide limits (`max_memory_store`, `max_file_store`), -1 = unlimited.
@@ -311,6 +341,36 @@ impl JetStream {
             .collect()
     }
 
+    /// After a failed metadata update (typically a full disk): gives the space reserve back
+    /// to the file system and reopens the metadata (which cleans up the failed update), so
+    /// the next attempt can succeed. Returns whether the metadata is usable again.
+    pub(crate) fn heal(&self, meta: &mut MetaStore) -> bool {
+        if !meta.is_poisoned() {
+            return true;
+        }
+        if self.reserve.exists() {
+            match std::fs::remove_file(&self.reserve) {
+                Ok(()) => warn!("metadata update failed: released the space reserve"),
+                Err(e) => warn!(error = %e, "could not release the space reserve"),
+            }
+        }
+        match meta.reopen(self.key.duplicate()) {
+            Ok(()) => {
+                info!("store metadata reopened after a failed update");
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "store metadata could not be reopened; JetStream metadata updates fail until restart");
+                false
+            }
+        }
+    }
+
+    /// Puts the space reserve back if it was used (best effort).
+    pub(crate) fn restore_reserve(&self) {
+        make_reserve(&self.reserve);
+    }
+
     fn next_seed(&self) -> u64 {
         self.seed
             .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
@@ -319,10 +379,12 @@ impl JetStream {
 
 /// Starts JetStream: loads every stream and consumer from the sealed store and sets up the
 /// accounts. Returns `None` when JetStream is off.
-pub(crate) fn start(shared: &Arc<Shared>, meta: MetaStore) -> Arc<JetStream> {
+pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream> {
     let opts = &shared.opts;
     let js = Arc::new(JetStream {
-        meta: Mutex::new(meta),
+        meta: Mutex::new(opened.meta),
+        key: opened.key,
+        reserve: opened.reserve,
         server_name: shared.server_name.clone(),
         max_memory: opts.jetstream.max_memory_store.unwrap_or(-1),
         max_store: opts.jetstream.max_file_store.unwrap_or(-1),
@@ -522,7 +584,14 @@ pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String>
         }
     }
     let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
-    match meta.delete_account(name) {
+    let mut r = meta.delete_account(name);
+    if matches!(&r, Err(e) if e.is_fatal()) && js.heal(&mut meta) {
+        r = meta.delete_account(name);
+    }
+    if r.is_ok() {
+        js.restore_reserve();
+    }
+    match r {
         Ok(n) => {
             info!(account = %name, streams = n, "account's JetStream data erased (keys destroyed first)");
             Ok(n)

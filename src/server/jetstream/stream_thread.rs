@@ -119,6 +119,33 @@ pub(crate) fn load_streams(shared: &Arc<Shared>, js: &Arc<JetStream>, acc: &Arc<
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .list_streams(&acc.name);
+    load(shared, js, acc, metas);
+}
+
+/// Loads (again) one stream of `acc` by name, e.g. after its deletion could not be committed.
+pub(crate) fn reload_stream(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+) {
+    let metas: Vec<_> = js
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .list_streams(&acc.name)
+        .into_iter()
+        .filter(|m| m.name == name)
+        .collect();
+    load(shared, js, acc, metas);
+}
+
+fn load(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    metas: Vec<crate::store::meta::StreamMeta>,
+) {
     for sm in metas {
         let Some((cfg_v, created)) = open_envelope(&sm.config) else {
             error!(account = %acc.name, stream = %sm.name, "stream config in the catalog is unreadable; stream not served");
@@ -401,9 +428,10 @@ impl Worker {
         }
         self.persist_changes(st);
         let must = !ack_replies.is_empty();
-        self.persist_state(st, must, now);
-        for r in ack_replies {
-            self.sink.reply(&r, Bytes::new());
+        if self.persist_state(st, must, now) {
+            for r in ack_replies {
+                self.sink.reply(&r, Bytes::new());
+            }
         }
         let (bytes, msgs) = st.usage();
         self.usage.bytes.store(bytes, Ordering::Relaxed);
@@ -486,7 +514,7 @@ impl Worker {
         for c in st.consumers.values_mut() {
             c.dirty = true;
         }
-        self.persist_state(st, true, now_nanos());
+        let _ = self.persist_state(st, true, now_nanos());
         st.close();
     }
 
@@ -535,6 +563,7 @@ impl Worker {
                     };
                     if let Err(e) = r {
                         error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
+                        self.js.heal(&mut meta);
                     }
                 }
                 ConsumerChange::Deleted(name) => {
@@ -555,11 +584,14 @@ impl Worker {
     }
 
     /// Writes dirty consumer state: now when `must`, else at most once a second.
-    fn persist_state(&mut self, st: &mut Stream, must: bool, now: i64) {
+    /// Returns false when some consumer's state could not be written (the caller must not
+    /// confirm acks then).
+    fn persist_state(&mut self, st: &mut Stream, must: bool, now: i64) -> bool {
         if !must && now.saturating_sub(self.last_persist) < PERSIST_EVERY_NS {
-            return;
+            return true;
         }
-        let Some(sid) = self.id else { return };
+        let Some(sid) = self.id else { return true };
+        let mut all_ok = true;
         let persisted = self.persisted(st);
         let mut wrote = false;
         for (name, c) in &mut st.consumers {
@@ -573,25 +605,27 @@ impl Worker {
                 continue;
             };
             c.generation += 1;
-            let r = self
-                .js
-                .meta
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .persist_consumer_state(sid, *id, c.generation, &bytes);
+            let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = meta.persist_consumer_state(sid, *id, c.generation, &bytes);
+            if r.is_err() && self.js.heal(&mut meta) {
+                r = meta.persist_consumer_state(sid, *id, c.generation, &bytes);
+            }
+            drop(meta);
             match r {
                 Ok(()) => {
                     c.dirty = false;
                     wrote = true;
                 }
                 Err(e) => {
-                    error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist consumer state");
+                    all_ok = false;
+                    error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist consumer state; ack confirmations are withheld");
                 }
             }
         }
         if wrote || must {
             self.last_persist = now;
         }
+        all_ok
     }
 
     fn api(

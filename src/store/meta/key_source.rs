@@ -49,6 +49,16 @@ pub struct KeyConfig {
 }
 
 impl KeySource {
+    /// A second handle on the same key source (for reopening the store). Deliberately not
+    /// `Clone`: copies of a passphrase should be explicit.
+    pub fn duplicate(&self) -> KeySource {
+        match self {
+            KeySource::Passphrase(p) => KeySource::Passphrase(p.clone()),
+            KeySource::KeyFile(p) => KeySource::KeyFile(p.clone()),
+            KeySource::Auto => KeySource::Auto,
+        }
+    }
+
     /// Resolves the key source from the configuration and an environment lookup.
     ///
     /// # Errors

@@ -736,6 +736,31 @@ impl MetaStore {
         Ok(removed)
     }
 
+    /// Whether an earlier failed update poisoned this handle (it refuses writes).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Closes this handle (releasing the lock) and opens the store again: the same recovery a
+    /// restart runs, so the leftovers of a failed update are cleaned up. The server uses it
+    /// after an update failed on a full disk, instead of staying poisoned until it restarts.
+    ///
+    /// # Errors
+    /// As [`MetaStore::open`]; on error this handle stays poisoned and no longer holds the
+    /// lock.
+    pub fn reopen(&mut self, key: KeySource) -> Result<(), MetaError> {
+        let options = MetaOptions {
+            read_only: self.read_only,
+            kdf: self.kdf,
+        };
+        let root = self.root.clone();
+        self.poisoned = true;
+        self._lock = None;
+        let fresh = MetaStore::open(&root, key, options)?;
+        *self = fresh;
+        Ok(())
+    }
+
     /// The store's id.
     pub fn store_uuid(&self) -> [u8; 16] {
         self.header.store_uuid
