@@ -6,8 +6,10 @@
 //! The cipher object is built per call on the stack from the [`Key32`], so no long-lived copy
 //! of the key sits outside a [`Secret`].
 
-use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-use chacha20poly1305::{Key, Tag, XChaCha20Poly1305, XNonce};
+use chacha20::cipher::consts::U10;
+use chacha20::cipher::generic_array::GenericArray;
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305};
+use zeroize::Zeroize;
 
 use super::secret::Key32;
 
@@ -38,20 +40,37 @@ impl SealKey {
         SealKey(key)
     }
 
-    fn cipher(&self) -> XChaCha20Poly1305 {
-        XChaCha20Poly1305::new(Key::from_slice(self.0.expose()))
+    /// XChaCha20-Poly1305 = ChaCha20-Poly1305 under the subkey HChaCha20(key, nonce[..16])
+    /// with the 12-byte nonce `0000 || nonce[16..]` (draft-irtf-cfrg-xchacha §2.3).
+    fn cipher(&self, nonce: &[u8; NONCE_LEN]) -> (LessSafeKey, Nonce) {
+        let (prefix, suffix) = nonce.split_at(16);
+        let mut sub = chacha20::hchacha::<U10>(
+            GenericArray::from_slice(self.0.expose()),
+            GenericArray::from_slice(prefix),
+        );
+        let unbound = UnboundKey::new(&CHACHA20_POLY1305, sub.as_slice());
+        sub.as_mut_slice().zeroize();
+        let key = match unbound {
+            Ok(k) => LessSafeKey::new(k),
+            Err(_) => unreachable!("a 32-byte key is the ChaCha20-Poly1305 key length"),
+        };
+        let mut n = [0u8; 12];
+        if let Some(tail) = n.get_mut(4..) {
+            tail.copy_from_slice(suffix);
+        }
+        (key, Nonce::assume_unique_for_key(n))
     }
 
     /// Encrypts `buf` in place with a fresh random nonce; returns (nonce, tag).
     pub fn seal_in_place(&self, aad: &[u8], buf: &mut [u8]) -> ([u8; NONCE_LEN], [u8; TAG_LEN]) {
         let mut nonce = [0u8; NONCE_LEN];
         super::random_bytes(&mut nonce);
-        let tag = self
-            .cipher()
-            .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, buf)
-            .expect("XChaCha20-Poly1305 encryption cannot fail below 256 GiB per message");
+        let (key, n) = self.cipher(&nonce);
+        let tag = key
+            .seal_in_place_separate_tag(n, Aad::from(aad), buf)
+            .expect("ChaCha20-Poly1305 encryption cannot fail below 256 GiB per message");
         let mut t = [0u8; TAG_LEN];
-        t.copy_from_slice(&tag);
+        t.copy_from_slice(tag.as_ref());
         (nonce, t)
     }
 
@@ -66,9 +85,19 @@ impl SealKey {
         buf: &mut [u8],
         tag: &[u8; TAG_LEN],
     ) -> Result<(), SealError> {
-        self.cipher()
-            .decrypt_in_place_detached(XNonce::from_slice(nonce), aad, buf, Tag::from_slice(tag))
-            .map_err(|_| SealError::Unauthentic)
+        let (key, n) = self.cipher(nonce);
+        let tag = Tag::from(*tag);
+        // ring decrypts before it compares tags; on failure put the ciphertext back, so a
+        // failed open leaves `buf` exactly as it was (no unauthenticated plaintext, and callers
+        // that look at the bytes again see what is on disk).
+        let keep = buf.to_vec();
+        match key.open_in_place_separate_tag(n, Aad::from(aad), tag, buf, 0..) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                buf.copy_from_slice(&keep);
+                Err(SealError::Unauthentic)
+            }
+        }
     }
 
     /// Seals `plaintext` into `nonce || ciphertext || tag`.
@@ -115,6 +144,37 @@ impl SealKey {
 mod tests {
     use super::*;
     use crate::crypto::Secret;
+
+    /// Byte for byte the XChaCha20-Poly1305 of the RustCrypto crate, both ways: stores sealed
+    /// before the switch to ring open, and the reverse.
+    #[test]
+    fn same_bytes_as_rustcrypto_xchacha20poly1305() {
+        use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+        use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
+        let raw = [7u8; 32];
+        let key = SealKey::new(Secret::new(raw));
+        let other = XChaCha20Poly1305::new(Key::from_slice(&raw));
+        for len in [0usize, 1, 63, 64, 65, 1000, 70_000] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let aad = b"position-bound aad";
+            let sealed = key.seal(aad, &plain);
+            let nonce = XNonce::from_slice(&sealed[..NONCE_LEN]);
+            let mut body = sealed[NONCE_LEN..sealed.len() - TAG_LEN].to_vec();
+            let tag = chacha20poly1305::Tag::from_slice(&sealed[sealed.len() - TAG_LEN..]);
+            other
+                .decrypt_in_place_detached(nonce, aad, &mut body, tag)
+                .unwrap();
+            assert_eq!(body, plain);
+            let mut buf = plain.clone();
+            let theirs = other
+                .encrypt_in_place_detached(nonce, aad, &mut buf)
+                .unwrap();
+            let mut blob = nonce.to_vec();
+            blob.extend_from_slice(&buf);
+            blob.extend_from_slice(&theirs);
+            assert_eq!(key.open(aad, &blob).unwrap(), plain);
+        }
+    }
 
     #[test]
     fn seal_opens_only_with_the_same_key_and_aad() {
