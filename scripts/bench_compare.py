@@ -8,6 +8,7 @@ peak RSS, with sealstream/nats-server ratios. Used to write docs/PERFORMANCE.md.
 
     cargo build --release && .venv/bin/python scripts/bench_compare.py [--quick] [--tls]
     cargo build --release && .venv/bin/python scripts/bench_compare.py --js [--quick] [--out r.json]
+    cargo build --release && .venv/bin/python scripts/bench_compare.py --auth [--quick] [--out r.json]
 
 With --tls, both servers also run with the same TLS certificate (made with openssl) and the
 1:1 scenarios are measured over TLS too.
@@ -19,6 +20,13 @@ nats-server with `sync_interval: always` (the like-for-like durability setting) 
 nats-server with JetStream defaults (fsync every 2 minutes: its usual speed). All store
 directories live in one temporary directory on the same disk (`--store-root` to choose it).
 A server that fails a scenario (e.g. no JetStream yet) is shown as n/a with the reason.
+
+With --auth, multi-tenancy costs: `sealctl` builds an operator setup once (operator init →
+account add → users, one with a permissions policy → `server config`, MEMORY resolver with the
+accounts preloaded) and both servers run from that same file; then a second pair runs from a
+config-mode file (`authorization { users = [...] }`, one user with permissions, one without).
+Measured: connections/s and connect → PONG latency with JWT creds (the nonce signed per
+connection) and with user/password, and core pub/sub 128 B with and without permissions.
 
 Binaries: `$CARGO_TARGET_DIR/release` (else `target/release`) for ours; nats-server from
 `$NATS_SERVER`, else `.venv/bin/nats-server` here or in the main checkout of a git worktree.
@@ -329,10 +337,180 @@ def print_js(rows, rss):
         print("Peak RSS after the whole run: " + ", ".join(f"{JS_LABELS[n]} {v / 1024:.1f} MiB" for n, v in rss.items()) + ".")
 
 
+# --- multi-tenancy: JWT connect rate and permissions ------------------------------------
+
+# Publish/subscribe permissions of the permissioned users: bench.> plus a few deny rules (the
+# bench subject is allowed, so every publish is checked and passes).
+AUTH_ALLOW = ["bench.>", "_INBOX.>"]
+AUTH_PUB_DENY = ["bench.secret.>", "bench.admin.*", "bench.*.private"]
+AUTH_SUB_DENY = ["bench.secret.>", "bench.admin.*"]
+AUTH_SUBJECT = "bench.load.data"
+
+
+def sealctl(keys, *args):
+    out = subprocess.run([CTL, *args], check=True, capture_output=True, text=True,
+                         env={**os.environ, "SEALCTL_KEYS": keys})
+    return out.stdout
+
+
+def jlist(xs):
+    return "[" + ", ".join(json.dumps(x) for x in xs) + "]"
+
+
+def auth_setup(d):
+    """Writes the operator-mode and config-mode server configs and the creds under `d`;
+    returns (operator_conf, config_conf, {name: creds path})."""
+    keys = os.path.join(d, "keys")
+    policy = os.path.join(d, "bench-permissions.conf")
+    with open(policy, "w") as f:
+        f.write(f"pub: {{ allow: {jlist(AUTH_ALLOW)}, deny: {jlist(AUTH_PUB_DENY)} }}\n"
+                f"sub: {{ allow: {jlist(AUTH_ALLOW)}, deny: {jlist(AUTH_SUB_DENY)} }}\n"
+                # JWT user limits default to 0 (none) when a policy omits them.
+                "subs: -1\npayload: -1\ndata: -1\n")
+    sealctl(keys, "operator", "init", "--name", "BENCH-OP")
+    sealctl(keys, "account", "add", "TENANT")
+    creds = {"open": os.path.join(d, "open.creds"), "perm": os.path.join(d, "perm.creds")}
+    sealctl(keys, "user", "add", "TENANT", "open", "--out", creds["open"])
+    sealctl(keys, "user", "add", "TENANT", "perm", "--policy", policy, "--out", creds["perm"])
+    op_conf = os.path.join(d, "operator.conf")
+    with open(op_conf, "w") as f:
+        f.write(sealctl(keys, "server", "config"))
+    cfg_conf = os.path.join(d, "users.conf")
+    with open(cfg_conf, "w") as f:
+        f.write("authorization {\n  users = [\n"
+                "    { user: open, password: open-pw }\n"
+                "    { user: perm, password: perm-pw, permissions: {\n"
+                f"        publish: {{ allow: {jlist(AUTH_ALLOW)}, deny: {jlist(AUTH_PUB_DENY)} }}\n"
+                f"        subscribe: {{ allow: {jlist(AUTH_ALLOW)}, deny: {jlist(AUTH_SUB_DENY)} }}\n"
+                "    } }\n  ]\n}\n")
+    return op_conf, cfg_conf, creds
+
+
+def start_conf(binary, conf):
+    port = free_port()
+    p = subprocess.Popen([binary, "-c", conf, "-a", "127.0.0.1", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"{binary} -c {conf} exited with {p.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"{binary} did not start")
+
+
+def auth_scenarios(quick, creds):
+    """(label, kind, config: "op"|"cfg", args). Each runs `reps` times per server."""
+    conns = "1000" if quick else "2000"
+    msgs = "200000" if quick else "1000000"
+    core = [AUTH_SUBJECT, "--msgs", msgs, "--size", "128"]
+    connect = ["--scenario", "connect", "--conns", conns, "--parallel", "8"]
+    return [
+        ("connect, JWT creds (nonce signed)", "connect", "op", [*connect, "--creds", creds["open"]]),
+        ("connect, user/password", "connect", "cfg", [*connect, "--user", "open", "--password", "open-pw"]),
+        ("pub/sub 128 B, config user, no permissions", "core", "cfg", [*core, "--user", "open", "--password", "open-pw"]),
+        ("pub/sub 128 B, config user, permissions", "core", "cfg", [*core, "--user", "perm", "--password", "perm-pw"]),
+        ("pub/sub 128 B, JWT user, no permissions", "core", "op", [*core, "--creds", creds["open"]]),
+        ("pub/sub 128 B, JWT user, permissions", "core", "op", [*core, "--creds", creds["perm"]]),
+    ]
+
+
+def median_by(reports, key):
+    reports = sorted(reports, key=key)
+    return reports[len(reports) // 2]
+
+
+def auth_main(quick):
+    import tempfile
+    t0 = time.time()
+    reps = 3
+    names = ("sealstream", "nats-server")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="authbench-") as d:
+        op_conf, cfg_conf, creds = auth_setup(d)
+        procs = {}
+        try:
+            for name, binary in (("sealstream", SEAL), ("nats-server", NATS)):
+                procs[(name, "op")] = start_conf(binary, op_conf)
+                procs[(name, "cfg")] = start_conf(binary, cfg_conf)
+            for i, (label, kind, conf, args) in enumerate(auth_scenarios(quick, creds)):
+                runs = {n: [] for n in names}
+                for r in range(reps):
+                    order = names if (i + r) % 2 == 0 else names[::-1]
+                    for name in order:
+                        p, port = procs[(name, conf)]
+                        runs[name].append(bench(port, p.pid, args))
+                # The median run by rate (connect: established connections/s).
+                res = {n: median_by(runs[n], lambda x: x["delivered_msgs_per_sec"]) for n in names}
+                rows.append((label, kind, res, runs))
+                print(f"done: {label} ({time.time() - t0:.0f} s)", file=sys.stderr)
+            rss = {key: peak_rss_kib(p.pid) for key, (p, _) in procs.items()}
+        finally:
+            for p, _ in procs.values():
+                p.kill()
+                p.wait()
+    print_auth(rows, reps)
+    print()
+    print("Peak RSS after the whole run: " + ", ".join(
+        f"{n} ({'operator' if c == 'op' else 'config'} mode) {v / 1024:.1f} MiB" for (n, c), v in rss.items()) + ".")
+    out = arg_value("--out")
+    if out:
+        with open(out, "w") as f:
+            json.dump({"scenarios": [{"label": label, "runs": runs} for label, _, _, runs in rows],
+                       "peak_rss_kib": {f"{n}/{c}": v for (n, c), v in rss.items()}}, f, indent=2)
+    print(f"\nTotal {time.time() - t0:.0f} s.", file=sys.stderr)
+
+
+def print_auth(rows, reps):
+    print(f"Median of {reps} runs per server (runs alternate which server goes first).")
+    print()
+    print("| connect scenario | sealstream conns/s | nats-server conns/s | ratio | sealstream p50 / p99 / max µs "
+          "| nats-server p50 / p99 / max µs | p99 ratio | sealstream CPU µs/conn | nats-server CPU µs/conn | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, kind, res, runs in rows:
+        if kind != "connect":
+            continue
+        s, n = res["sealstream"], res["nats-server"]
+        ls, ln = s["latency_us"] or {}, n["latency_us"] or {}
+        errs = sum(x["errors"] or 0 for rs in runs.values() for x in rs)
+        lat = lambda l: f"{l.get('p50', 0):,.0f} / {l.get('p99', 0):,.0f} / {l.get('max', 0):,.0f}"
+        cpu = lambda r: f"{r['server_cpu_us_per_msg']:.0f}" if r.get("server_cpu_us_per_msg") is not None else "n/a"
+        print(f"| {label} | {s['delivered_msgs_per_sec']:,.0f} | {n['delivered_msgs_per_sec']:,.0f} | "
+              f"{s['delivered_msgs_per_sec'] / max(n['delivered_msgs_per_sec'], 1e-9):.2f} | {lat(ls)} | {lat(ln)} | "
+              f"{ls.get('p99', 0) / max(ln.get('p99', 0), 1e-9):.2f} | {cpu(s)} | {cpu(n)} | {errs} |")
+    print()
+    print("| pub/sub 1 pub -> 1 sub | sealstream msgs/s | nats-server msgs/s | ratio "
+          "| sealstream CPU µs/msg | nats-server CPU µs/msg | CPU ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    base = {}
+    for label, kind, res, _ in rows:
+        if kind != "core":
+            continue
+        s, n = res["sealstream"], res["nats-server"]
+        sr, nr = s["delivered_msgs_per_sec"], n["delivered_msgs_per_sec"]
+        sc, nc = s["server_cpu_us_per_msg"] or 0.0, n["server_cpu_us_per_msg"] or 0.0
+        print(f"| {label} | {sr:,.0f} | {nr:,.0f} | {sr / nr:.2f} | {sc:.3f} | {nc:.3f} | {sc / nc if nc else 0:.2f} |")
+        base[label] = (sr, nr)
+    print()
+    for mode in ("config user", "JWT user"):
+        off = base.get(f"pub/sub 128 B, {mode}, no permissions")
+        on = base.get(f"pub/sub 128 B, {mode}, permissions")
+        if off and on:
+            print(f"- {mode}: permissions on ÷ off, msgs/s: sealstream {on[0] / off[0]:.2f}, "
+                  f"nats-server {on[1] / off[1]:.2f}")
+
+
 def main():
     quick = "--quick" in sys.argv
     if "--js" in sys.argv:
         js_main(quick)
+        return
+    if "--auth" in sys.argv:
+        auth_main(quick)
         return
     rows = []
     servers = {"sealstream": SEAL, "nats-server": NATS}

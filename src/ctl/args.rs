@@ -287,6 +287,9 @@ pub enum BenchScenario {
     KvPut,
     /// Key-value: preload `--keys` keys, then DIRECT.GET random keys.
     KvGet,
+    /// Connection rate: `--conns` connections, `--parallel` at a time, each one TCP connect →
+    /// INFO → CONNECT (signed nonce with `--creds`) → PING/PONG → close.
+    Connect,
 }
 
 /// Storage type of the stream a JetStream scenario creates.
@@ -361,6 +364,22 @@ pub struct BenchArgs {
     /// Name of the stream the js-* scenarios create (deleted first if it exists, and at the end).
     #[arg(long, default_value = "BENCH")]
     pub stream: String,
+    /// Connections to open and close (connect scenario).
+    #[arg(long, default_value_t = 1000)]
+    pub conns: u64,
+    /// Connections being set up at the same time (connect scenario).
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Authenticate every connection with this user `.creds` file (JWT + nkey seed: the
+    /// server's INFO nonce is signed per connection).
+    #[arg(long, conflicts_with_all = ["user", "password"])]
+    pub creds: Option<std::path::PathBuf>,
+    /// Authenticate every connection with this user name (with `--password`).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Password for `--user`.
+    #[arg(long, env = "NATS_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
 impl BenchArgs {
@@ -372,6 +391,7 @@ impl BenchArgs {
             BenchScenario::JsPubWindow | BenchScenario::JsConsume => 100_000,
             BenchScenario::KvPut => self.keys,
             BenchScenario::KvGet => 20_000,
+            BenchScenario::Connect => self.conns,
         })
     }
 }

@@ -18,6 +18,7 @@
 //! (stderr, terminal only, never with `--json`) and records throughput over time, which
 //! `--report FILE` plots next to the latency percentiles (see [`report`]).
 
+pub mod connect;
 pub mod js;
 pub mod meter;
 pub mod report;
@@ -32,6 +33,8 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::auth::creds::parse_creds;
+use crate::auth::nkeys::{KeyPair, Role};
 use crate::ctl::args::{BenchArgs, BenchScenario};
 use crate::proto::encode::encode_client_op;
 use crate::proto::parser::{Limits, Parser};
@@ -52,11 +55,13 @@ struct RawConn {
     rd: Box<dyn AsyncRead + Unpin + Send>,
     wr: Box<dyn AsyncWrite + Unpin + Send>,
     buf: BytesMut,
+    /// Read buffer size: it grows by this much when less than 1/16 of it is free.
+    cap: usize,
     parser: Parser,
 }
 
-/// Reads the plaintext INFO line before a TLS upgrade.
-async fn read_info_line(s: &mut TcpStream) -> anyhow::Result<()> {
+/// Reads the plaintext INFO line before a TLS upgrade; returns its JSON body.
+async fn read_info_line(s: &mut TcpStream) -> anyhow::Result<Vec<u8>> {
     let mut line = Vec::new();
     let mut b = [0u8; 1];
     while !line.ends_with(b"\r\n") {
@@ -66,10 +71,10 @@ async fn read_info_line(s: &mut TcpStream) -> anyhow::Result<()> {
             bail!("INFO line too long");
         }
     }
-    if !line.starts_with(b"INFO ") {
-        bail!("expected INFO");
+    match line.strip_prefix(b"INFO ") {
+        Some(body) => Ok(body.to_vec()),
+        None => bail!("expected INFO"),
     }
-    Ok(())
 }
 
 fn tls_connector(ca: &std::path::Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
@@ -93,26 +98,102 @@ type Halves = (
     Box<dyn AsyncWrite + Unpin + Send>,
 );
 
+/// Where and how every connection of a bench run connects: the address, TLS, and the
+/// credentials (a `.creds` file is read and parsed once, its key signs each connection's
+/// nonce).
+pub struct Dial {
+    /// `host:port`.
+    pub addr: String,
+    tls: Option<tokio_rustls::TlsConnector>,
+    /// The user JWT and its key pair (`--creds`).
+    creds: Option<(String, KeyPair)>,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+impl Dial {
+    /// The dial settings of `a` for the server at `server` (a URL or `host:port`).
+    ///
+    /// # Errors
+    /// An unreadable or malformed `--creds` file or `--tlsca` bundle.
+    pub fn new(server: &str, a: &BenchArgs) -> anyhow::Result<Self> {
+        let creds = match &a.creds {
+            None => None,
+            Some(path) => {
+                let text = zeroize::Zeroizing::new(
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("read {}", path.display()))?,
+                );
+                let (jwt, seed) =
+                    parse_creds(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+                let kp = KeyPair::from_seed(&seed, &[Role::User])
+                    .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+                Some((jwt, kp))
+            }
+        };
+        Ok(Dial {
+            addr: addr_of(server),
+            tls: a.tlsca.as_deref().map(tls_connector).transpose()?,
+            creds,
+            user: a.user.clone(),
+            password: a.password.clone(),
+        })
+    }
+
+    /// The CONNECT body for a connection named `name`, answering the server's INFO `info`.
+    fn connect_json(&self, name: &str, info: &[u8]) -> anyhow::Result<String> {
+        let mut c = serde_json::json!({
+            "verbose": false, "pedantic": false, "protocol": 1, "headers": true,
+            "no_responders": true, "name": name, "lang": "sealctl",
+            "version": env!("CARGO_PKG_VERSION"),
+        });
+        if let Some((jwt, kp)) = &self.creds {
+            let info: serde_json::Value =
+                serde_json::from_slice(info).context("INFO is not JSON")?;
+            let Some(nonce) = info.get("nonce").and_then(|n| n.as_str()) else {
+                bail!("--creds given but the server sent no nonce (is it in operator mode?)");
+            };
+            c["jwt"] = jwt.as_str().into();
+            c["sig"] = data_encoding::BASE64URL_NOPAD
+                .encode(&kp.sign(nonce.as_bytes()))
+                .into();
+        }
+        if let Some(u) = &self.user {
+            c["user"] = u.as_str().into();
+        }
+        if let Some(p) = &self.password {
+            c["pass"] = p.as_str().into();
+        }
+        Ok(c.to_string())
+    }
+}
+
 impl RawConn {
-    async fn connect(
-        addr: &str,
-        name: &str,
-        tlsca: Option<&std::path::Path>,
-    ) -> anyhow::Result<Self> {
+    /// Connects, authenticates as `dial` says and waits for the PONG that confirms it; a
+    /// server `-ERR` (e.g. `Authorization Violation`) is an error.
+    async fn connect(dial: &Dial, name: &str) -> anyhow::Result<Self> {
+        Self::connect_buffered(dial, name, 256 * 1024).await
+    }
+
+    /// As [`RawConn::connect`], with a read buffer of `cap` bytes (the connect scenario uses a
+    /// small one: its connections only read INFO and PONG).
+    async fn connect_buffered(dial: &Dial, name: &str, cap: usize) -> anyhow::Result<Self> {
+        let addr = dial.addr.as_str();
         let mut s = TcpStream::connect(addr)
             .await
             .with_context(|| format!("connect {addr}"))?;
         s.set_nodelay(true)?;
-        let (rd, wr): Halves = match tlsca {
+        let mut info = None;
+        let (rd, wr): Halves = match &dial.tls {
             None => {
                 let (r, w) = s.into_split();
                 (Box::new(r), Box::new(w))
             }
-            Some(ca) => {
-                read_info_line(&mut s).await?;
+            Some(connector) => {
+                info = Some(read_info_line(&mut s).await?);
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_owned();
                 let server = rustls_pki_types::ServerName::try_from(host)?;
-                let tls = tls_connector(ca)?.connect(server, s).await?;
+                let tls = connector.connect(server, s).await?;
                 let (r, w) = tokio::io::split(tls);
                 (Box::new(r), Box::new(w))
             }
@@ -124,19 +205,18 @@ impl RawConn {
         let mut c = RawConn {
             rd,
             wr,
-            buf: BytesMut::with_capacity(256 * 1024),
+            buf: BytesMut::with_capacity(cap),
+            cap,
             parser: Parser::new(limits),
         };
-        if tlsca.is_none() {
-            match c.next().await? {
-                ServerOp::Info(_) => {}
+        let info = match info {
+            Some(i) => Bytes::from(i),
+            None => match c.next().await? {
+                ServerOp::Info(i) => i,
                 other => bail!("expected INFO, got {other:?}"),
-            }
-        }
-        let connect = format!(
-            "{{\"verbose\":false,\"pedantic\":false,\"protocol\":1,\"headers\":true,\"no_responders\":true,\"name\":\"{name}\",\"lang\":\"sealctl\",\"version\":\"{}\"}}",
-            env!("CARGO_PKG_VERSION")
-        );
+            },
+        };
+        let connect = dial.connect_json(name, &info)?;
         let mut out = BytesMut::new();
         encode_client_op(&mut out, &ClientOp::Connect(Bytes::from(connect)));
         out.extend_from_slice(b"PING\r\n");
@@ -153,8 +233,8 @@ impl RawConn {
                 }
                 return Ok(op);
             }
-            if self.buf.capacity() - self.buf.len() < 16 * 1024 {
-                self.buf.reserve(256 * 1024);
+            if self.buf.capacity() - self.buf.len() < self.cap / 16 {
+                self.buf.reserve(self.cap);
             }
             let n = tokio::time::timeout(STALL_TIMEOUT, self.rd.read_buf(&mut self.buf))
                 .await
@@ -195,7 +275,8 @@ impl RawConn {
 /// What one run measured.
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
-    /// Scenario label, e.g. `1 pub -> 4 subs`.
+    /// Scenario label, e.g. `1 pub -> 4 subs`. The connect scenario fills the message fields
+    /// with connections (see [`connect`]).
     pub scenario: String,
     /// Payload size in bytes.
     pub size: usize,
@@ -265,12 +346,13 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// # Errors
 /// Connection failures, server errors, or a run that stalls.
 pub async fn run(server: &str, a: BenchArgs) -> anyhow::Result<()> {
-    let addr = addr_of(server);
+    let dial = Arc::new(Dial::new(server, &a)?);
     let meter = meter::Meter::start(crate::ctl::progress::bar(Some(a.msgs()), "connect", a.json));
     let result = match a.scenario {
-        BenchScenario::Core if a.request => latency(&addr, &a, &meter).await,
-        BenchScenario::Core => throughput(&addr, &a, &meter).await,
-        _ => js::run(&addr, &a, &meter).await,
+        BenchScenario::Core if a.request => latency(&dial, &a, &meter).await,
+        BenchScenario::Core => throughput(&dial, &a, &meter).await,
+        BenchScenario::Connect => connect::run(&dial, &a, &meter).await,
+        _ => js::run(&dial, &a, &meter).await,
     };
     let timeline = meter.finish();
     let report = result?;
@@ -301,8 +383,22 @@ fn params(server: &str, a: &BenchArgs) -> Vec<(String, String)> {
         ("msgs", a.msgs().to_string()),
         ("size", a.size.to_string()),
         ("tls", a.tlsca.is_some().to_string()),
+        (
+            "auth",
+            if a.creds.is_some() {
+                "creds".to_owned()
+            } else if a.user.is_some() {
+                "user/password".to_owned()
+            } else {
+                "none".to_owned()
+            },
+        ),
     ];
     match a.scenario {
+        BenchScenario::Connect => {
+            p.push(("conns", a.conns.to_string()));
+            p.push(("parallel", a.parallel.to_string()));
+        }
         BenchScenario::Core => {
             p.push(("subject", a.subject.clone()));
             p.push(("request", a.request.to_string()));
@@ -345,6 +441,9 @@ fn params(server: &str, a: &BenchArgs) -> Vec<(String, String)> {
 }
 
 fn print_table(r: &BenchReport) {
+    if r.scenario.starts_with(connect::LABEL) {
+        return connect::print_table(r);
+    }
     if r.errors.is_some() {
         return js::print_table(r);
     }
@@ -377,7 +476,7 @@ fn print_table(r: &BenchReport) {
 /// One publisher, `a.subs` subscribers (or a queue group of them). Without a queue group each
 /// subscriber also samples publish → delivery latency (every [`LATENCY_EVERY`]th message).
 pub async fn throughput(
-    addr: &str,
+    dial: &Dial,
     a: &BenchArgs,
     m: &meter::Meter,
 ) -> anyhow::Result<BenchReport> {
@@ -393,7 +492,7 @@ pub async fn throughput(
     let finished = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
     for i in 0..subs {
-        let mut c = RawConn::connect(addr, &format!("bench-sub-{i}"), a.tlsca.as_deref()).await?;
+        let mut c = RawConn::connect(dial, &format!("bench-sub-{i}")).await?;
         c.send(&ClientOp::Sub {
             subject: Bytes::from(a.subject.clone()),
             queue: a.queue.clone().map(Bytes::from),
@@ -433,7 +532,7 @@ pub async fn throughput(
             }
         }));
     }
-    let mut publisher = RawConn::connect(addr, "bench-pub", a.tlsca.as_deref()).await?;
+    let mut publisher = RawConn::connect(dial, "bench-pub").await?;
     let payload = Bytes::from(vec![b'x'; a.size]);
     let mut frame = BytesMut::new();
     encode_client_op(
@@ -512,8 +611,8 @@ pub async fn throughput(
 }
 
 /// Sequential request/reply round trips through one responder.
-pub async fn latency(addr: &str, a: &BenchArgs, m: &meter::Meter) -> anyhow::Result<BenchReport> {
-    let mut responder = RawConn::connect(addr, "bench-responder", a.tlsca.as_deref()).await?;
+pub async fn latency(dial: &Dial, a: &BenchArgs, m: &meter::Meter) -> anyhow::Result<BenchReport> {
+    let mut responder = RawConn::connect(dial, "bench-responder").await?;
     responder
         .send(&ClientOp::Sub {
             subject: Bytes::from(a.subject.clone()),
@@ -551,7 +650,7 @@ pub async fn latency(addr: &str, a: &BenchArgs, m: &meter::Meter) -> anyhow::Res
             }
         }
     });
-    let mut req = RawConn::connect(addr, "bench-requester", a.tlsca.as_deref()).await?;
+    let mut req = RawConn::connect(dial, "bench-requester").await?;
     let inbox = Bytes::from_static(b"_INBOX.sealctl.bench");
     req.send(&ClientOp::Sub {
         subject: inbox.clone(),

@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 use super::meter::Meter;
-use super::{cpu_seconds, percentiles, BenchReport, RawConn};
+use super::{cpu_seconds, percentiles, BenchReport, Dial, RawConn};
 use crate::ctl::args::{BenchArgs, BenchScenario, BenchStorage};
 use crate::proto::encode::encode_client_op;
 use crate::proto::headers::HeaderMap;
@@ -91,8 +91,8 @@ struct Admin {
 }
 
 impl Admin {
-    async fn connect(addr: &str, a: &BenchArgs) -> anyhow::Result<Self> {
-        let mut c = RawConn::connect(addr, "bench-admin", a.tlsca.as_deref()).await?;
+    async fn connect(dial: &Dial) -> anyhow::Result<Self> {
+        let mut c = RawConn::connect(dial, "bench-admin").await?;
         let prefix = format!("_INBOX.bench.{}", nonce());
         c.send(&ClientOp::Sub {
             subject: Bytes::from(format!("{prefix}.*")),
@@ -252,15 +252,14 @@ impl FlowResult {
 
 impl Flow {
     async fn connect(
-        addr: &str,
-        a: &BenchArgs,
+        dial: &Dial,
         name: &str,
         subject: SubjectFn,
         payload: Bytes,
         window: usize,
         kind: ReplyKind,
     ) -> anyhow::Result<Self> {
-        let mut c = RawConn::connect(addr, name, a.tlsca.as_deref()).await?;
+        let mut c = RawConn::connect(dial, name).await?;
         let prefix = format!("_INBOX.bench.{}", nonce());
         c.send(&ClientOp::Sub {
             subject: Bytes::from(format!("{prefix}.*")),
@@ -404,12 +403,14 @@ fn cpu_per_op(c0: Option<f64>, c1: Option<f64>, ops: u64) -> Option<f64> {
 ///
 /// # Errors
 /// Connection failures, a server without JetStream, failed API calls, or a stalled run.
-pub async fn run(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
+pub async fn run(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     match a.scenario {
-        BenchScenario::JsPubSync | BenchScenario::JsPubWindow => js_pub(addr, a, m).await,
-        BenchScenario::JsConsume => js_consume(addr, a, m).await,
-        BenchScenario::KvPut | BenchScenario::KvGet => kv(addr, a, m).await,
-        BenchScenario::Core => bail!("core scenarios are not JetStream scenarios"),
+        BenchScenario::JsPubSync | BenchScenario::JsPubWindow => js_pub(dial, a, m).await,
+        BenchScenario::JsConsume => js_consume(dial, a, m).await,
+        BenchScenario::KvPut | BenchScenario::KvGet => kv(dial, a, m).await,
+        BenchScenario::Core | BenchScenario::Connect => {
+            bail!("core and connect scenarios are not JetStream scenarios")
+        }
     }
 }
 
@@ -456,7 +457,7 @@ async fn run_flows(
 
 /// A publisher of `size`-byte messages on one fixed subject.
 async fn js_publisher(
-    addr: &str,
+    dial: &Dial,
     a: &BenchArgs,
     name: &str,
     subject: String,
@@ -464,8 +465,7 @@ async fn js_publisher(
 ) -> anyhow::Result<Flow> {
     let subject = Bytes::from(subject);
     Flow::connect(
-        addr,
-        a,
+        dial,
         name,
         Box::new(move |_| subject.clone()),
         Bytes::from(vec![b'x'; a.size]),
@@ -475,13 +475,13 @@ async fn js_publisher(
     .await
 }
 
-async fn js_pub(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
+async fn js_pub(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let sync = a.scenario == BenchScenario::JsPubSync;
     let window = if sync { 1 } else { a.window.max(1) };
     let pubs = a.pubs.max(1);
     let per_pub = a.msgs() / pubs as u64;
     let total = per_pub * pubs as u64;
-    let mut admin = Admin::connect(addr, a).await?;
+    let mut admin = Admin::connect(dial).await?;
     admin
         .recreate_stream(&a.stream, &js_stream_config(a))
         .await?;
@@ -489,7 +489,7 @@ async fn js_pub(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchRep
     for i in 0..pubs {
         flows.push(
             js_publisher(
-                addr,
+                dial,
                 a,
                 &format!("bench-js-pub-{i}"),
                 format!("bench.js.p{i}"),
@@ -548,14 +548,14 @@ async fn stream_msgs(admin: &mut Admin, stream: &str) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow!("stream info without state.messages"))
 }
 
-async fn js_consume(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
+async fn js_consume(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let n = a.msgs();
-    let mut admin = Admin::connect(addr, a).await?;
+    let mut admin = Admin::connect(dial).await?;
     admin
         .recreate_stream(&a.stream, &js_stream_config(a))
         .await?;
     let preload = js_publisher(
-        addr,
+        dial,
         a,
         "bench-js-preload",
         "bench.js.c".to_owned(),
@@ -595,7 +595,7 @@ async fn js_consume(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<Benc
         .await
         .context("create pull consumer")?;
 
-    let mut c = RawConn::connect(addr, "bench-js-consumer", a.tlsca.as_deref()).await?;
+    let mut c = RawConn::connect(dial, "bench-js-consumer").await?;
     let prefix = format!("_INBOX.bench.{}", nonce());
     let pull_prefix = format!("{prefix}.pull");
     let ack_inbox = Bytes::from(format!("{prefix}.ack"));
@@ -776,7 +776,7 @@ async fn js_consume(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<Benc
     })
 }
 
-async fn kv(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
+async fn kv(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let keys = a.keys.max(1);
     let stream = format!("KV_{BUCKET}");
     let config = json!({
@@ -795,7 +795,7 @@ async fn kv(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport>
         "deny_delete": true,
         "num_replicas": 1,
     });
-    let mut admin = Admin::connect(addr, a).await?;
+    let mut admin = Admin::connect(dial).await?;
     admin.recreate_stream(&stream, &config).await?;
     let key_subjects: Arc<Vec<Bytes>> = Arc::new(
         (0..keys)
@@ -809,8 +809,7 @@ async fn kv(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport>
     };
     let ks = Arc::clone(&key_subjects);
     let putter = Flow::connect(
-        addr,
-        a,
+        dial,
         "bench-kv-put",
         Box::new(move |i| ks.get((i % keys) as usize).cloned().unwrap_or_default()),
         Bytes::from(vec![b'v'; a.size]),
@@ -854,8 +853,7 @@ async fn kv(addr: &str, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport>
     let get_prefix = format!("$JS.API.DIRECT.GET.{stream}.$KV.{BUCKET}.k");
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5ea1);
     let getter = Flow::connect(
-        addr,
-        a,
+        dial,
         "bench-kv-get",
         Box::new(move |_| Bytes::from(format!("{get_prefix}{}", rng.gen_range(0..keys)))),
         Bytes::new(),

@@ -205,7 +205,9 @@ pub fn latency_svg(l: Option<&Latency>) -> String {
 
 /// What the latency samples of `r` measure.
 fn latency_what(r: &BenchReport) -> &'static str {
-    if r.errors.is_some() {
+    if r.scenario.starts_with(super::connect::LABEL) {
+        "TCP connect → PONG (INFO, CONNECT, authentication)"
+    } else if r.errors.is_some() {
         "request → reply: PubAck or get"
     } else if r.scenario == "request/reply" {
         "request/reply round trip"
