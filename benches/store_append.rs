@@ -162,6 +162,10 @@ fn sequential_read(c: &mut Criterion) {
     g.sample_size(10).measurement_time(Duration::from_secs(4));
     let n = 64 * 312u64;
     g.throughput(Throughput::Elements(n));
+    #[cfg_attr(
+        not(feature = "bench-unsealed"),
+        expect(unused_mut, reason = "the unsealed variant is feature-gated")
+    )]
     let mut variants: Vec<(&str, StreamKeys)> = vec![("sealed", keys())];
     #[cfg(feature = "bench-unsealed")]
     variants.push(("unsealed", keys().insecure_unsealed_for_bench()));
