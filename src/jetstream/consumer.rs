@@ -154,13 +154,7 @@ pub fn status_block(code: u16, text: &str, fields: &[(&str, String)]) -> Bytes {
         b.put_slice(text.as_bytes());
     }
     b.put_slice(b"\r\n");
-    for (k, v) in fields {
-        b.put_slice(k.as_bytes());
-        b.put_slice(b": ");
-        b.put_slice(v.as_bytes());
-        b.put_slice(b"\r\n");
-    }
-    b.put_slice(b"\r\n");
+    put_fields(&mut b, fields);
     b.freeze()
 }
 
@@ -173,6 +167,12 @@ pub fn add_headers(stored: Option<&Bytes>, fields: &[(&str, String)]) -> Bytes {
         }
         _ => b.put_slice(b"NATS/1.0\r\n"),
     }
+    put_fields(&mut b, fields);
+    b.freeze()
+}
+
+/// `Name: value` lines, then the blank line that ends a header block.
+fn put_fields(b: &mut BytesMut, fields: &[(&str, String)]) {
     for (k, v) in fields {
         b.put_slice(k.as_bytes());
         b.put_slice(b": ");
@@ -180,7 +180,6 @@ pub fn add_headers(stored: Option<&Bytes>, fields: &[(&str, String)]) -> Bytes {
         b.put_slice(b"\r\n");
     }
     b.put_slice(b"\r\n");
-    b.freeze()
 }
 
 impl Consumer {

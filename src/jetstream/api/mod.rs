@@ -216,6 +216,19 @@ pub fn optional_body(payload: &[u8]) -> Result<Option<Value>, ApiError> {
     }
 }
 
+/// Turns a `STREAM.INFO` body into the shape create/update/list replies carry: no paging keys
+/// and no `cluster` (nats-server sends those only for `STREAM.INFO`); `did_create` when asked.
+pub fn info_for_reply(info: &mut Value, did_create: bool) {
+    if let Value::Object(m) = info {
+        for k in ["total", "offset", "limit", "cluster"] {
+            m.remove(k);
+        }
+        if did_create {
+            m.insert("did_create".into(), Value::Bool(true));
+        }
+    }
+}
+
 /// Paging request fields: `offset` and an optional subject filter.
 pub fn paging(body: Option<&Value>) -> (usize, Option<String>) {
     let offset = body

@@ -13,7 +13,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::jetstream::api::{err_reply, ok_reply, optional_body, paging, ApiCall, ApiError};
+use crate::jetstream::api::{
+    err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
+};
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
 use crate::jetstream::{Sink, API_LEVEL};
 
@@ -193,13 +195,9 @@ fn overlap(acc: &AccountJs, name: &str, cfg: &StreamConfig) -> bool {
     })
 }
 
-fn create(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    name: &str,
-    payload: &[u8],
-) -> Result<Value, ApiError> {
+/// The normalised config of a create or update request on `STREAM.<op>.<name>` (a missing
+/// name is taken from the subject; a different one is refused).
+fn requested_config(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiError> {
     let mut cfg = parse_stream_config(payload)?;
     if cfg.name.is_empty() {
         cfg.name = name.to_owned();
@@ -208,6 +206,17 @@ fn create(
         return Err(ApiError::stream_name_mismatch());
     }
     cfg.normalize(NATS_COMPAT_VERSION)?;
+    Ok(cfg)
+}
+
+fn create(
+    shared: &Arc<Shared>,
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+    payload: &[u8],
+) -> Result<Value, ApiError> {
+    let cfg = requested_config(name, payload)?;
     let existing = {
         let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
         streams.get(name).map(|s| (s.cfg.clone(), s.tx.clone()))
@@ -221,13 +230,7 @@ fn create(
         let mut info = irx
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
-        if let Value::Object(m) = &mut info {
-            m.remove("total");
-            m.remove("offset");
-            m.remove("limit");
-            m.remove("cluster");
-            m.insert("did_create".into(), json!(true));
-        }
+        info_for_reply(&mut info, true);
         return Ok(info);
     }
     if overlap(acc, name, &cfg) {
@@ -277,14 +280,7 @@ fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Res
 }
 
 fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
-    let mut cfg = parse_stream_config(payload)?;
-    if cfg.name.is_empty() {
-        cfg.name = name.to_owned();
-    }
-    if cfg.name != name {
-        return Err(ApiError::stream_name_mismatch());
-    }
-    cfg.normalize(NATS_COMPAT_VERSION)?;
+    let cfg = requested_config(name, payload)?;
     let (cur, tx) = {
         let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
         let s = streams.get(name).ok_or_else(ApiError::stream_not_found)?;
@@ -309,12 +305,7 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
         s.cfg = cfg;
     }
     let mut info = info;
-    if let Value::Object(m) = &mut info {
-        m.remove("total");
-        m.remove("offset");
-        m.remove("limit");
-        m.remove("cluster");
-    }
+    info_for_reply(&mut info, false);
     Ok(info)
 }
 
@@ -381,12 +372,7 @@ fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, A
         let (tx, rx) = std::sync::mpsc::channel();
         let _ = s.tx.send(Cmd::Info(tx));
         if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(10)) {
-            if let Value::Object(m) = &mut v {
-                m.remove("total");
-                m.remove("offset");
-                m.remove("limit");
-                m.remove("cluster");
-            }
+            info_for_reply(&mut v, false);
             infos.push(v);
         }
     }

@@ -17,7 +17,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
-use crate::jetstream::api::{err_reply, ok_reply, optional_body, paging, ApiCall, ApiError};
+use crate::jetstream::api::{
+    err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
+};
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
@@ -763,13 +765,7 @@ pub(crate) fn create(
     let stream = Stream::new(cfg, now, store, &js.server_name, now);
     let mut info = stream.info(None, now);
     spawn(shared, js, acc, stream, id, HashMap::new());
-    if let Value::Object(m) = &mut info {
-        m.remove("total");
-        m.remove("offset");
-        m.remove("limit");
-        m.remove("cluster");
-        m.insert("did_create".into(), json!(true));
-    }
+    info_for_reply(&mut info, true);
     Ok(info)
 }
 
