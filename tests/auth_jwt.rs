@@ -56,6 +56,12 @@ fn operator_mode_admits_a_signed_user_and_enforces_permissions() {
     r.expect_line("-ERR 'Permissions Violation for Subscription to \"other\"'");
     r.expect_line("-ERR 'Permissions Violation for Subscription to \"orders.secret\"'");
     r.expect_line("PONG");
+    // The same subjects again (the connection remembers its decisions): same answers.
+    r.send(b"PUB forbidden 1\r\nx\r\nPUB orders.new 2\r\nho\r\nPING\r\n");
+    r.expect_line("-ERR 'Permissions Violation for Publish to \"forbidden\"'");
+    r.expect_line("MSG orders.new 1 2");
+    assert_eq!(r.read_exact_bytes(4, T).unwrap(), b"ho\r\n");
+    r.expect_line("PONG");
 }
 
 #[test]

@@ -36,6 +36,9 @@ const READ_SIZE: usize = 64 * 1024;
 const FIRST_PING_MAX: Duration = Duration::from_secs(2);
 
 /// Per-connection protocol state, owned by the reader task.
+/// Subjects whose publish decision a connection remembers.
+const PUB_PERM_CACHE: usize = 1024;
+
 struct Session {
     client: Arc<ClientHandle>,
     shared: Arc<Shared>,
@@ -66,6 +69,9 @@ struct Session {
     /// Identities from a verified client certificate.
     cert_identities: Vec<String>,
     permissions: Option<Arc<Permissions>>,
+    /// Publish-permission decisions by subject (a connection's permissions never change, so
+    /// they stay valid; emptied when it grows past [`PUB_PERM_CACHE`]).
+    pub_allowed: std::collections::HashMap<Bytes, bool>,
     max_subs: usize,
     /// When the user's credentials expire.
     expires: Option<Instant>,
@@ -120,6 +126,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         tls: start.tls,
         cert_identities: start.cert_identities,
         permissions: None,
+        pub_allowed: std::collections::HashMap::new(),
         max_subs: shared.limits.max_subscriptions,
         expires: None,
         counted: false,
@@ -476,7 +483,20 @@ impl Session {
             return Flow::Continue;
         }
         if let Some(p) = &self.permissions {
-            if !p.may_publish(&subject) && !self.client.use_reply(&subject) {
+            let allowed = match self.pub_allowed.get(&subject) {
+                Some(a) => *a,
+                None => {
+                    let a = p.may_publish(&subject);
+                    if self.pub_allowed.len() >= PUB_PERM_CACHE {
+                        self.pub_allowed.clear();
+                    }
+                    // A copy: the subject is a slice of the read buffer, which a cached
+                    // key must not keep alive.
+                    self.pub_allowed.insert(Bytes::copy_from_slice(&subject), a);
+                    a
+                }
+            };
+            if !allowed && !self.client.use_reply(&subject) {
                 debug!("publish permission denied");
                 let text = perr::publish_violation(&String::from_utf8_lossy(&subject));
                 self.err(&text);
