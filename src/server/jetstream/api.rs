@@ -22,7 +22,7 @@ use crate::jetstream::{Sink, API_LEVEL};
 use super::sink::RouterSink;
 use super::stream_thread::{self, Cmd};
 use super::{AccountJs, JetStream};
-use crate::server::{Shared, NATS_COMPAT_VERSION};
+use crate::server::NATS_COMPAT_VERSION;
 
 /// A request for the API thread.
 pub(crate) struct ApiMsg {
@@ -33,15 +33,10 @@ pub(crate) struct ApiMsg {
 }
 
 /// Serves `rx` until the server stops.
-pub(crate) fn run(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    rx: &Receiver<ApiMsg>,
-) {
+pub(crate) fn run(js: &Arc<JetStream>, acc: &Arc<AccountJs>, rx: &Receiver<ApiMsg>) {
     let mut sink = RouterSink::new(Arc::clone(&acc.account), js.next_seed());
     while let Ok(m) = rx.recv() {
-        handle(shared, js, acc, &mut sink, m);
+        handle(js, acc, &mut sink, m);
         sink.flush();
     }
 }
@@ -51,13 +46,7 @@ fn required_level(headers: Option<&Bytes>) -> Option<u32> {
     h.get("Nats-Required-Api-Level")?.trim().parse().ok()
 }
 
-fn handle(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    sink: &mut RouterSink,
-    m: ApiMsg,
-) {
+fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: ApiMsg) {
     let call = &m.call;
     if acc.limits().is_none() {
         acc.api_errors.fetch_add(1, Ordering::Relaxed);
@@ -94,8 +83,7 @@ fn handle(
     }
     if let Some(s) = call.stream_scoped() {
         // The stream may have been created between dispatch and now: forward.
-        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(st) = streams.get(s) {
+        if let Some(st) = acc.streams.get(s) {
             let _ = st.tx.send(Cmd::Api {
                 call: call.clone(),
                 reply: m.reply,
@@ -104,16 +92,15 @@ fn handle(
             });
             return;
         }
-        drop(streams);
         acc.api_errors.fetch_add(1, Ordering::Relaxed);
         sink.reply(&m.reply, err_reply(call, &ApiError::stream_not_found()));
         return;
     }
     let r = match call {
         ApiCall::AccountInfo => Ok(account_info(js, acc)),
-        ApiCall::StreamCreate(name) => create(shared, js, acc, name, &m.payload),
+        ApiCall::StreamCreate(name) => create(js, acc, name, &m.payload),
         ApiCall::StreamUpdate(name) => update(acc, name, &m.payload),
-        ApiCall::StreamDelete(name) => delete(shared, js, acc, name),
+        ApiCall::StreamDelete(name) => delete(js, acc, name),
         ApiCall::StreamNames | ApiCall::StreamList => {
             names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
         }
@@ -139,10 +126,10 @@ fn lim(v: i64) -> i64 {
 
 /// `$JS.API.INFO`: usage and every limits field.
 pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
-    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
+    let streams = acc.streams.all();
     let (mut memory, mut storage, mut consumers) = (0u64, 0u64, 0u64);
     let (mut reserved_memory, mut reserved_storage) = (0u64, 0u64);
-    for s in streams.values() {
+    for s in &streams {
         let b = s.usage.bytes.load(Ordering::Relaxed);
         let reserved = u64::try_from(s.cfg.max_bytes).unwrap_or(0);
         match s.cfg.storage {
@@ -185,9 +172,8 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
 }
 
 fn overlap(acc: &AccountJs, name: &str, cfg: &StreamConfig) -> bool {
-    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-    streams.iter().any(|(n, s)| {
-        n != name
+    acc.streams.all().iter().any(|s| {
+        s.cfg.name != name
             && s.cfg
                 .subjects
                 .iter()
@@ -210,23 +196,18 @@ fn requested_config(name: &str, payload: &[u8]) -> Result<StreamConfig, ApiError
 }
 
 fn create(
-    shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     acc: &Arc<AccountJs>,
     name: &str,
     payload: &[u8],
 ) -> Result<Value, ApiError> {
     let cfg = requested_config(name, payload)?;
-    let existing = {
-        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-        streams.get(name).map(|s| (s.cfg.clone(), s.tx.clone()))
-    };
-    if let Some((cur, tx)) = existing {
-        if !cur.same_as(&cfg) {
+    if let Some(cur) = acc.streams.get(name) {
+        if !cur.cfg.same_as(&cfg) {
             return Err(ApiError::stream_name_in_use());
         }
         let (itx, irx) = std::sync::mpsc::channel();
-        let _ = tx.send(Cmd::Info(itx));
+        let _ = cur.tx.send(Cmd::Info(itx));
         let mut info = irx
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
@@ -237,12 +218,12 @@ fn create(
         return Err(ApiError::subjects_overlap());
     }
     let l = acc.limits().unwrap_or_default();
-    let count = acc.streams.read().unwrap_or_else(|p| p.into_inner()).len();
+    let count = acc.streams.len();
     if l.max_streams > 0 && count as i64 >= l.max_streams {
         return Err(ApiError::max_streams());
     }
     check_reservation(js, acc, &cfg)?;
-    let info = stream_thread::create(shared, js, acc, cfg)?;
+    let info = stream_thread::create(js, acc, cfg)?;
     info!(account = %acc.name, stream = %name, "stream created");
     Ok(info)
 }
@@ -281,48 +262,39 @@ fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Res
 
 fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
     let cfg = requested_config(name, payload)?;
-    let (cur, tx) = {
-        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-        let s = streams.get(name).ok_or_else(ApiError::stream_not_found)?;
-        (s.cfg.clone(), s.tx.clone())
-    };
-    cur.check_update(&cfg)?;
+    let cur = acc
+        .streams
+        .get(name)
+        .ok_or_else(ApiError::stream_not_found)?;
+    cur.cfg.check_update(&cfg)?;
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
     }
     let (rtx, rrx) = std::sync::mpsc::channel();
-    let _ = tx.send(Cmd::Update(Box::new(cfg.clone()), rtx));
+    let _ = cur.tx.send(Cmd::Update(Box::new(cfg.clone()), rtx));
     let info = rrx
         .recv_timeout(Duration::from_secs(30))
         .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))??;
-    let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = streams.get_mut(name) {
-        if s.cfg.subjects != cfg.subjects {
-            let old = std::mem::take(&mut s.subs);
-            acc.unsubscribe_stream(&old);
-            s.subs = acc.subscribe_stream(name, &cfg.subjects);
-        }
-        s.cfg = cfg;
-    }
+    // Only this thread changes the table, so `cur` is still the registered stream.
+    let subs = if cur.cfg.subjects == cfg.subjects {
+        cur.subs.clone()
+    } else {
+        acc.unsubscribe_stream(&cur.subs);
+        acc.subscribe_stream(&cur.tx, &cfg.subjects)
+    };
+    acc.streams.insert(Arc::new(cur.updated(cfg, subs)));
     let mut info = info;
     info_for_reply(&mut info, false);
     Ok(info)
 }
 
-fn delete(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    name: &str,
-) -> Result<Value, ApiError> {
-    let mut s = acc
+fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value, ApiError> {
+    let s = acc
         .streams
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
         .remove(name)
         .ok_or_else(ApiError::stream_not_found)?;
     acc.unsubscribe_stream(&s.subs);
-    stream_thread::stop_and_wait(&mut s);
+    stream_thread::stop_and_wait(&s);
     if let Some(id) = s.id {
         // Crypto-erase: the stream's data key goes first, then its files.
         let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
@@ -334,7 +306,7 @@ fn delete(
         drop(meta);
         if let Err(e) = r {
             warn!(stream = %name, error = %e, "stream delete did not complete; the stream is served again");
-            stream_thread::reload_stream(shared, js, acc, name);
+            stream_thread::reload_stream(js, acc, name);
             return Err(ApiError::new(
                 500,
                 10050,
@@ -350,25 +322,26 @@ fn delete(
 fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, ApiError> {
     let body = optional_body(payload)?;
     let (offset, subject) = paging(body.as_ref());
-    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-    let mut names: Vec<(&String, &super::StreamRef)> = streams
-        .iter()
-        .filter(|(_, s)| {
+    let mut names: Vec<Arc<super::StreamRef>> = acc
+        .streams
+        .all()
+        .into_iter()
+        .filter(|s| {
             subject
                 .as_deref()
                 .is_none_or(|f| s.cfg.subjects.iter().any(|x| subjects_collide(x, f)))
         })
         .collect();
-    names.sort_by(|a, b| a.0.cmp(b.0));
+    names.sort_by(|a, b| a.cfg.name.cmp(&b.cfg.name));
     let total = names.len();
     let limit = if list { 256 } else { 1024 };
     let page = names.into_iter().skip(offset).take(limit);
     if !list {
-        let v: Vec<&String> = page.map(|(n, _)| n).collect();
+        let v: Vec<String> = page.map(|s| s.cfg.name.clone()).collect();
         return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
     }
     let mut infos = Vec::new();
-    for (_, s) in page {
+    for s in page {
         let (tx, rx) = std::sync::mpsc::channel();
         let _ = s.tx.send(Cmd::Info(tx));
         if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(10)) {

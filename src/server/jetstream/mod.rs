@@ -18,6 +18,7 @@
 mod api;
 mod sink;
 mod stream_thread;
+mod table;
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,14 +31,14 @@ use tracing::{info, warn};
 
 use crate::config::accounts::AccountJetStream;
 use crate::jetstream::api::ApiCall;
-use crate::jetstream::config::StreamConfig;
-use crate::store::meta::{KeySource, MetaStore, StreamId};
+use crate::store::meta::{KeySource, MetaStore};
 
 use super::account::{Account, Service, Subscription};
 use super::conn::ClientHandle;
 use super::Shared;
 
-use stream_thread::Cmd;
+pub(crate) use stream_thread::Cmd;
+pub(crate) use table::{Published, StreamRef, StreamTable, Usage, UsageTotals};
 
 /// Queue limit of an internal JetStream client (its subscriptions are served by [`Intake`],
 /// so the queue stays empty; the limit only guards against a runaway).
@@ -87,29 +88,11 @@ pub(crate) struct JetStream {
     pub(crate) sync_interval: Option<std::time::Duration>,
     /// Accounts with JetStream state, by name.
     accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
+    /// Storage used by every stream of the server (server-wide quota checks).
+    pub(crate) used: UsageTotals,
     /// Seed source for routing contexts.
     seed: AtomicU64,
     stopping: AtomicBool,
-}
-
-/// A stream as the dispatcher and the API thread see it.
-pub(crate) struct StreamRef {
-    pub(crate) tx: Sender<Cmd>,
-    /// The stream itself (its thread holds the lock while working; readers `try_lock`).
-    pub(crate) stream: Arc<Mutex<crate::jetstream::stream::Stream>>,
-    pub(crate) cfg: StreamConfig,
-    pub(crate) id: Option<StreamId>,
-    pub(crate) subs: Vec<Arc<Subscription>>,
-    pub(crate) usage: Arc<Usage>,
-    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// Bytes and messages a stream holds (updated by its thread; read for account info).
-#[derive(Default)]
-pub(crate) struct Usage {
-    pub(crate) bytes: AtomicU64,
-    pub(crate) msgs: AtomicU64,
-    pub(crate) consumers: AtomicU64,
 }
 
 /// One account's JetStream.
@@ -120,19 +103,45 @@ pub(crate) struct AccountJs {
     /// `None`: JetStream is not enabled for this account (every call gets 10039). Replaced
     /// when an operator pushes new account claims.
     limits: RwLock<Option<AccountJetStream>>,
-    pub(crate) streams: RwLock<HashMap<String, StreamRef>>,
-    /// Subscription id → stream name.
-    sids: RwLock<HashMap<Bytes, String>>,
+    pub(crate) streams: StreamTable,
+    /// Storage and consumers used by the account's streams (account quota checks).
+    pub(crate) used: UsageTotals,
     next_sid: AtomicU64,
     api_tx: Mutex<Option<Sender<api::ApiMsg>>>,
     pub(crate) api_total: AtomicU64,
     pub(crate) api_errors: AtomicU64,
-    /// What the router calls for this account's JetStream subscriptions.
+    /// What the router calls for the account's API, ack and flow-control subscriptions.
     intake: Arc<dyn Service>,
 }
 
-/// The router's entry into an account's JetStream: called on the publisher's task, it only
-/// decodes the subject and hands the message to the right thread.
+/// The router's entry into one stream: messages published on the stream's subjects go
+/// straight to its thread's channel, with no lookup and no lock.
+pub(crate) struct StreamIntake {
+    pub(crate) tx: Sender<Cmd>,
+}
+
+impl Service for StreamIntake {
+    fn deliver(
+        &self,
+        _sid: &[u8],
+        subject: &[u8],
+        reply: Option<&[u8]>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) {
+        let _ = self
+            .tx
+            .send(Cmd::Publish(crate::jetstream::stream::Incoming {
+                subject: String::from_utf8_lossy(subject).into_owned(),
+                reply: reply.map(|r| String::from_utf8_lossy(r).into_owned()),
+                headers: headers.cloned(),
+                payload: payload.clone(),
+            }));
+    }
+}
+
+/// The router's entry into an account's JetStream API, acks and flow control: called on the
+/// publisher's task, it only decodes the subject and hands the message to the right thread.
 struct Intake {
     acc: std::sync::Weak<AccountJs>,
 }
@@ -158,7 +167,12 @@ impl AccountJs {
         *self.limits.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn subscribe(&self, subject: &str, sid: Bytes) -> Option<Arc<Subscription>> {
+    fn subscribe(
+        &self,
+        subject: &str,
+        sid: Bytes,
+        service: Arc<dyn Service>,
+    ) -> Option<Arc<Subscription>> {
         let sub = Arc::new(Subscription {
             client: Arc::clone(&self.client),
             sid,
@@ -168,7 +182,7 @@ impl AccountJs {
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             deny: None,
-            service: Some(Arc::clone(&self.intake)),
+            service: Some(service),
         });
         match self.account.subscribe(&sub) {
             Ok(()) => Some(sub),
@@ -179,23 +193,20 @@ impl AccountJs {
         }
     }
 
-    /// Subscribes a stream's subjects; returns the subscriptions.
+    /// Subscribes a stream's subjects, delivering to `tx`; returns the subscriptions.
     pub(crate) fn subscribe_stream(
         &self,
-        name: &str,
+        tx: &Sender<Cmd>,
         subjects: &[String],
     ) -> Vec<Arc<Subscription>> {
+        let intake: Arc<dyn Service> = Arc::new(StreamIntake { tx: tx.clone() });
         let mut out = Vec::new();
         for s in subjects {
             let sid = Bytes::from(format!(
                 "s{}",
                 self.next_sid.fetch_add(1, Ordering::Relaxed)
             ));
-            self.sids
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(sid.clone(), name.to_owned());
-            if let Some(sub) = self.subscribe(s, sid) {
+            if let Some(sub) = self.subscribe(s, sid, Arc::clone(&intake)) {
                 out.push(sub);
             }
         }
@@ -204,9 +215,7 @@ impl AccountJs {
 
     /// Removes a stream's subscriptions.
     pub(crate) fn unsubscribe_stream(&self, subs: &[Arc<Subscription>]) {
-        let mut sids = self.sids.write().unwrap_or_else(|p| p.into_inner());
         for sub in subs {
-            sids.remove(&sub.sid);
             self.account.unsubscribe(sub);
         }
     }
@@ -222,7 +231,8 @@ impl AccountJs {
         }
     }
 
-    /// Routes one message the internal client received.
+    /// Routes one API call, ack or flow-control reply to the thread that owns it. Holds no
+    /// lock while sending: the stream table hands out an owned handle.
     fn dispatch(
         &self,
         sid: &[u8],
@@ -241,28 +251,25 @@ impl AccountJs {
                 };
                 self.api_total.fetch_add(1, Ordering::Relaxed);
                 if self.limits().is_some() {
-                    if let Some(stream) = call.stream_scoped() {
-                        let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-                        if let Some(s) = streams.get(stream) {
-                            if matches!(call, ApiCall::DirectGet(..) | ApiCall::MsgGet(_))
-                                && stream_thread::try_read(
-                                    &s.stream,
-                                    &self.account,
-                                    &call,
-                                    &reply,
-                                    &payload,
-                                )
-                            {
-                                return;
-                            }
-                            let _ = s.tx.send(Cmd::Api {
-                                call,
-                                reply,
-                                headers,
-                                payload,
-                            });
+                    if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
+                        if matches!(call, ApiCall::DirectGet(..) | ApiCall::MsgGet(_))
+                            && stream_thread::try_read(
+                                &s.stream,
+                                &self.account,
+                                &call,
+                                &reply,
+                                &payload,
+                            )
+                        {
                             return;
                         }
+                        let _ = s.tx.send(Cmd::Api {
+                            call,
+                            reply,
+                            headers,
+                            payload,
+                        });
+                        return;
                     }
                 }
                 self.send_api(api::ApiMsg {
@@ -274,8 +281,7 @@ impl AccountJs {
             }
             b"ack" | b"fc" => {
                 let stream = subject_str.split('.').nth(2).unwrap_or("");
-                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-                if let Some(s) = streams.get(stream) {
+                if let Some(s) = self.streams.get(stream) {
                     let cmd = if sid == b"ack" {
                         Cmd::Ack {
                             subject: subject_str.clone(),
@@ -290,24 +296,7 @@ impl AccountJs {
                     let _ = s.tx.send(cmd);
                 }
             }
-            _ => {
-                let name = {
-                    let sids = self.sids.read().unwrap_or_else(|p| p.into_inner());
-                    match sids.get(sid) {
-                        Some(n) => n.clone(),
-                        None => return,
-                    }
-                };
-                let streams = self.streams.read().unwrap_or_else(|p| p.into_inner());
-                if let Some(s) = streams.get(&name) {
-                    let _ = s.tx.send(Cmd::Publish(crate::jetstream::stream::Incoming {
-                        subject: subject_str,
-                        reply,
-                        headers,
-                        payload,
-                    }));
-                }
-            }
+            _ => {}
         }
     }
 }
@@ -399,6 +388,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream>
             _ => None,
         },
         accounts: Mutex::new(HashMap::new()),
+        used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),
         stopping: AtomicBool::new(false),
     });
@@ -458,7 +448,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream>
         let account = shared.accounts.create(&name);
         let acc = setup_account(shared, &js, &name, account, lim);
         if acc.limits().is_some() {
-            stream_thread::load_streams(shared, &js, &acc);
+            stream_thread::load_streams(&js, &acc);
         }
     }
     info!("JetStream is enabled; streams and consumers are sealed at rest");
@@ -484,24 +474,31 @@ fn setup_account(
         account,
         client,
         limits: RwLock::new(limits),
-        streams: RwLock::new(HashMap::new()),
-        sids: RwLock::new(HashMap::new()),
+        streams: StreamTable::default(),
+        used: UsageTotals::default(),
         next_sid: AtomicU64::new(1),
         api_tx: Mutex::new(None),
         api_total: AtomicU64::new(0),
         api_errors: AtomicU64::new(0),
     });
-    acc.subscribe("$JS.API.>", Bytes::from_static(b"api"));
-    acc.subscribe("$JS.ACK.>", Bytes::from_static(b"ack"));
-    acc.subscribe("$JS.FC.>", Bytes::from_static(b"fc"));
+    for (subject, sid) in [
+        ("$JS.API.>", "api"),
+        ("$JS.ACK.>", "ack"),
+        ("$JS.FC.>", "fc"),
+    ] {
+        acc.subscribe(
+            subject,
+            Bytes::from_static(sid.as_bytes()),
+            Arc::clone(&acc.intake),
+        );
+    }
     let (tx, rx) = mpsc::channel();
     *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     let thread_js = Arc::clone(js);
     let thread_acc = Arc::clone(&acc);
-    let thread_shared = Arc::clone(shared);
     let spawned = std::thread::Builder::new()
         .name(format!("js-api-{name}"))
-        .spawn(move || api::run(&thread_shared, &thread_js, &thread_acc, &rx));
+        .spawn(move || api::run(&thread_js, &thread_acc, &rx));
     if let Err(e) = spawned {
         warn!(error = %e, "could not start the JetStream API thread");
     }
@@ -550,7 +547,7 @@ pub(crate) fn ensure_jwt_account(
         None => {
             let acc = setup_account(shared, js, &account.name, Arc::clone(account), limits);
             if acc.limits().is_some() {
-                stream_thread::load_streams(shared, js, &acc);
+                stream_thread::load_streams(js, &acc);
             }
         }
     }
@@ -574,13 +571,9 @@ pub(crate) fn set_limits(acc: &AccountJs, limits: Option<AccountJetStream>) {
 /// The store's error text when the erase could not be committed.
 pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String> {
     if let Some(acc) = js.account(name) {
-        let mut taken: Vec<StreamRef> = {
-            let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
-            streams.drain().map(|(_, s)| s).collect()
-        };
-        for s in &mut taken {
+        for s in acc.streams.drain() {
             acc.unsubscribe_stream(&s.subs);
-            stream_thread::stop_and_wait(s);
+            stream_thread::stop_and_wait(&s);
         }
     }
     let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
@@ -607,13 +600,10 @@ pub(crate) fn stop(js: &JetStream) {
     js.stopping.store(true, Ordering::Relaxed);
     for acc in js.accounts() {
         let mut threads = Vec::new();
-        {
-            let mut streams = acc.streams.write().unwrap_or_else(|p| p.into_inner());
-            for (_, s) in streams.iter_mut() {
-                let _ = s.tx.send(Cmd::Stop(None));
-                if let Some(t) = s.thread.take() {
-                    threads.push(t);
-                }
+        for s in acc.streams.all() {
+            let _ = s.tx.send(Cmd::Stop(None));
+            if let Some(t) = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                threads.push(t);
             }
         }
         for t in threads {

@@ -29,8 +29,9 @@ use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::sink::RouterSink;
-use super::{AccountJs, JetStream, StreamRef, Usage};
-use crate::server::{Shared, NATS_COMPAT_VERSION};
+use super::table::SnapshotCell;
+use super::{AccountJs, JetStream, Published, StreamRef, Usage};
+use crate::server::NATS_COMPAT_VERSION;
 
 /// What a stream thread is asked to do.
 pub(crate) enum Cmd {
@@ -55,6 +56,8 @@ pub(crate) enum Cmd {
     Info(Sender<Value>),
     /// A validated config update; answers with the info or the error.
     Update(Box<StreamConfig>, Sender<Result<Value, ApiError>>),
+    /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
+    Snapshot(std::sync::mpsc::SyncSender<()>),
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<Sender<()>>),
 }
@@ -115,22 +118,17 @@ pub(crate) fn mem_store(cfg: &StreamConfig) -> Box<dyn StreamStore> {
 }
 
 /// Loads every stream (and its consumers) of `acc` from the sealed store and starts them.
-pub(crate) fn load_streams(shared: &Arc<Shared>, js: &Arc<JetStream>, acc: &Arc<AccountJs>) {
+pub(crate) fn load_streams(js: &Arc<JetStream>, acc: &Arc<AccountJs>) {
     let metas = js
         .meta
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .list_streams(&acc.name);
-    load(shared, js, acc, metas);
+    load(js, acc, metas);
 }
 
 /// Loads (again) one stream of `acc` by name, e.g. after its deletion could not be committed.
-pub(crate) fn reload_stream(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    name: &str,
-) {
+pub(crate) fn reload_stream(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) {
     let metas: Vec<_> = js
         .meta
         .lock()
@@ -139,15 +137,10 @@ pub(crate) fn reload_stream(
         .into_iter()
         .filter(|m| m.name == name)
         .collect();
-    load(shared, js, acc, metas);
+    load(js, acc, metas);
 }
 
-fn load(
-    shared: &Arc<Shared>,
-    js: &Arc<JetStream>,
-    acc: &Arc<AccountJs>,
-    metas: Vec<crate::store::meta::StreamMeta>,
-) {
+fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta::StreamMeta>) {
     for sm in metas {
         let Some((cfg_v, created)) = open_envelope(&sm.config) else {
             error!(account = %acc.name, stream = %sm.name, "stream config in the catalog is unreadable; stream not served");
@@ -213,13 +206,12 @@ fn load(
         }
         let st = stream.store().state();
         info!(account = %acc.name, stream = %sm.name, messages = st.msgs, consumers = stream.consumers.len(), "stream restored");
-        spawn(shared, js, acc, stream, Some(sm.stream_id), ids);
+        spawn(js, acc, stream, Some(sm.stream_id), ids);
     }
 }
 
 /// Starts the thread of `stream` and registers it with the account.
 pub(crate) fn spawn(
-    shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     acc: &Arc<AccountJs>,
     stream: Stream,
@@ -230,8 +222,10 @@ pub(crate) fn spawn(
     let cfg = stream.cfg.clone();
     let name = cfg.name.clone();
     let usage = Arc::new(Usage::default());
+    let snapshot = Arc::new(SnapshotCell::default());
+    snapshot.publish(published(&stream, now_nanos()));
     let stream = Arc::new(Mutex::new(stream));
-    let subs = acc.subscribe_stream(&name, &cfg.subjects);
+    let subs = acc.subscribe_stream(&tx, &cfg.subjects);
     let mut worker = Worker {
         js: Arc::clone(js),
         acc: Arc::clone(acc),
@@ -240,11 +234,14 @@ pub(crate) fn spawn(
         id,
         consumer_ids,
         usage: Arc::clone(&usage),
+        storage: cfg.storage,
+        snapshot: Arc::clone(&snapshot),
+        changed_since_snapshot: false,
+        last_snapshot: now_nanos(),
         last_persist: 0,
         last_sync: now_nanos(),
         version: NATS_COMPAT_VERSION.to_owned(),
     };
-    let _ = shared;
     let thread = std::thread::Builder::new()
         .name(format!("js-{name}"))
         .spawn(move || worker.run(&rx));
@@ -255,22 +252,32 @@ pub(crate) fn spawn(
             None
         }
     };
-    acc.streams
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            name,
-            StreamRef {
-                tx,
-                stream,
-                cfg,
-                id,
-                subs,
-                usage,
-                thread,
-            },
-        );
+    acc.streams.insert(Arc::new(StreamRef {
+        tx,
+        stream,
+        cfg,
+        id,
+        subs,
+        usage,
+        snapshot,
+        thread: Arc::new(Mutex::new(thread)),
+    }));
 }
+
+/// The stream's view for monitoring.
+fn published(st: &Stream, now: i64) -> Published {
+    Published {
+        info: st.info(None, now),
+        consumers: st
+            .consumers
+            .values()
+            .map(|c| c.info(&st.cfg.name, st.store(), now))
+            .collect(),
+    }
+}
+
+/// How often a stream that changed republishes its snapshot unasked.
+const SNAPSHOT_EVERY_NS: i64 = 1_000_000_000;
 
 struct Worker {
     js: Arc<JetStream>,
@@ -282,6 +289,11 @@ struct Worker {
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
     usage: Arc<Usage>,
+    /// The stream's storage type (which usage total its bytes count toward).
+    storage: StorageType,
+    snapshot: Arc<SnapshotCell>,
+    changed_since_snapshot: bool,
+    last_snapshot: i64,
     last_persist: i64,
     /// Last interval-mode sync (unix nanos).
     last_sync: i64,
@@ -377,6 +389,10 @@ impl Worker {
         let mut publishes = Vec::new();
         let mut ack_replies: Vec<String> = Vec::new();
         let mut stop: Option<Option<Sender<()>>> = None;
+        let mut snapshot_waiters = Vec::new();
+        if !cmds.is_empty() {
+            self.changed_since_snapshot = true;
+        }
         for cmd in cmds {
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
                 self.publish(st, std::mem::take(&mut publishes), now);
@@ -410,6 +426,7 @@ impl Worker {
                     }
                     let _ = tx.send(r);
                 }
+                Cmd::Snapshot(done) => snapshot_waiters.push(done),
                 Cmd::Stop(done) => {
                     stop = Some(done);
                     break;
@@ -436,11 +453,18 @@ impl Worker {
             }
         }
         let (bytes, msgs) = st.usage();
-        self.usage.bytes.store(bytes, Ordering::Relaxed);
-        self.usage.msgs.store(msgs, Ordering::Relaxed);
-        self.usage
-            .consumers
-            .store(st.consumers.len() as u64, Ordering::Relaxed);
+        self.set_usage(bytes, msgs, st.consumers.len() as u64);
+        if !snapshot_waiters.is_empty()
+            || (self.changed_since_snapshot
+                && now.saturating_sub(self.last_snapshot) >= SNAPSHOT_EVERY_NS)
+        {
+            self.snapshot.publish(published(st, now));
+            self.changed_since_snapshot = false;
+            self.last_snapshot = now;
+            for w in snapshot_waiters {
+                let _ = w.try_send(());
+            }
+        }
         self.sink.flush();
         if let Some(done) = stop {
             self.shutdown(st);
@@ -466,32 +490,55 @@ impl Worker {
         st.publish(batch, &mut self.sink, now);
     }
 
+    /// Publishes this stream's usage and moves the account's and the server's totals by the
+    /// difference (wrapping adds of the delta: the totals are sums of every stream's figure).
+    fn set_usage(&self, bytes: u64, msgs: u64, consumers: u64) {
+        let old_bytes = self.usage.bytes.swap(bytes, Ordering::Relaxed);
+        let old_consumers = self.usage.consumers.swap(consumers, Ordering::Relaxed);
+        self.usage.msgs.store(msgs, Ordering::Relaxed);
+        let delta = bytes.wrapping_sub(old_bytes);
+        if delta != 0 {
+            for totals in [&self.acc.used, &self.js.used] {
+                let field = match self.storage {
+                    StorageType::File => &totals.file,
+                    StorageType::Memory => &totals.memory,
+                };
+                field.fetch_add(delta, Ordering::Relaxed);
+            }
+        }
+        let delta = consumers.wrapping_sub(old_consumers);
+        if delta != 0 {
+            self.acc.used.consumers.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
     /// The storage error publishes get when the account's (`max_file`/`max_memory`) or the
     /// server's (`max_file_store`/`max_memory_store`) limit for this stream's storage type is
-    /// used up.
+    /// used up. Reads the usage totals (atomics): no other stream and no lock is touched.
     fn over_quota(&self, st: &Stream) -> Option<ApiError> {
         let storage = st.cfg.storage;
         let l = self.acc.limits().unwrap_or_default();
-        let (acct_max, server_max) = match storage {
-            StorageType::File => (l.max_file, self.js.max_store),
-            StorageType::Memory => (l.max_memory, self.js.max_memory),
+        let (acct_max, server_max, acct_used, server_used) = match storage {
+            StorageType::File => (
+                l.max_file,
+                self.js.max_store,
+                &self.acc.used.file,
+                &self.js.used.file,
+            ),
+            StorageType::Memory => (
+                l.max_memory,
+                self.js.max_memory,
+                &self.acc.used.memory,
+                &self.js.used.memory,
+            ),
         };
-        if acct_max <= 0 && server_max <= 0 {
-            return None;
-        }
-        let used_by = |acc: &AccountJs| -> i64 {
-            let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-            streams
-                .values()
-                .filter(|s| s.cfg.storage == storage)
-                .map(|s| i64::try_from(s.usage.bytes.load(Ordering::Relaxed)).unwrap_or(i64::MAX))
-                .sum()
+        let used = |a: &std::sync::atomic::AtomicU64| {
+            i64::try_from(a.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
         };
-        if acct_max > 0 && used_by(&self.acc) >= acct_max {
+        if acct_max > 0 && used(acct_used) >= acct_max {
             return Some(ApiError::account_resources_exceeded());
         }
-        let server_full = server_max > 0
-            && self.js.accounts().iter().map(|a| used_by(a)).sum::<i64>() >= server_max;
+        let server_full = server_max > 0 && used(server_used) >= server_max;
         server_full.then(|| match storage {
             StorageType::File => ApiError::insufficient_storage(),
             StorageType::Memory => ApiError::insufficient_memory(),
@@ -504,11 +551,7 @@ impl Worker {
         if max <= 0 {
             return true;
         }
-        let streams = self.acc.streams.read().unwrap_or_else(|p| p.into_inner());
-        let total: u64 = streams
-            .values()
-            .map(|s| s.usage.consumers.load(Ordering::Relaxed))
-            .sum();
+        let total = self.acc.used.consumers.load(Ordering::Relaxed);
         i64::try_from(total).unwrap_or(i64::MAX) < max
     }
 
@@ -518,6 +561,8 @@ impl Worker {
         }
         let _ = self.persist_state(st, true, now_nanos());
         st.close();
+        // The stream no longer counts toward its account's and the server's totals.
+        self.set_usage(0, 0, 0);
     }
 
     fn persisted(&self, st: &Stream) -> bool {
@@ -710,9 +755,8 @@ impl Worker {
                     now,
                 )?;
                 self.persist_changes(st);
-                self.usage
-                    .consumers
-                    .store(st.consumers.len() as u64, Ordering::Relaxed);
+                let (bytes, msgs) = st.usage();
+                self.set_usage(bytes, msgs, st.consumers.len() as u64);
                 if let Value::Object(m) = &mut info {
                     m.remove("push_bound");
                 }
@@ -739,7 +783,6 @@ impl Worker {
 /// # Errors
 /// Store failures as API errors.
 pub(crate) fn create(
-    shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     acc: &Arc<AccountJs>,
     cfg: StreamConfig,
@@ -764,17 +807,18 @@ pub(crate) fn create(
     };
     let stream = Stream::new(cfg, now, store, &js.server_name, now);
     let mut info = stream.info(None, now);
-    spawn(shared, js, acc, stream, id, HashMap::new());
+    spawn(js, acc, stream, id, HashMap::new());
     info_for_reply(&mut info, true);
     Ok(info)
 }
 
 /// Stops a stream's thread and waits for it (the store is closed when this returns).
-pub(crate) fn stop_and_wait(s: &mut StreamRef) {
+pub(crate) fn stop_and_wait(s: &StreamRef) {
     let (tx, rx) = std::sync::mpsc::channel();
     let _ = s.tx.send(Cmd::Stop(Some(tx)));
     let _ = rx.recv_timeout(Duration::from_secs(30));
-    if let Some(t) = s.thread.take() {
+    let thread = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(t) = thread {
         let _ = t.join();
     }
 }

@@ -9,14 +9,13 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
 use crate::jetstream::config::StorageType;
-use crate::jetstream::now_nanos;
 use crate::jetstream::timefmt::rfc3339_nanos;
-use crate::server::jetstream::{AccountJs, JetStream};
+use crate::server::jetstream::{AccountJs, Cmd, JetStream, Published, StreamRef};
 use crate::server::Shared;
 
 /// Whether tenants' names may be shown.
@@ -39,43 +38,63 @@ fn now_string() -> String {
     )
 }
 
-/// One stream's figures, read under its lock.
+/// One stream's figures, from the snapshot it published.
 struct StreamFigures {
     account: String,
     name: String,
     storage: StorageType,
-    info: Value,
-    consumers: Vec<Value>,
+    snapshot: std::sync::Arc<Published>,
     max_msgs: i64,
     max_bytes: i64,
 }
 
-fn collect(js: &JetStream, want_consumers: bool) -> Vec<StreamFigures> {
-    let now = now_nanos();
-    let mut out = Vec::new();
-    for acc in js.accounts() {
-        let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-        for (name, s) in streams.iter() {
-            let st = s.stream.lock().unwrap_or_else(|p| p.into_inner());
-            let consumers = if want_consumers {
-                st.consumers
-                    .values()
-                    .map(|c| c.info(name, st.store(), now))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            out.push(StreamFigures {
-                account: acc.name.clone(),
-                name: name.clone(),
-                storage: st.cfg.storage,
-                info: st.info(None, now),
-                consumers,
-                max_msgs: st.cfg.max_msgs,
-                max_bytes: st.cfg.max_bytes,
-            });
+impl StreamFigures {
+    fn info(&self) -> &Value {
+        &self.snapshot.info
+    }
+}
+
+/// How long a scrape waits for streams to publish fresh snapshots. A stream busy for longer
+/// (a slow fsync) is shown as of its previous snapshot; the scrape never waits on a lock.
+const FRESH_SNAPSHOT_WAIT: Duration = Duration::from_millis(500);
+
+/// Every stream's figures. Asks each stream thread for a fresh snapshot and waits at most
+/// [`FRESH_SNAPSHOT_WAIT`] for the answers; then reads the published snapshots.
+fn collect(js: &JetStream) -> Vec<StreamFigures> {
+    let streams: Vec<(String, std::sync::Arc<StreamRef>)> = js
+        .accounts()
+        .iter()
+        .flat_map(|a| {
+            let name = a.name.clone();
+            a.streams.all().into_iter().map(move |s| (name.clone(), s))
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::sync_channel(streams.len().max(1));
+    let mut asked = 0usize;
+    for (_, s) in &streams {
+        if s.tx.send(Cmd::Snapshot(tx.clone())).is_ok() {
+            asked += 1;
         }
     }
+    drop(tx);
+    let deadline = Instant::now() + FRESH_SNAPSHOT_WAIT;
+    for _ in 0..asked {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    let mut out: Vec<StreamFigures> = streams
+        .into_iter()
+        .map(|(account, s)| StreamFigures {
+            account,
+            name: s.cfg.name.clone(),
+            storage: s.cfg.storage,
+            snapshot: s.snapshot.load(),
+            max_msgs: s.cfg.max_msgs,
+            max_bytes: s.cfg.max_bytes,
+        })
+        .collect();
     out.sort_by(|a, b| (&a.account, &a.name).cmp(&(&b.account, &b.name)));
     out
 }
@@ -89,17 +108,12 @@ fn u(v: &Value, path: &[&str]) -> u64 {
 }
 
 fn account_usage(acc: &AccountJs) -> (u64, u64, usize, u64) {
-    let streams = acc.streams.read().unwrap_or_else(|p| p.into_inner());
-    let (mut mem, mut file, mut consumers) = (0, 0, 0);
-    for s in streams.values() {
-        let b = s.usage.bytes.load(Ordering::Relaxed);
-        match s.cfg.storage {
-            StorageType::Memory => mem += b,
-            StorageType::File => file += b,
-        }
-        consumers += s.usage.consumers.load(Ordering::Relaxed);
-    }
-    (mem, file, streams.len(), consumers)
+    (
+        acc.used.memory.load(Ordering::Relaxed),
+        acc.used.file.load(Ordering::Relaxed),
+        acc.streams.len(),
+        acc.used.consumers.load(Ordering::Relaxed),
+    )
 }
 
 /// `/jsz`.
@@ -116,17 +130,17 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
     let want_consumers = flag("consumers");
     let want_streams = flag("streams") || want_consumers;
     let want_accounts = flag("accounts") || want_streams || q.contains_key("acc");
-    let figures = collect(js, want_consumers);
+    let figures = collect(js);
     let (mut memory, mut storage, mut messages, mut bytes, mut consumers) = (0, 0, 0, 0, 0);
     for f in &figures {
-        let b = u(&f.info, &["state", "bytes"]);
+        let b = u(f.info(), &["state", "bytes"]);
         match f.storage {
             StorageType::Memory => memory += b,
             StorageType::File => storage += b,
         }
-        messages += u(&f.info, &["state", "messages"]);
+        messages += u(f.info(), &["state", "messages"]);
         bytes += b;
-        consumers += u(&f.info, &["state", "consumer_count"]);
+        consumers += u(f.info(), &["state", "consumer_count"]);
     }
     let accounts = js.accounts();
     let enabled: Vec<_> = accounts.iter().filter(|a| a.limits().is_some()).collect();
@@ -187,15 +201,15 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
                     .map(|f| {
                         let mut s = json!({
                             "name": f.name,
-                            "created": f.info["created"],
-                            "cluster": f.info["cluster"],
-                            "state": f.info["state"],
+                            "created": f.info()["created"],
+                            "cluster": f.info()["cluster"],
+                            "state": f.info()["state"],
                         });
                         if flag("config") {
-                            s["config"] = f.info["config"].clone();
+                            s["config"] = f.info()["config"].clone();
                         }
                         if want_consumers {
-                            s["consumer_detail"] = json!(f.consumers);
+                            s["consumer_detail"] = json!(f.snapshot.consumers);
                         }
                         s
                     })
@@ -399,16 +413,16 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     );
     let _ = writeln!(o, "sealstream_jetstream_enabled 1");
     let details = details_allowed(shared, js);
-    let figures = collect(js, details);
+    let figures = collect(js);
     let (mut file, mut mem, mut msgs, mut consumers) = (0, 0, 0, 0);
     for f in &figures {
-        let b = u(&f.info, &["state", "bytes"]);
+        let b = u(f.info(), &["state", "bytes"]);
         match f.storage {
             StorageType::File => file += b,
             StorageType::Memory => mem += b,
         }
-        msgs += u(&f.info, &["state", "messages"]);
-        consumers += u(&f.info, &["state", "consumer_count"]);
+        msgs += u(f.info(), &["state", "messages"]);
+        consumers += u(f.info(), &["state", "consumer_count"]);
     }
     metric(
         &mut o,
@@ -476,7 +490,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
             "sealstream_stream_messages{{account=\"{}\",stream=\"{}\"}} {}",
             label(&f.account),
             label(&f.name),
-            u(&f.info, &["state", "messages"])
+            u(f.info(), &["state", "messages"])
         );
     }
     metric(
@@ -491,7 +505,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
             "sealstream_stream_bytes{{account=\"{}\",stream=\"{}\"}} {}",
             label(&f.account),
             label(&f.name),
-            u(&f.info, &["state", "bytes"])
+            u(f.info(), &["state", "bytes"])
         );
     }
     metric(
@@ -502,8 +516,8 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     );
     for f in &figures {
         let (m, b) = (
-            u(&f.info, &["state", "messages"]),
-            u(&f.info, &["state", "bytes"]),
+            u(f.info(), &["state", "messages"]),
+            u(f.info(), &["state", "bytes"]),
         );
         if f.max_msgs > 0 {
             let _ = writeln!(o, "sealstream_stream_limit_usage_ratio{{account=\"{}\",stream=\"{}\",limit=\"max_msgs\"}} {}", label(&f.account), label(&f.name), m as f64 / f.max_msgs as f64);
@@ -536,7 +550,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     ] {
         metric(&mut o, name, "gauge", help);
         for f in &figures {
-            for c in &f.consumers {
+            for c in &f.snapshot.consumers {
                 let _ = writeln!(
                     o,
                     "{name}{{account=\"{}\",stream=\"{}\",consumer=\"{}\"}} {}",

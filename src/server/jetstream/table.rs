@@ -1,0 +1,153 @@
+//! An account's stream table (name → [`StreamRef`]) and the snapshots monitoring reads.
+//!
+//! Why a type of its own: the table's lock is a **leaf**. It is held only to clone an `Arc`
+//! out, or to insert or remove one, and no caller can keep its guard — every method returns
+//! owned handles. Before this, guards were held while blocking on a stream's mutex (held
+//! across fsync) or while routing a reply back into the same account, and a queued writer
+//! (stream create/delete) turned that into a server-wide deadlock. See ARCHITECTURE.md, Locks.
+//!
+//! What a stream looks like from outside its thread is published here too:
+//! [`SnapshotCell`] holds the stream's info and consumers' info as of its last publication,
+//! so monitoring never touches the stream itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde_json::Value;
+
+use crate::jetstream::config::StreamConfig;
+use crate::jetstream::stream::Stream;
+use crate::server::account::Subscription;
+use crate::store::meta::StreamId;
+
+use super::stream_thread::Cmd;
+
+/// A stream as the dispatcher, the API thread and monitoring see it. Immutable once in the
+/// table: a config update inserts a new `StreamRef` sharing the thread's channels.
+pub(crate) struct StreamRef {
+    pub(crate) tx: Sender<Cmd>,
+    /// The stream itself. Its thread holds the lock for a round (fsync included); every
+    /// other task may only `try_lock` it (`stream_thread::try_read`), never wait for it.
+    pub(crate) stream: Arc<Mutex<Stream>>,
+    pub(crate) cfg: StreamConfig,
+    pub(crate) id: Option<StreamId>,
+    pub(crate) subs: Vec<Arc<Subscription>>,
+    pub(crate) usage: Arc<Usage>,
+    pub(crate) snapshot: Arc<SnapshotCell>,
+    pub(crate) thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+impl StreamRef {
+    /// The same stream with a new config and subscriptions (after an update).
+    pub(crate) fn updated(&self, cfg: StreamConfig, subs: Vec<Arc<Subscription>>) -> Self {
+        StreamRef {
+            tx: self.tx.clone(),
+            stream: Arc::clone(&self.stream),
+            cfg,
+            id: self.id,
+            subs,
+            usage: Arc::clone(&self.usage),
+            snapshot: Arc::clone(&self.snapshot),
+            thread: Arc::clone(&self.thread),
+        }
+    }
+}
+
+/// Bytes, messages and consumers a stream holds (written by its thread after each round).
+#[derive(Default)]
+pub(crate) struct Usage {
+    pub(crate) bytes: AtomicU64,
+    pub(crate) msgs: AtomicU64,
+    pub(crate) consumers: AtomicU64,
+}
+
+/// Storage used by a set of streams (an account's, or the whole server's), by storage type:
+/// the sum of their [`Usage`], kept up to date by each stream thread with deltas so that a
+/// quota check is two atomic loads, never a walk over other streams.
+#[derive(Default)]
+pub(crate) struct UsageTotals {
+    pub(crate) file: AtomicU64,
+    pub(crate) memory: AtomicU64,
+    pub(crate) consumers: AtomicU64,
+}
+
+/// What a stream published about itself for monitoring.
+#[derive(Default)]
+pub(crate) struct Published {
+    /// Stream info (`config`, `created`, `state`, `cluster`), as `STREAM.INFO` gives it.
+    pub(crate) info: Value,
+    /// Each consumer's info.
+    pub(crate) consumers: Vec<Value>,
+}
+
+/// The last [`Published`] view of one stream. Its lock is a leaf held for one `Arc` swap.
+#[derive(Default)]
+pub(crate) struct SnapshotCell(Mutex<Arc<Published>>);
+
+impl SnapshotCell {
+    pub(crate) fn publish(&self, p: Published) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(p);
+    }
+
+    pub(crate) fn load(&self) -> Arc<Published> {
+        Arc::clone(&self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Name → stream. Every method takes the lock for one map operation and returns owned
+/// values, so no guard outlives the call.
+#[derive(Default)]
+pub(crate) struct StreamTable {
+    map: RwLock<HashMap<String, Arc<StreamRef>>>,
+}
+
+impl StreamTable {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<StreamRef>> {
+        self.map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every stream, in no particular order.
+    pub(crate) fn all(&self) -> Vec<Arc<StreamRef>> {
+        self.map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Inserts or replaces the stream named `s.cfg.name`.
+    pub(crate) fn insert(&self, s: Arc<StreamRef>) {
+        self.map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(s.cfg.name.clone(), s);
+    }
+
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<StreamRef>> {
+        self.map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+    }
+
+    /// Removes and returns every stream.
+    pub(crate) fn drain(&self) -> Vec<Arc<StreamRef>> {
+        self.map
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect()
+    }
+}
