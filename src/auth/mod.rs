@@ -100,6 +100,16 @@ pub struct Identity {
     pub user_key: Option<(String, i64)>,
 }
 
+impl Identity {
+    /// Whether `other` grants exactly the same permissions and limits.
+    pub fn same_grant(&self, other: &Identity) -> bool {
+        self.permissions == other.permissions
+            && self.max_subs == other.max_subs
+            && self.max_payload == other.max_payload
+            && self.expires_at == other.expires_at
+    }
+}
+
 /// Why authentication failed (logged, never sent to the client).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
@@ -109,6 +119,10 @@ pub enum AuthError {
     /// Token did not match.
     #[error("token mismatch")]
     BadToken,
+    /// The account's claims break the operator's limits (imports, exports, wildcard
+    /// exports) or carry a limit this server cannot enforce.
+    #[error("account: {0}")]
+    AccountLimits(String),
     /// Unknown user.
     #[error("unknown user {0:?}")]
     UnknownUser(String),

@@ -127,12 +127,20 @@ impl Trust {
             system_account: sys,
         };
         for (id, token) in preload {
-            trust
-                .update_account(token, Some(id))
-                .map_err(|e| TrustError::Preload {
-                    id: id.clone(),
-                    reason: e.to_string(),
-                })?;
+            match trust.update_account(token, Some(id)) {
+                Ok(_) => {}
+                // As nats-server: an account whose claims break the operator's limits is
+                // logged and left out (its users are refused); the server still starts.
+                Err(AuthError::AccountLimits(reason)) => {
+                    tracing::warn!(account = %id, %reason, "account JWT has validation issues; its users are refused");
+                }
+                Err(e) => {
+                    return Err(TrustError::Preload {
+                        id: id.clone(),
+                        reason: e.to_string(),
+                    })
+                }
+            }
         }
         Ok(trust)
     }
@@ -276,6 +284,7 @@ impl Trust {
                 "activation-token imports are not supported".into(),
             ));
         }
+        validate_account_limits(&acc.nats)?;
         Ok(acc)
     }
 
@@ -296,6 +305,61 @@ impl Trust {
         let token = c.jwt.ok_or(AuthError::Missing)?;
         let user: Claims<UserClaims> =
             jwt::decode(token, ClaimType::User).map_err(|e| AuthError::Jwt(e.to_string()))?;
+        let (account, perms) = self.grant(&user)?;
+        if perms.bearer_token {
+            if !c.tls {
+                return Err(AuthError::Jwt(
+                    "bearer token on a connection without TLS".into(),
+                ));
+            }
+        } else {
+            let sig = c.sig.ok_or(AuthError::Jwt("no nonce signature".into()))?;
+            verify_nonce(&user.sub, &[Role::User], c.nonce, sig)?;
+        }
+        if let Some(src) = &perms.src {
+            if !source_allowed(src, c.ip)? {
+                return Err(AuthError::Jwt("source address not allowed".into()));
+            }
+        }
+        Ok(identity(&user, &account, &perms))
+    }
+
+    /// Checks a connected user's JWT again after its account's claims changed: what the
+    /// connection must do now. The nonce and the source address were checked at CONNECT and
+    /// do not change.
+    pub fn recheck(&self, user_jwt: &str, current: &Identity) -> Recheck {
+        let Ok(user) = jwt::decode::<UserClaims>(user_jwt, ClaimType::User) else {
+            return Recheck::Refused;
+        };
+        let account_id = user.nats.issuer_account.as_ref().unwrap_or(&user.iss);
+        if let Some(a) = self.account(account_id) {
+            if a.exp != 0 && a.exp <= now_secs() {
+                return Recheck::AccountExpired;
+            }
+        }
+        if self.is_revoked(account_id, &user.sub, user.iat) {
+            return Recheck::Revoked;
+        }
+        match self.grant(&user) {
+            Err(_) => Recheck::Refused,
+            Ok((account, perms)) => {
+                let now = identity(&user, &account, &perms);
+                if now.same_grant(current) {
+                    Recheck::Unchanged
+                } else {
+                    Recheck::Changed(now)
+                }
+            }
+        }
+    }
+
+    /// Everything about a user JWT that depends on the claims alone (not on the connection):
+    /// validity, the account, the signing key and its scope, default permissions, bearer and
+    /// connection-type rules, revocation. Returns the account and the effective permissions.
+    fn grant(
+        &self,
+        user: &Claims<UserClaims>,
+    ) -> Result<(Arc<Claims<AccountClaims>>, UserPermissionsLimits), AuthError> {
         if user.nats.proxy_required {
             return Err(AuthError::Jwt("proxy_required is not supported".into()));
         }
@@ -323,7 +387,7 @@ impl Trust {
         if account.exp != 0 && account.exp <= now {
             return Err(AuthError::Account("account JWT expired".into()));
         }
-        let perms = if user.iss == account.sub {
+        let mut perms = if user.iss == account.sub {
             if self.strict {
                 return Err(AuthError::Jwt(
                     "strict signing key usage: the user is signed by the account identity key, not a signing key".into(),
@@ -350,21 +414,30 @@ impl Trust {
                                 .into(),
                         ));
                     }
-                    expand_template(&scope.template, &user)?
+                    expand_template(&scope.template, user)?
                 }
             }
         };
-        if perms.bearer_token {
-            if account.nats.limits.disallow_bearer {
-                return Err(AuthError::Jwt(
-                    "bearer tokens are disallowed by the account".into(),
-                ));
+        // A user without permissions of its own gets the account's default permissions
+        // (nats-server: replaced as a whole, never merged; `resp` counts as a permission).
+        if perms.publish.is_empty() && perms.subscribe.is_empty() && perms.resp.is_none() {
+            if let Some(d) = &account.nats.default_permissions {
+                perms.publish = d.publish.clone();
+                perms.subscribe = d.subscribe.clone();
+                perms.resp = d.resp.clone();
             }
-            if !c.tls {
-                return Err(AuthError::Jwt(
-                    "bearer token on a connection without TLS".into(),
-                ));
-            }
+        }
+        // 0 is what a JWT without the field decodes to (and nats-server enforces no data
+        // limit at all); a positive limit is one this server cannot honour.
+        if perms.data > 0 {
+            return Err(AuthError::Jwt(
+                "a data limit is set and this server does not enforce data limits".into(),
+            ));
+        }
+        if perms.bearer_token && account.nats.limits.disallow_bearer {
+            return Err(AuthError::Jwt(
+                "bearer tokens are disallowed by the account".into(),
+            ));
         }
         if !perms.allowed_connection_types.is_empty()
             && !perms
@@ -376,47 +449,105 @@ impl Trust {
                 "connection type STANDARD not allowed".into(),
             ));
         }
-        if !perms.bearer_token {
-            let sig = c.sig.ok_or(AuthError::Jwt("no nonce signature".into()))?;
-            verify_nonce(&user.sub, &[Role::User], c.nonce, sig)?;
-        }
-        let revoked = |key: &str| {
-            account
-                .nats
-                .revocations
-                .get(key)
-                .is_some_and(|t| *t >= user.iat)
-        };
-        if revoked(&user.sub) || revoked("*") {
+        if self.is_revoked(&account_id, &user.sub, user.iat) {
             return Err(AuthError::Jwt("user JWT revoked".into()));
-        }
-        if let Some(src) = &perms.src {
-            if !source_allowed(src, c.ip)? {
-                return Err(AuthError::Jwt("source address not allowed".into()));
-            }
         }
         if perms.times.is_some() {
             return Err(AuthError::Jwt(
                 "connect time windows (times) are not supported".into(),
             ));
         }
-        let limit = |v: i64| if v < 0 { None } else { Some(v as u64) };
-        let conn_limit = limit(account.nats.limits.conn);
-        Ok(Identity {
-            user: Some(if user.name.is_empty() {
-                user.sub.clone()
-            } else {
-                user.name.clone()
-            }),
-            account: Some(account_id),
-            permissions: to_permissions(&perms),
-            max_subs: limit(perms.subs),
-            max_payload: limit(perms.payload),
-            expires_at: (user.exp != 0).then_some(user.exp),
-            account_conn_limit: conn_limit,
-            user_key: Some((user.sub.clone(), user.iat)),
-        })
+        Ok((account, perms))
     }
+}
+
+/// What a connected user must do after its account's claims changed ([`Trust::recheck`]).
+#[derive(Debug)]
+pub enum Recheck {
+    /// Same permissions and limits: nothing to do.
+    Unchanged,
+    /// Still allowed, with other permissions or limits (the connection is closed so that the
+    /// client reconnects under the new ones; nothing is half-applied).
+    Changed(Identity),
+    /// The account revokes this user: `User Authentication Revoked`.
+    Revoked,
+    /// The account JWT expired: `Account Authentication Expired`.
+    AccountExpired,
+    /// No longer allowed at all (its signing key was removed, say): closed without a
+    /// message, as nats-server does.
+    Refused,
+}
+
+/// `None` for "unlimited" (any negative value), else the limit.
+fn limit(v: i64) -> Option<u64> {
+    u64::try_from(v).ok()
+}
+
+/// The tighter of two optional limits.
+fn min_limit(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn identity(
+    user: &Claims<UserClaims>,
+    account: &Claims<AccountClaims>,
+    perms: &UserPermissionsLimits,
+) -> Identity {
+    let l = &account.nats.limits;
+    Identity {
+        user: Some(if user.name.is_empty() {
+            user.sub.clone()
+        } else {
+            user.name.clone()
+        }),
+        account: Some(account.sub.clone()),
+        permissions: to_permissions(perms),
+        max_subs: min_limit(limit(perms.subs), limit(l.subs)),
+        max_payload: min_limit(limit(perms.payload), limit(l.payload)),
+        expires_at: match (user.exp, account.exp) {
+            (0, 0) => None,
+            (0, a) => Some(a),
+            (u, 0) => Some(u),
+            (u, a) => Some(u.min(a)),
+        },
+        account_conn_limit: limit(l.conn),
+        user_key: Some((user.sub.clone(), user.iat)),
+    }
+}
+
+/// The account limits this server enforces at load time (as nats-server's JWT validation
+/// does), and the ones it cannot enforce, which refuse the JWT (fail closed).
+fn validate_account_limits(a: &AccountClaims) -> Result<(), AuthError> {
+    validate_limits(a).map_err(AuthError::AccountLimits)
+}
+
+fn validate_limits(a: &AccountClaims) -> Result<(), String> {
+    let l = &a.limits;
+    let over = |n: usize, max: i64| max >= 0 && n as u64 > max as u64;
+    if over(a.imports.len(), l.imports) {
+        return Err("the account contains more imports than allowed by the operator".into());
+    }
+    if over(a.exports.len(), l.exports) {
+        return Err("the account contains more exports than allowed by the operator".into());
+    }
+    // nats-server checks this only when `exports` is limited too; a wildcard export the
+    // operator forbade is refused here either way.
+    if !l.wildcards
+        && a.exports
+            .iter()
+            .any(|e| e.subject.split('.').any(|t| t == "*" || t == ">"))
+    {
+        return Err(
+            "the account contains wildcard exports that are not allowed by the operator".into(),
+        );
+    }
+    if l.data >= 0 {
+        return Err("a data limit is set and this server does not enforce data limits".into());
+    }
+    Ok(())
 }
 
 /// Extracts the token from an armored JWT file, or returns the text trimmed.

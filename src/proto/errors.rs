@@ -16,6 +16,8 @@ pub const AUTHORIZATION_VIOLATION: &str = "Authorization Violation";
 pub const AUTHENTICATION_TIMEOUT: &str = "Authentication Timeout";
 /// A user JWT expired while connected. Closes.
 pub const USER_AUTHENTICATION_EXPIRED: &str = "User Authentication Expired";
+/// The user's account JWT expired while connected. Closes.
+pub const ACCOUNT_AUTHENTICATION_EXPIRED: &str = "Account Authentication Expired";
 /// An account update revoked the connected user. Closes.
 pub const USER_AUTHENTICATION_REVOKED: &str = "User Authentication Revoked";
 /// Too many unanswered server PINGs. Closes.

@@ -24,6 +24,7 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
+use crate::auth::trust::Recheck;
 use crate::proto::errors as perr;
 use crate::proto::parser::{Limits, Parser};
 use crate::proto::ServerOp;
@@ -273,7 +274,7 @@ impl System {
                         );
                     }
                 }
-                let revoked = disconnect_revoked(shared, &account);
+                let revoked = recheck_connections(shared, &account);
                 json!({ "server": server, "data": { "account": account, "code": 200, "message": "jwt updated", "disconnected": revoked } })
             }
             Err(e) => {
@@ -284,23 +285,61 @@ impl System {
     }
 }
 
-/// Closes the connections of `account` whose user the current account JWT revokes.
-fn disconnect_revoked(shared: &Shared, account: &str) -> usize {
+/// After `account`'s claims changed: checks every connection of the account against them
+/// and acts as nats-server does — revoked users get `User Authentication Revoked`, an expired
+/// account `Account Authentication Expired`, users no longer allowed at all (their signing
+/// key removed) are closed without a message; a lowered `limits.conn` closes the newest
+/// connections beyond it (`maximum account active connections exceeded`). A user whose
+/// permissions or limits changed (a scope's template, default permissions, subs/payload) is
+/// closed too, so that it reconnects under the new grant: nothing is half-applied.
+/// Returns how many connections were closed.
+pub(crate) fn recheck_connections(shared: &Shared, account: &str) -> usize {
     let auth = shared.auth();
     let Some(trust) = auth.trust() else {
         return 0;
     };
     let mut n = 0;
+    let mut kept = Vec::new();
     for c in shared.clients() {
         let m = c.meta();
         if m.account != account {
             continue;
         }
-        if let Some((user, iat)) = &m.user_key {
-            if trust.is_revoked(account, user, *iat) {
-                debug!(cid = c.cid, "user revoked by account update");
+        let Some(grant) = &m.grant else {
+            kept.push(c);
+            continue;
+        };
+        let (jwt, identity) = &**grant;
+        match trust.recheck(jwt, identity) {
+            Recheck::Unchanged => {
+                kept.push(c);
+                continue;
+            }
+            Recheck::Revoked => c.send_err_and_close(
+                perr::USER_AUTHENTICATION_REVOKED,
+                CloseReason::AuthenticationFailure,
+            ),
+            Recheck::AccountExpired => c.send_err_and_close(
+                perr::ACCOUNT_AUTHENTICATION_EXPIRED,
+                CloseReason::AuthenticationFailure,
+            ),
+            Recheck::Refused | Recheck::Changed(_) => {
+                c.close(CloseReason::AuthenticationFailure);
+            }
+        }
+        debug!(cid = c.cid, "connection closed after an account update");
+        n += 1;
+    }
+    let limit = trust
+        .account(account)
+        .and_then(|a| usize::try_from(a.nats.limits.conn).ok());
+    if let Some(limit) = limit {
+        if kept.len() > limit {
+            // The oldest connections stay (as nats-server): close the newest.
+            kept.sort_by_key(|c| (c.start, c.cid));
+            for c in kept.iter().skip(limit) {
                 c.send_err_and_close(
-                    perr::USER_AUTHENTICATION_REVOKED,
+                    perr::MAX_ACCOUNT_CONNECTIONS_EXCEEDED,
                     CloseReason::AuthenticationFailure,
                 );
                 n += 1;

@@ -79,6 +79,9 @@ pub(crate) struct ConnMeta {
     pub(crate) account: String,
     /// User public key and JWT issue time (operator mode).
     pub(crate) user_key: Option<(String, i64)>,
+    /// Operator mode: the user JWT and what it granted at CONNECT, checked again whenever
+    /// the account's claims change (`system::recheck_connections`).
+    pub(crate) grant: Option<Arc<(Arc<str>, crate::auth::Identity)>>,
 }
 
 /// The shared face of a connection.

@@ -178,8 +178,10 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
                 client.send_err_and_close(perr::USER_AUTHENTICATION_EXPIRED, CloseReason::AuthenticationFailure);
                 break;
             }
-            _ = tokio::time::sleep_until(auth_deadline), if auth_required && !s.connected => {
-                debug!("authentication timeout");
+            // Every connection, authenticated or not, must send CONNECT in time: an idle
+            // pre-CONNECT socket would otherwise hold a `max_connections` slot forever.
+            _ = tokio::time::sleep_until(auth_deadline), if !s.connected => {
+                debug!(auth_required, "no CONNECT before the deadline");
                 client.send_err_and_close(perr::AUTHENTICATION_TIMEOUT, CloseReason::AuthenticationFailure);
                 break;
             }
@@ -424,8 +426,12 @@ impl Session {
                     if let Some((max, ttl)) = id.permissions.as_ref().and_then(|p| p.responses) {
                         self.client.allow_responses(max, ttl);
                     }
-                    self.permissions = id.permissions;
                     let mut m = self.client.meta.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(jwt) = info.jwt.as_deref() {
+                        // Kept to check the user again when its account's claims change.
+                        m.grant = Some(Arc::new((Arc::from(jwt), id.clone())));
+                    }
+                    self.permissions = id.permissions;
                     m.user = id.user;
                     m.user_key = id.user_key;
                 }
