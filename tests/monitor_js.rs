@@ -164,6 +164,7 @@ async fn tenant_names_stay_off_the_monitoring_port_unless_enabled() {
             return;
         }
         let a = async_nats::ConnectOptions::with_user_and_password("a".into(), "a".into())
+            .name("secret-project-billing")
             .connect(s.url())
             .await
             .unwrap();
@@ -172,10 +173,27 @@ async fn tenant_names_stay_off_the_monitoring_port_unless_enabled() {
         let (_, jsz) = s.http_get("/jsz?accounts=true&streams=true&consumers=true");
         let (_, metrics) = s.http_get("/metrics");
         let (_, accountz) = s.http_get("/accountz");
+        let (_, connz) = s.http_get("/connz?subs=1");
+        let (_, subsz) = s.http_get("/subsz?subs=1");
+        let (_, varz) = s.http_get("/varz");
         let v: serde_json::Value = serde_json::from_str(&jsz).unwrap();
         assert_eq!(v["messages"], 1, "totals are always shown: {v}");
         for body in [&jsz, &metrics] {
             assert_eq!(body.contains("SECRET-PROJECT"), shown, "{body}");
+        }
+        // The same rule on every endpoint: connection names and accounts too.
+        assert_eq!(connz.contains("secret-project-billing"), shown, "{connz}");
+        let c: serde_json::Value = serde_json::from_str(&connz).unwrap();
+        assert!(c["num_connections"].as_u64().unwrap() >= 1, "{c}");
+        let accounts: Vec<&serde_json::Value> = c["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.get("account"))
+            .collect();
+        assert_eq!(accounts.contains(&&serde_json::json!("A")), shown, "{c}");
+        for body in [&subsz, &varz] {
+            assert!(!body.contains("secret-project"), "{body}");
         }
         assert_eq!(accountz.contains("\"A\""), shown, "{accountz}");
     }

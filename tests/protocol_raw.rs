@@ -394,3 +394,20 @@ fn answered_pings_keep_the_connection() {
     r.send(b"PING\r\n");
     r.expect_line("PONG");
 }
+
+#[test]
+fn sockets_that_never_send_connect_are_closed_even_without_auth() {
+    let s = TestServer::start();
+    if s.is_reference() {
+        return; // nats-server leaves them to its ping timer (closed after ~3 ping intervals)
+    }
+    let mut idle: Vec<Raw> = (0..50).map(|_| s.raw()).collect();
+    for r in &mut idle {
+        r.expect_line("-ERR 'Authentication Timeout'");
+        assert!(r.closed_within(Duration::from_secs(5)));
+    }
+    // The slots are free again: a real client still connects.
+    let mut r = s.raw();
+    r.send(b"CONNECT {\"verbose\":false}\r\nPING\r\n");
+    r.expect_line("PONG");
+}

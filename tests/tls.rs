@@ -651,3 +651,37 @@ async fn jetstream_works_over_tls() {
     kv.put("k", "v".into()).await.unwrap();
     assert_eq!(kv.get("k").await.unwrap().unwrap(), "v".as_bytes());
 }
+
+#[tokio::test]
+async fn verify_and_map_escapes_the_subject_dn() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
+    let (cert, key, ca_pem) = (
+        f.put("server.pem", &cert),
+        f.put("server-key.pem", &key),
+        f.put("ca.pem", &ca.pem()),
+    );
+    // One CN whose value is `admin,O=Acme`: it must not pass for the user `CN=admin,O=Acme`.
+    let (ec, ek) = ca.leaf("admin,O=Acme", vec![], |_| {});
+    let (ec, ek) = (f.put("evil.pem", &ec), f.put("evil-key.pem", &ek));
+    let conf = format!(
+        "{}authorization {{ users: [ {{ user: \"CN=admin,O=Acme\" }}, {{ user: \"CN=admin\\\\,O=Acme\", permissions: {{ publish: [\"only.this\"] }} }} ] }}\n",
+        tls_conf(&cert, &key, &format!("  ca_file: \"{}\"\n  verify_and_map: true", ca_pem.display()))
+    );
+    let s = TestServer::with_config(&conf);
+    let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&ec, &ek)), false)
+        .await
+        .unwrap();
+    let lines = tls_lines(
+        &mut t,
+        b"CONNECT {\"verbose\":false,\"protocol\":1}\r\nPUB admin.x 1\r\nx\r\nPING\r\n",
+        "PONG",
+    )
+    .await;
+    // It maps to the escaped name (whose permissions apply), never to the plain one.
+    assert!(
+        lines.contains(&"-ERR 'Permissions Violation for Publish to \"admin.x\"'".to_owned()),
+        "{lines:?}"
+    );
+}

@@ -205,6 +205,25 @@ fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
         .map_err(|e| err(format!("tls: certificate and key do not match: {e}")))
 }
 
+/// Escapes one attribute value for a DN string (RFC 2253 §2.4, as nats-server renders it):
+/// a backslash before `,` `+` `"` `\` `<` `>` `;` anywhere, before `#` at the start and
+/// before a space at the start or the end. Without it a CN of `admin,O=Acme` would read as two
+/// attributes and map to the user `CN=admin,O=Acme`.
+pub(crate) fn escape_dn_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 4);
+    let last = v.chars().count().saturating_sub(1);
+    for (i, ch) in v.chars().enumerate() {
+        let special = matches!(ch, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (ch == '#' && i == 0)
+            || (ch == ' ' && (i == 0 || i == last));
+        if special {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 /// What a verified client certificate can be mapped to: SAN e-mails, SAN DNS names, and the
 /// subject DN in RFC 2253 order (`CN=alice,O=Acme`).
 pub(crate) fn peer_identities(leaf: &CertificateDer<'_>) -> Vec<String> {
@@ -221,7 +240,9 @@ pub(crate) fn peer_identities(leaf: &CertificateDer<'_>) -> Vec<String> {
             }
         }
     }
-    let rdns: Vec<String> = cert
+    // A value that is not a string cannot be rendered faithfully: then the subject DN is not
+    // offered for mapping at all (fail closed), rather than rendered with a gap.
+    let rdns: Option<Vec<String>> = cert
         .subject()
         .iter_rdn()
         .map(|rdn| {
@@ -233,15 +254,34 @@ pub(crate) fn peer_identities(leaf: &CertificateDer<'_>) -> Vec<String> {
                     )
                     .map(str::to_owned)
                     .unwrap_or_else(|_| atv.attr_type().to_id_string());
-                    format!("{key}={}", atv.as_str().unwrap_or(""))
+                    Some(format!("{key}={}", escape_dn_value(atv.as_str().ok()?)))
                 })
-                .collect::<Vec<_>>()
-                .join("+")
+                .collect::<Option<Vec<_>>>()
+                .map(|v| v.join("+"))
         })
         .collect();
+    let rdns = rdns.unwrap_or_default();
     if !rdns.is_empty() {
         out.push(rdns.iter().rev().cloned().collect::<Vec<_>>().join(","));
         out.push(rdns.join(","));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape_dn_value;
+
+    #[test]
+    fn dn_values_escape_rfc2253_specials() {
+        assert_eq!(escape_dn_value("admin,O=Acme"), "admin\\,O=Acme");
+        assert_eq!(
+            escape_dn_value("a,b+c\"d\\e<f>g;h=i"),
+            "a\\,b\\+c\\\"d\\\\e\\<f\\>g\\;h=i"
+        );
+        assert_eq!(escape_dn_value("#lead"), "\\#lead");
+        assert_eq!(escape_dn_value("mid#dle"), "mid#dle");
+        assert_eq!(escape_dn_value(" sp "), "\\ sp\\ ");
+        assert_eq!(escape_dn_value("alice"), "alice");
+    }
 }

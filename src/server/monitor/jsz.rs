@@ -18,17 +18,6 @@ use crate::jetstream::timefmt::rfc3339_nanos;
 use crate::server::jetstream::{AccountJs, Cmd, JetStream, Published, StreamRef};
 use crate::server::Shared;
 
-/// Whether tenants' names may be shown.
-fn details_allowed(shared: &Shared, js: &JetStream) -> bool {
-    shared.opts.monitor_tenant_details
-        || js
-            .accounts()
-            .iter()
-            .filter(|a| a.limits().is_some())
-            .count()
-            <= 1
-}
-
 fn now_string() -> String {
     rfc3339_nanos(
         SystemTime::now()
@@ -176,9 +165,8 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
     if !want_accounts {
         return v;
     }
-    if !details_allowed(shared, js) {
-        v["tenant_details"] =
-            json!("hidden: several tenants share this server (set monitor_tenant_details: true)");
+    if !super::tenant_details_allowed(shared) {
+        v["tenant_details"] = json!(super::TENANT_DETAILS_HIDDEN);
         return v;
     }
     let only = q.get("acc");
@@ -228,8 +216,7 @@ pub(crate) fn accountz(shared: &Shared, q: &HashMap<String, String>) -> Value {
     let system = shared.system.as_ref().map(|s| s.account.name.clone());
     let mut names: Vec<String> = shared.accounts.names();
     names.sort();
-    let allowed = shared.opts.monitor_tenant_details
-        || names.iter().filter(|n| Some(*n) != system.as_ref()).count() <= 1;
+    let allowed = super::tenant_details_allowed(shared);
     let mut v = json!({
         "server_id": shared.server_id,
         "now": now_string(),
@@ -237,8 +224,7 @@ pub(crate) fn accountz(shared: &Shared, q: &HashMap<String, String>) -> Value {
     });
     if !allowed {
         v["accounts_count"] = json!(names.len());
-        v["tenant_details"] =
-            json!("hidden: several tenants share this server (set monitor_tenant_details: true)");
+        v["tenant_details"] = json!(super::TENANT_DETAILS_HIDDEN);
         return v;
     }
     if let Some(acc) = q.get("acc") {
@@ -412,7 +398,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         "1 when JetStream is on.",
     );
     let _ = writeln!(o, "sealstream_jetstream_enabled 1");
-    let details = details_allowed(shared, js);
+    let details = super::tenant_details_allowed(shared);
     let figures = collect(js);
     let (mut file, mut mem, mut msgs, mut consumers) = (0, 0, 0, 0);
     for f in &figures {

@@ -112,6 +112,29 @@ pub(crate) async fn serve(
 
 type Resp = Response<Full<Bytes>>;
 
+/// The one rule for tenants' names on the monitoring port (which has no authentication of
+/// its own): account, stream, consumer and connection names are shown only when the server
+/// serves a single tenant, or when the operator sets `monitor_tenant_details: true`. Every
+/// endpoint (`/connz`, `/subsz`, `/accountz`, `/jsz`, `/metrics`) asks this; totals are
+/// always shown.
+pub(crate) fn tenant_details_allowed(shared: &Shared) -> bool {
+    if shared.opts.monitor_tenant_details {
+        return true;
+    }
+    let system = shared.system.as_ref().map(|s| s.account.name.as_str());
+    let tenants = shared
+        .accounts
+        .names()
+        .into_iter()
+        .filter(|n| Some(n.as_str()) != system && n != crate::server::account::GLOBAL_ACCOUNT)
+        .count();
+    tenants <= 1
+}
+
+/// What hidden tenant details say instead.
+pub(crate) const TENANT_DETAILS_HIDDEN: &str =
+    "hidden: several tenants share this server (set monitor_tenant_details: true)";
+
 fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;

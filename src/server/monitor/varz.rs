@@ -175,6 +175,7 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
     }
     let now = SystemTime::now();
     let total = clients.len();
+    let details = super::tenant_details_allowed(s);
     let conns: Vec<Value> = clients
         .iter()
         .skip(offset)
@@ -182,7 +183,7 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
         .map(|c| {
             let m = c.meta();
             let (out_msgs, out_bytes) = c.outbound.out_stats();
-            json!({
+            let mut v = json!({
                 "cid": c.cid,
                 "kind": "Client",
                 "type": "nats",
@@ -196,14 +197,18 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
                 "in_bytes": c.in_bytes.load(Ordering::Relaxed),
                 "out_bytes": out_bytes,
                 "subscriptions": c.subs.load(Ordering::Relaxed),
-                "name": m.name.unwrap_or_default(),
                 "lang": m.lang.unwrap_or_default(),
                 "version": m.version.unwrap_or_default(),
-                "account": m.account,
-            })
+            });
+            // A client's name often names its tenant: shown with the account or not at all.
+            if details {
+                v["name"] = json!(m.name.unwrap_or_default());
+                v["account"] = json!(m.account);
+            }
+            v
         })
         .collect();
-    Ok(json!({
+    let mut v = json!({
         "server_id": s.server_id,
         "now": rfc3339(now),
         "num_connections": conns.len(),
@@ -211,7 +216,11 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
         "offset": offset,
         "limit": limit,
         "connections": conns,
-    }))
+    });
+    if !details {
+        v["tenant_details"] = json!(super::TENANT_DETAILS_HIDDEN);
+    }
+    Ok(v)
 }
 
 /// `/subsz` (counts only).
