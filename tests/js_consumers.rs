@@ -2047,3 +2047,38 @@ async fn ephemeral_consumer_disappears_after_inactive_threshold() {
     let v = api(&c, "$JS.API.CONSUMER.NAMES.EP", Value::Null).await;
     assert_eq!(v["total"], 0, "{v}");
 }
+
+#[tokio::test]
+async fn tiny_pull_heartbeats_cannot_flood_the_requester() {
+    let s = TestServer::start_js();
+    if s.is_reference() {
+        return; // nats-server sends one per millisecond for a 1 ns heartbeat
+    }
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "HB", "subjects": ["hb.>"]})).await;
+    add_consumer(&c, "HB", "w", json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+    let inbox = c.new_inbox();
+    let mut sub = c.subscribe(format!("{inbox}.>")).await.unwrap();
+    let body = r#"{"batch":1,"expires":60000000000,"idle_heartbeat":1}"#;
+    for i in 0..4 {
+        c.publish_with_reply(
+            "$JS.API.CONSUMER.MSG.NEXT.HB.w",
+            format!("{inbox}.{i}"),
+            body.into(),
+        )
+        .await
+        .unwrap();
+    }
+    c.flush().await.unwrap();
+    let window = Duration::from_secs(2);
+    let end = Instant::now() + window;
+    let mut heartbeats = 0u32;
+    while let Ok(Some(m)) = tokio::time::timeout_at(end.into(), sub.next()).await {
+        if m.status == Some(StatusCode::IDLE_HEARTBEAT) {
+            heartbeats += 1;
+        }
+    }
+    // 4 requests at one heartbeat per 100 ms at most: about 80 in 2 s (nats-server: ~8,000).
+    assert!(heartbeats >= 4, "heartbeats still flow: {heartbeats}");
+    assert!(heartbeats <= 100, "{heartbeats} heartbeats in {window:?}");
+}

@@ -465,8 +465,8 @@ impl Consumer {
             bytes_left: (req.max_bytes > 0).then_some(req.max_bytes),
             expires_at: (req.expires > 0).then(|| now.saturating_add(req.expires)),
             no_wait: req.no_wait,
-            heartbeat: req.idle_heartbeat,
-            next_heartbeat: now.saturating_add(req.idle_heartbeat),
+            heartbeat: pull_heartbeat(req.idle_heartbeat),
+            next_heartbeat: now.saturating_add(pull_heartbeat(req.idle_heartbeat)),
             delivered: 0,
         });
     }
@@ -1056,10 +1056,32 @@ pub fn parse_ack_subject(subject: &str) -> Option<(&str, &str, u64)> {
     }
 }
 
+/// The shortest interval between a pull request's idle heartbeats (the push consumers'
+/// minimum, `100ms`). nats-server has none and sends one per millisecond for a 1 ns request;
+/// without this floor a handful of such requests kept a stream thread busy sending heartbeats
+/// (862 MB in 5 s). Clients use heartbeats to detect a dead server, in seconds.
+pub const MIN_PULL_HEARTBEAT_NS: i64 = 100_000_000;
+
+/// A pull request's heartbeat interval with the floor applied (0: none).
+fn pull_heartbeat(requested: i64) -> i64 {
+    if requested > 0 {
+        requested.max(MIN_PULL_HEARTBEAT_NS)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+
+    #[test]
+    fn pull_heartbeats_have_a_floor() {
+        assert_eq!(pull_heartbeat(0), 0);
+        assert_eq!(pull_heartbeat(1), MIN_PULL_HEARTBEAT_NS);
+        assert_eq!(pull_heartbeat(5_000_000_000), 5_000_000_000);
+    }
 
     #[test]
     fn ack_subject_v1_parses() {
