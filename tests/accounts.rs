@@ -102,3 +102,30 @@ async fn service_import_routes_requests_and_replies_across() {
     let err = c.request("asvc.echo", "ping".into()).await.unwrap_err();
     assert_eq!(err.kind(), async_nats::RequestErrorKind::NoResponders);
 }
+
+#[tokio::test]
+async fn a_mapped_service_import_reaches_exactly_the_exported_subjects() {
+    let s = TestServer::with_config(
+        r#"
+accounts {
+  A: { users: [ {user: alice, password: pw} ], exports: [ {service: "svc.*"} ] }
+  B: { users: [ {user: bob, password: pw} ], imports: [ {service: {account: A, subject: "svc.*"}, to: "x.*"} ] }
+}
+"#,
+    );
+    let (a, b) = (login(&s, "alice").await, login(&s, "bob").await);
+    let mut svc = a.subscribe("svc.>").await.unwrap();
+    support::sync(&a).await;
+    let a2 = a.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc.next().await {
+            let reply = m.reply.clone().unwrap();
+            a2.publish(reply, m.subject.to_string().into()).await.unwrap();
+        }
+    });
+    let resp = b.request("x.echo", "ping".into()).await.unwrap();
+    assert_eq!(resp.payload, "svc.echo".as_bytes());
+    // Two tokens where the export has one: not exported, so nobody answers.
+    let err = b.request("x.admin.drop", "ping".into()).await.unwrap_err();
+    assert_eq!(err.kind(), async_nats::RequestErrorKind::NoResponders);
+}

@@ -8,7 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use sealstream::auth::jwt::claims::{AccountLimits, Export, SigningKey, UserPermissionsLimits};
+use sealstream::auth::jwt::claims::{
+    AccountLimits, Export, Import, SigningKey, UserPermissionsLimits,
+};
 use sealstream::auth::nkeys::{KeyPair, Role};
 use support::jwt::{now, open_user, user_jwt, Tenant, World};
 use support::{Raw, TestServer};
@@ -288,6 +290,36 @@ fn a_data_limit_this_server_cannot_enforce_refuses_the_account() {
     }
     let user = KeyPair::generate(Role::User);
     let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    assert_eq!(
+        next_line(&mut r).as_deref(),
+        Some("-ERR 'Authorization Violation'")
+    );
+}
+
+#[test]
+fn an_import_mapped_past_its_export_refuses_the_account() {
+    let w = World::new();
+    let mut b = w.tenant("B", AccountLimits::default());
+    b.claims.nats.exports = vec![Export {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    let mut a = w.tenant("A", AccountLimits::default());
+    a.claims.nats.imports = vec![Import {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        account: b.key.public_key(),
+        local_subject: Some("x.>".into()),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    let s = TestServer::with_config(&w.config(&[&a, &b]));
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&a.key, &user, "u", open_user(), |_| {});
     let mut r = s.raw();
     connect_jwt(&mut r, &token, &user);
     assert_eq!(

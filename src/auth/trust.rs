@@ -547,6 +547,22 @@ fn validate_limits(a: &AccountClaims) -> Result<(), String> {
     if l.data >= 0 {
         return Err("a data limit is set and this server does not enforce data limits".into());
     }
+    for imp in &a.imports {
+        let Some(local) = &imp.local_subject else {
+            continue;
+        };
+        let (from, onto) = if imp.kind.eq_ignore_ascii_case("service") {
+            (local.as_str(), imp.subject.as_str())
+        } else {
+            (imp.subject.as_str(), local.as_str())
+        };
+        if let Err(e) = crate::subject::mapping::validate_mapping(from, onto) {
+            return Err(format!(
+                "import {:?} mapped to {local:?}: {e}",
+                imp.subject
+            ));
+        }
+    }
     Ok(())
 }
 

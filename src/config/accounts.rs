@@ -733,6 +733,20 @@ fn imports(
                 "import needs a stream or a service",
             ));
         };
+        if let Some(to) = &to {
+            // A service import maps the importer's `to` onto the export; a stream import
+            // maps the export onto the importer's `to`. Either way the wildcards must match.
+            let (what, from, onto) = match kind {
+                ExportKind::Service => ("service", to.as_str(), subject.as_str()),
+                ExportKind::Stream => ("stream", subject.as_str(), to.as_str()),
+            };
+            if let Err(e) = crate::subject::mapping::validate_mapping(from, onto) {
+                return Err(ConfigError::invalid(
+                    value.location.clone(),
+                    format!("Error adding {what} import \"{subject}\": failed to create mapping transform for {what} import subject from \"{from}\" to \"{onto}\": {e}"),
+                ));
+            }
+        }
         registry.imports.push(PendingImport {
             importer: importer.to_string(),
             account: account.clone(),

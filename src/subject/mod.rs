@@ -5,6 +5,8 @@
 //!   [`filters_overlap`]) that permissions and stream subject overlap build on.
 //! - [`tree`]: [`SubjectTree`], the trie that routes a published subject to its plain
 //!   subscriptions and queue groups.
+//! - [`mapping`]: import mappings between accounts and the rule that keeps them inside
+//!   their export.
 //! - [`cache`]: [`MatchCache`], a bounded memo of tree results keyed by subject and checked
 //!   against the tree's generation.
 //!
@@ -25,6 +27,7 @@
 
 pub mod cache;
 mod hasher;
+pub mod mapping;
 #[expect(
     clippy::module_inception,
     reason = "style guide layout: subject/subject.rs holds the token rules"

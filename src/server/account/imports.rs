@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::subject::subject_matches_filter;
+pub(crate) use crate::subject::mapping::transform;
 
 use super::Account;
 
@@ -160,52 +160,3 @@ impl Routes {
     }
 }
 
-/// Maps `subject` (matching `from`) onto `to`, carrying wildcard tokens across in order:
-/// `asvc.>` → `svc.>` turns `asvc.a.b` into `svc.a.b`. `None` when it does not match.
-pub(crate) fn transform(subject: &[u8], from: &str, to: &str) -> Option<Vec<u8>> {
-    if !subject_matches_filter(subject, from.as_bytes()) {
-        return None;
-    }
-    let mut captured: Vec<Vec<u8>> = Vec::new();
-    let mut tokens = subject.split(|b| *b == b'.');
-    for pt in from.split('.') {
-        match pt {
-            "*" => captured.push(tokens.next()?.to_vec()),
-            ">" => {
-                let rest: Vec<&[u8]> = tokens.by_ref().collect();
-                captured.push(rest.join(&b'.'));
-            }
-            _ => {
-                tokens.next()?;
-            }
-        }
-    }
-    let mut caps = captured.into_iter();
-    let mut out: Vec<Vec<u8>> = Vec::new();
-    for pt in to.split('.') {
-        match pt {
-            "*" | ">" => out.push(caps.next()?),
-            lit => out.push(lit.as_bytes().to_vec()),
-        }
-    }
-    Some(out.join(&b'.'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wildcards_carry_across_mappings() {
-        assert_eq!(
-            transform(b"asvc.a.b", "asvc.>", "svc.>").unwrap(),
-            b"svc.a.b"
-        );
-        assert_eq!(transform(b"x.1.y", "x.*.y", "z.*").unwrap(), b"z.1");
-        assert_eq!(
-            transform(b"svc.echo", "svc.echo", "svc.echo").unwrap(),
-            b"svc.echo"
-        );
-        assert!(transform(b"other", "asvc.>", "svc.>").is_none());
-    }
-}
