@@ -120,7 +120,9 @@ accounts {
     tokio::spawn(async move {
         while let Some(m) = svc.next().await {
             let reply = m.reply.clone().unwrap();
-            a2.publish(reply, m.subject.to_string().into()).await.unwrap();
+            a2.publish(reply, m.subject.to_string().into())
+                .await
+                .unwrap();
         }
     });
     let resp = b.request("x.echo", "ping".into()).await.unwrap();

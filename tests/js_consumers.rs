@@ -2056,7 +2056,13 @@ async fn tiny_pull_heartbeats_cannot_flood_the_requester() {
     }
     let c = client(&s).await;
     add_stream(&c, json!({"name": "HB", "subjects": ["hb.>"]})).await;
-    add_consumer(&c, "HB", "w", json!({"durable_name": "w", "ack_policy": "explicit"})).await;
+    add_consumer(
+        &c,
+        "HB",
+        "w",
+        json!({"durable_name": "w", "ack_policy": "explicit"}),
+    )
+    .await;
     let inbox = c.new_inbox();
     let mut sub = c.subscribe(format!("{inbox}.>")).await.unwrap();
     let body = r#"{"batch":1,"expires":60000000000,"idle_heartbeat":1}"#;

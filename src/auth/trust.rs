@@ -557,10 +557,7 @@ fn validate_limits(a: &AccountClaims) -> Result<(), String> {
             (imp.subject.as_str(), local.as_str())
         };
         if let Err(e) = crate::subject::mapping::validate_mapping(from, onto) {
-            return Err(format!(
-                "import {:?} mapped to {local:?}: {e}",
-                imp.subject
-            ));
+            return Err(format!("import {:?} mapped to {local:?}: {e}", imp.subject));
         }
     }
     Ok(())

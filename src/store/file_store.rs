@@ -904,6 +904,10 @@ impl FileStore {
 }
 
 impl StreamStore for FileStore {
+    fn durable_mark(&self) -> Option<DurableMark> {
+        FileStore::durable_mark(self)
+    }
+
     fn append_batch(&mut self, msgs: &[NewMsg]) -> Result<BatchResult, StoreError> {
         self.check_write()?;
         if msgs.is_empty() {

@@ -383,6 +383,12 @@ pub trait StreamStore: Send {
         Ok(false)
     }
 
+    /// The last durable block, for the catalog's rollback checkpoint (stores without files:
+    /// `None`).
+    fn durable_mark(&self) -> Option<recovery::DurableMark> {
+        None
+    }
+
     /// Checkpoints and closes; later calls fail with [`StoreError::Closed`].
     ///
     /// # Errors

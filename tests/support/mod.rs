@@ -33,6 +33,7 @@ pub struct TestServer {
     /// Temporary directory owned by this server (config files, store).
     pub dir: tempfile::TempDir,
     reference: bool,
+    audit_skipped: bool,
     /// Flags and config it was started with (for [`TestServer::restart`]).
     args: Vec<String>,
     conf: Option<String>,
@@ -161,6 +162,7 @@ impl TestServer {
             log,
             dir,
             reference,
+            audit_skipped: false,
             args,
             conf,
         }
@@ -231,12 +233,17 @@ impl TestServer {
         self.args.get(i + 1).map(PathBuf::from)
     }
 
+    /// For tests that damage the store on purpose: no audit on drop (they run their own).
+    pub fn skip_audit(&mut self) {
+        self.audit_skipped = true;
+    }
+
     /// Every store-producing test ends with an audit: after the test, the server is stopped
     /// gracefully and `sealctl audit` must find the store sealed and intact (exit 0). Skipped
     /// for the reference server, for stores keyed by passphrase (no key file), and when the
     /// test is already failing.
     fn audit_on_drop(&mut self) {
-        if self.reference || std::thread::panicking() {
+        if self.reference || self.audit_skipped || std::thread::panicking() {
             return;
         }
         let Some(sd) = self.store_dir() else { return };

@@ -159,4 +159,3 @@ impl Routes {
         Some(out)
     }
 }
-

@@ -24,7 +24,7 @@ use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType
 use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
 use crate::jetstream::{now_nanos, Sink};
-use crate::store::meta::{ConsumerId, StreamId};
+use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
 use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
@@ -94,8 +94,12 @@ pub(crate) fn open_file_store(
             keys = keys.with_previous(v, old);
         }
     }
+    let checkpoint = stream_checkpoint(&meta, id);
     drop(meta);
     let mut fcfg = FileStoreConfig::new(handle.dir.clone());
+    // The log must reach the mark the catalog recorded: a segment cut back (rolled back) to
+    // an earlier size takes the stream offline instead of serving it shorter.
+    fcfg.min_durable = checkpoint.mark;
     fcfg.limits = store_limits(cfg);
     fcfg.defer_sync = js.sync_interval.is_some();
     let store = FileStore::open(Arc::new(OsIo), keys, fcfg).map_err(|e| e.to_string())?;
@@ -110,6 +114,13 @@ pub(crate) fn open_file_store(
         );
     }
     Ok(Box::new(store))
+}
+
+/// The rollback checkpoint the catalog holds for a stream (empty when it has none).
+fn stream_checkpoint(meta: &crate::store::meta::MetaStore, id: StreamId) -> StreamCheckpoint {
+    meta.stream_checkpoint(id)
+        .and_then(StreamCheckpoint::decode)
+        .unwrap_or_default()
 }
 
 /// A memory stream's store.
@@ -160,9 +171,14 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
                 continue;
             }
         };
+        let checkpoint = stream_checkpoint(
+            &js.meta.lock().unwrap_or_else(|p| p.into_inner()),
+            sm.stream_id,
+        );
         let now = now_nanos();
         let mut stream = Stream::new(cfg.clone(), created, store, &js.server_name, now);
         let mut ids = HashMap::new();
+        let mut rolled_back = None;
         let consumers = js
             .meta
             .lock()
@@ -184,6 +200,22 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .load_consumer_state(sm.stream_id, cm.consumer_id);
+            // A state file older than the catalog records (or missing although the catalog
+            // recorded one) is a rollback: the stream goes offline, nothing is redelivered.
+            if let Some(recorded) = checkpoint.consumer_generation(cm.consumer_id) {
+                let found = match &state {
+                    Ok(Some(st)) => Some(st.generation),
+                    _ => None,
+                };
+                if found.is_none_or(|g| g < recorded) {
+                    rolled_back = Some(format!(
+                        "consumer {} state is generation {} but the catalog records {recorded}: rolled back",
+                        cm.name,
+                        found.map_or("(missing)".to_owned(), |g| g.to_string()),
+                    ));
+                    break;
+                }
+            }
             match state {
                 Ok(Some(st)) => match serde_json::from_slice::<SavedState>(&st.bytes) {
                     Ok(saved) => {
@@ -203,6 +235,11 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
             }
             ids.insert(cm.name.clone(), cm.consumer_id);
             stream.restore_consumer(c);
+        }
+        if let Some(why) = rolled_back {
+            error!(account = %acc.name, stream = %sm.name, reason = %why, "stream is offline: its files are older than the catalog (rollback)");
+            stream.close();
+            continue;
         }
         let st = stream.store().state();
         info!(account = %acc.name, stream = %sm.name, messages = st.msgs, consumers = stream.consumers.len(), "stream restored");
@@ -238,6 +275,8 @@ pub(crate) fn spawn(
         snapshot: Arc::clone(&snapshot),
         changed_since_snapshot: false,
         last_snapshot: now_nanos(),
+        last_checkpoint: now_nanos(),
+        changed_since_checkpoint: false,
         last_persist: 0,
         last_sync: now_nanos(),
         version: NATS_COMPAT_VERSION.to_owned(),
@@ -276,6 +315,9 @@ fn published(st: &Stream, now: i64) -> Published {
     }
 }
 
+/// How often a changing stream records its rollback checkpoint in the catalog.
+const CHECKPOINT_EVERY_NS: i64 = 10_000_000_000;
+
 /// How often a stream that changed republishes its snapshot unasked.
 const SNAPSHOT_EVERY_NS: i64 = 1_000_000_000;
 
@@ -294,6 +336,10 @@ struct Worker {
     snapshot: Arc<SnapshotCell>,
     changed_since_snapshot: bool,
     last_snapshot: i64,
+    /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
+    /// happened since.
+    last_checkpoint: i64,
+    changed_since_checkpoint: bool,
     last_persist: i64,
     /// Last interval-mode sync (unix nanos).
     last_sync: i64,
@@ -392,6 +438,7 @@ impl Worker {
         let mut snapshot_waiters = Vec::new();
         if !cmds.is_empty() {
             self.changed_since_snapshot = true;
+            self.changed_since_checkpoint = true;
         }
         for cmd in cmds {
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
@@ -454,6 +501,11 @@ impl Worker {
         }
         let (bytes, msgs) = st.usage();
         self.set_usage(bytes, msgs, st.consumers.len() as u64);
+        if self.changed_since_checkpoint
+            && now.saturating_sub(self.last_checkpoint) >= CHECKPOINT_EVERY_NS
+        {
+            self.persist_checkpoint(st);
+        }
         if !snapshot_waiters.is_empty()
             || (self.changed_since_snapshot
                 && now.saturating_sub(self.last_snapshot) >= SNAPSHOT_EVERY_NS)
@@ -560,9 +612,44 @@ impl Worker {
             c.dirty = true;
         }
         let _ = self.persist_state(st, true, now_nanos());
+        // The mark is taken while the log is open (and synced): it is what a clean stop
+        // leaves durable.
+        st.sync_pending();
+        self.persist_checkpoint(st);
         st.close();
         // The stream no longer counts toward its account's and the server's totals.
         self.set_usage(0, 0, 0);
+    }
+
+    /// Records the stream's durable mark and its consumers' state generations in the
+    /// catalog (see `store::meta::StreamCheckpoint`): at shutdown and at most every
+    /// [`CHECKPOINT_EVERY_NS`] while it changes. Both only ever grow, so an older checkpoint
+    /// is still a valid lower bound after a crash.
+    fn persist_checkpoint(&mut self, st: &Stream) {
+        let Some(id) = self.id else { return };
+        if !self.persisted(st) {
+            return;
+        }
+        let cp = StreamCheckpoint {
+            mark: st.store().durable_mark(),
+            consumers: st
+                .consumers
+                .iter()
+                .filter(|(_, c)| !c.cfg.mem_storage && c.generation > 0)
+                .filter_map(|(n, c)| Some((*self.consumer_ids.get(n)?, c.generation)))
+                .collect(),
+        };
+        let r = self
+            .js
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .persist_stream_checkpoint(id, &cp.encode());
+        if let Err(e) = r {
+            warn!(stream = %st.cfg.name, error = %e, "could not record the stream's checkpoint");
+        }
+        self.last_checkpoint = now_nanos();
+        self.changed_since_checkpoint = false;
     }
 
     fn persisted(&self, st: &Stream) -> bool {

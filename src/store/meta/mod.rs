@@ -42,6 +42,7 @@
 #![deny(clippy::big_endian_bytes, clippy::host_endian_bytes)]
 
 mod catalog;
+mod checkpoint;
 mod codec;
 mod consumer_state;
 mod consumers;
@@ -62,6 +63,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use catalog::{MAX_CHECKPOINT_LEN, MAX_CONFIG_LEN, MAX_NAME_LEN};
+pub use checkpoint::StreamCheckpoint;
 pub use consumer_state::{ConsumerState, MAX_CONSUMER_STATE};
 pub use error::MetaError;
 pub use header::KdfKind;

@@ -29,7 +29,7 @@ use zeroize::Zeroizing;
 use crate::store::block::{FRAME_HEADER_LEN, MAX_BLOCK_LEN, SYNC_MARKER};
 use crate::store::file_store::{FileStore, FileStoreConfig};
 use crate::store::io::OsIo;
-use crate::store::meta::{KeySource, MetaOptions, MetaStore};
+use crate::store::meta::{KeySource, MetaOptions, MetaStore, StreamCheckpoint};
 use crate::store::segment::{StreamKeys, SEGMENT_HEADER_LEN};
 use crate::store::StreamStore;
 
@@ -395,11 +395,15 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
                     keys = keys.with_previous(v, old);
                 }
             }
-            let store = match FileStore::open_inspect(
-                Arc::clone(&io),
-                keys,
-                FileStoreConfig::new(handle.dir.clone()),
-            ) {
+            // The catalog's rollback checkpoint: the log must reach its durable mark and no
+            // consumer state may be older than it records.
+            let checkpoint = meta
+                .stream_checkpoint(sm.stream_id)
+                .and_then(StreamCheckpoint::decode)
+                .unwrap_or_default();
+            let mut fcfg = FileStoreConfig::new(handle.dir.clone());
+            fcfg.min_durable = checkpoint.mark;
+            let store = match FileStore::open_inspect(Arc::clone(&io), keys, fcfg) {
                 Ok(s) => s,
                 Err(e) => {
                     report.findings.push(Finding {
@@ -438,7 +442,29 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
             if let Ok(list) = meta.list_consumers(sm.stream_id) {
                 for c in list {
                     needles.add(c.name.as_bytes());
-                    match meta.load_consumer_state(sm.stream_id, c.consumer_id) {
+                    let loaded = meta.load_consumer_state(sm.stream_id, c.consumer_id);
+                    let found = match &loaded {
+                        Ok(Some(st)) => Some(st.generation),
+                        _ => None,
+                    };
+                    if let Some(recorded) = checkpoint.consumer_generation(c.consumer_id) {
+                        if found.is_none_or(|g| g < recorded) {
+                            report.findings.push(Finding {
+                                class: Class::Integrity,
+                                path: format!(
+                                    "s/{}/c/{}.st",
+                                    sm.stream_id.to_hex(),
+                                    c.consumer_id.to_hex()
+                                ),
+                                offset: None,
+                                detail: format!(
+                                    "consumer state older than the catalog records (generation {} < {recorded}): rolled back",
+                                    found.map_or("missing".to_owned(), |g| g.to_string())
+                                ),
+                            });
+                        }
+                    }
+                    match loaded {
                         Ok(_) => consumers += 1,
                         Err(e) => report.findings.push(Finding {
                             class: Class::Integrity,
