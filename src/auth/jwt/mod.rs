@@ -190,10 +190,76 @@ pub fn encode<T: Serialize>(claims: &mut Claims<T>, signer: &KeyPair) -> String 
     format!("{signing_input}.{}", BASE64URL_NOPAD.encode(&sig))
 }
 
+/// Fuzz entry point (JWTs arrive in CONNECT from unauthenticated peers): decodes `data` as a
+/// token of every claim type, which must never panic; then signs `data` (taken as claims,
+/// with a known issuer and subject put in) and checks that the token verifies and that
+/// flipping any one byte of it — header, claims or signature — makes verification fail.
+#[doc(hidden)]
+pub fn fuzz_decode(data: &[u8]) {
+    use std::sync::OnceLock;
+    static KEYS: OnceLock<(KeyPair, KeyPair)> = OnceLock::new();
+    let text = String::from_utf8_lossy(data);
+    for kind in [ClaimType::Operator, ClaimType::Account, ClaimType::User] {
+        let _ = decode::<serde_json::Value>(&text, kind);
+    }
+    let (issuer, user) = KEYS.get_or_init(|| {
+        (
+            KeyPair::generate(Role::Account),
+            KeyPair::generate(Role::User),
+        )
+    });
+    let mut claims = match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    claims.insert("iss".into(), issuer.public_key().into());
+    claims.insert("sub".into(), user.public_key().into());
+    let mut nats = match claims.remove("nats") {
+        Some(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    nats.insert("type".into(), "user".into());
+    nats.insert("version".into(), 2.into());
+    claims.insert("nats".into(), nats.into());
+    let header = BASE64URL_NOPAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = BASE64URL_NOPAD.encode(serde_json::Value::Object(claims).to_string().as_bytes());
+    let input = format!("{header}.{body}");
+    let sig = BASE64URL_NOPAD.encode(&issuer.sign(input.as_bytes()));
+    let token = format!("{input}.{sig}");
+    if decode::<UserClaims>(&token, ClaimType::User).is_err() {
+        return; // claims of a shape a user JWT cannot have (or over the size cap)
+    }
+    let at = data.first().map_or(0, |b| usize::from(*b)) * 7919 % token.len();
+    let mut bytes = token.clone().into_bytes();
+    if let Some(b) = bytes.get_mut(at) {
+        *b ^= 0x01;
+    }
+    let Ok(mutated) = String::from_utf8(bytes) else {
+        return;
+    };
+    assert!(
+        decode::<UserClaims>(&mutated, ClaimType::User).is_err(),
+        "a token with byte {at} changed still verifies"
+    );
+}
+
 #[cfg(test)]
 #[expect(clippy::indexing_slicing, reason = "tests index known-good values")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fuzz_entry_holds_for_sample_inputs() {
+        for input in [
+            &b""[..],
+            b"garbage",
+            br#"{"nats":{"pub":{"allow":["a.>"]},"subs":-1}}"#,
+            br#"{"exp":1,"nats":{"type":"account"}}"#,
+            b"eyJ0eXAiOiJKV1QifQ.e30.AAAA",
+        ] {
+            fuzz_decode(input);
+        }
+    }
 
     fn user_claims(sub: &str) -> Claims<UserClaims> {
         Claims {
