@@ -54,11 +54,18 @@ fn raw_client(port: u16, user: &str) -> TcpStream {
     s
 }
 
-/// Reads until `needle` arrives; None on timeout or close.
+/// Reads until `needle` arrives; None on timeout or close. Answers the server's PINGs on the
+/// way (a client that never does is closed as stale after two ping intervals).
 fn read_until(s: &mut TcpStream, needle: &[u8]) -> Option<Vec<u8>> {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
+    let mut pings_seen = 0;
     loop {
+        let pings = got.windows(6).filter(|w| *w == b"PING\r\n").count();
+        for _ in pings_seen..pings {
+            s.write_all(b"PONG\r\n").ok()?;
+        }
+        pings_seen = pings;
         if got.windows(needle.len()).any(|w| w == needle) {
             return Some(got);
         }

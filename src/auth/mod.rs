@@ -93,6 +93,9 @@ pub struct Identity {
     pub max_payload: Option<u64>,
     /// When the user's credentials expire (unix seconds).
     pub expires_at: Option<i64>,
+    /// When the user's account JWT expires (unix seconds). Not part of the grant: a pushed
+    /// account JWT may extend it, and the connection checks again when it is reached.
+    pub account_expires_at: Option<i64>,
     /// The account's connection limit.
     pub account_conn_limit: Option<u64>,
     /// The user's public key and JWT issue time (operator mode), for revocation checks on

@@ -288,6 +288,11 @@ impl Trust {
         Ok(acc)
     }
 
+    /// When `id`'s current account JWT expires (unix seconds; `None`: never, or unknown).
+    pub fn account_expiry(&self, id: &str) -> Option<i64> {
+        self.account(id).and_then(|a| (a.exp != 0).then_some(a.exp))
+    }
+
     /// The account claims for `id`, if the resolver has them.
     pub fn account(&self, id: &str) -> Option<Arc<Claims<AccountClaims>>> {
         self.accounts
@@ -507,12 +512,8 @@ fn identity(
         permissions: to_permissions(perms),
         max_subs: min_limit(limit(perms.subs), limit(l.subs)),
         max_payload: min_limit(limit(perms.payload), limit(l.payload)),
-        expires_at: match (user.exp, account.exp) {
-            (0, 0) => None,
-            (0, a) => Some(a),
-            (u, 0) => Some(u),
-            (u, a) => Some(u.min(a)),
-        },
+        expires_at: (user.exp != 0).then_some(user.exp),
+        account_expires_at: (account.exp != 0).then_some(account.exp),
         account_conn_limit: limit(l.conn),
         user_key: Some((user.sub.clone(), user.iat)),
     }

@@ -75,6 +75,8 @@ struct Session {
     max_subs: usize,
     /// When the user's credentials expire.
     expires: Option<Instant>,
+    /// When the account JWT expires (checked again against the current one then).
+    account_expires: Option<Instant>,
     /// Counted in the bound account's connections.
     counted: bool,
     /// The user's claims set a subscription limit (0 then means none allowed).
@@ -129,6 +131,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         pub_allowed: std::collections::HashMap::new(),
         max_subs: shared.limits.max_subscriptions,
         expires: None,
+        account_expires: None,
         counted: false,
         subs_limited: false,
         shared,
@@ -173,6 +176,23 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
                 if let Flow::Close = s.on_ping_tick() { break }
                 s.flush();
             }
+            _ = tokio::time::sleep_until(s.account_expires.unwrap_or(auth_deadline)), if s.account_expires.is_some() => {
+                // The account JWT may have been renewed since CONNECT: check the current one.
+                let auth = s.shared.auth();
+                let now_exp = auth.trust().and_then(|t| t.account_expiry(&s.account.name));
+                let now_unix = unix_now();
+                match now_exp {
+                    Some(exp) if exp > now_unix => s.account_expires = Some(instant_at(exp)),
+                    None if auth.trust().is_some_and(|t| t.account(&s.account.name).is_some()) => {
+                        s.account_expires = None;
+                    }
+                    _ => {
+                        debug!("account credentials expired");
+                        client.send_err_and_close(perr::ACCOUNT_AUTHENTICATION_EXPIRED, CloseReason::AuthenticationFailure);
+                        break;
+                    }
+                }
+            }
             _ = tokio::time::sleep_until(s.expires.unwrap_or(auth_deadline)), if s.expires.is_some() => {
                 debug!("user credentials expired");
                 client.send_err_and_close(perr::USER_AUTHENTICATION_EXPIRED, CloseReason::AuthenticationFailure);
@@ -188,6 +208,20 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         }
     }
     s.cleanup();
+}
+
+/// Unix seconds now.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The instant a unix-seconds time is reached (now, if it has passed).
+fn instant_at(unix_secs: i64) -> Instant {
+    let left = u64::try_from(unix_secs.saturating_sub(unix_now())).unwrap_or(0);
+    Instant::now() + Duration::from_secs(left)
 }
 
 impl Session {
@@ -415,14 +449,8 @@ impl Session {
                             max_payload: p,
                         });
                     }
-                    if let Some(exp) = id.expires_at {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_secs() as i64)
-                            .unwrap_or(0);
-                        let left = Duration::from_secs(u64::try_from(exp - now).unwrap_or(0));
-                        self.expires = Some(Instant::now() + left);
-                    }
+                    self.expires = id.expires_at.map(instant_at);
+                    self.account_expires = id.account_expires_at.map(instant_at);
                     if let Some((max, ttl)) = id.permissions.as_ref().and_then(|p| p.responses) {
                         self.client.allow_responses(max, ttl);
                     }

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Abuse scenarios, side by side with nats-server (same machine, same run).
+
+1. Heartbeat flood: a pull consumer, 4 requests `{"batch":1,"expires":60s,"idle_heartbeat":1}`
+   (1 ns); bytes the requester receives and server CPU seconds over 5 s.
+2. Idle sockets: 50 TCP connections that read INFO and never send CONNECT; how many are still
+   open after 5 s.
+
+Usage: scripts/bench_abuse.py [--sealstream target/release/sealstream-server]
+                              [--nats .venv/bin/nats-server]
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(binary, store):
+    port = free_port()
+    p = subprocess.Popen(
+        [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return p, port
+        except OSError:
+            time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"{binary} did not start")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client(port):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.recv(4096)
+    s.sendall(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\nPING\r\n')
+    buf = b""
+    while b"PONG" not in buf:
+        buf += s.recv(4096)
+    return s
+
+
+def request(s, subject, body, inbox):
+    s.sendall(f"SUB {inbox} 99\r\nPUB {subject} {inbox} {len(body)}\r\n{body}\r\n".encode())
+    buf = b""
+    while not buf.endswith(b"}\r\n"):
+        buf += s.recv(65536)
+    return buf
+
+
+def heartbeat_flood(pid, port, seconds=5):
+    s = client(port)
+    request(s, "$JS.API.STREAM.CREATE.HB", json.dumps({"name": "HB", "subjects": ["hb.>"]}), "_INBOX.a")
+    request(
+        s,
+        "$JS.API.CONSUMER.CREATE.HB.w",
+        json.dumps({"stream_name": "HB", "config": {"durable_name": "w", "ack_policy": "explicit"}}),
+        "_INBOX.b",
+    )
+    s.sendall(b"SUB _INBOX.hb.> 7\r\n")
+    body = b'{"batch":1,"expires":60000000000,"idle_heartbeat":1}'
+    for i in range(4):
+        s.sendall(b"PUB $JS.API.CONSUMER.MSG.NEXT.HB.w _INBOX.hb.%d %d\r\n%s\r\n" % (i, len(body), body))
+    cpu0 = cpu_seconds(pid)
+    s.settimeout(0.2)
+    got = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            got += len(s.recv(1 << 20))
+        except socket.timeout:
+            pass
+    cpu = cpu_seconds(pid) - cpu0
+    s.close()
+    return got, cpu
+
+
+def idle_sockets(port, n=50, seconds=5):
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.recv(4096)
+        s.setblocking(False)
+        socks.append(s)
+    time.sleep(seconds)
+    open_ = 0
+    for s in socks:
+        try:
+            data = s.recv(4096)
+            # Closed (EOF), or told why just before the close: not open.
+            if data and b"-ERR" not in data:
+                open_ += 1
+        except BlockingIOError:
+            open_ += 1
+        except OSError:
+            pass
+        finally:
+            s.close()
+    return open_
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sealstream", default="target/release/sealstream-server")
+    ap.add_argument("--nats", default=".venv/bin/nats-server")
+    a = ap.parse_args()
+    rows = []
+    for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
+        with tempfile.TemporaryDirectory() as d:
+            p, port = start(binary, d)
+            try:
+                got, cpu = heartbeat_flood(p.pid, port)
+                left = idle_sockets(port)
+            finally:
+                p.kill()
+                p.wait()
+        rows.append((name, got, cpu, left))
+        print(f"{name:12} heartbeat flood: {got / 1e6:8.2f} MB, {cpu:5.2f} CPU s in 5 s; idle pre-CONNECT sockets open after 5 s: {left}/50")
+    (_, ng, nc, _), (_, sg, sc, _) = rows
+    print(f"ratio sealstream/nats-server: bytes {sg / max(ng, 1):.3f}, CPU {sc / max(nc, 0.01):.3f}")
+
+
+if __name__ == "__main__":
+    main()
