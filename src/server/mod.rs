@@ -16,6 +16,7 @@
 
 pub(crate) mod account;
 mod auth_setup;
+pub(crate) mod backpressure;
 pub(crate) mod conn;
 pub(crate) mod jetstream;
 mod listener;

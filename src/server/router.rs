@@ -22,6 +22,7 @@ use crate::proto::headers::no_responders_block;
 use crate::subject::MatchCache;
 
 use super::account::{imports, Account, Matches, SubRef, Subscription};
+use super::backpressure::{self, Budget};
 use super::conn::outbound::PushError;
 use super::conn::{ClientHandle, CloseReason};
 
@@ -47,6 +48,10 @@ pub(crate) struct RouteCtx {
     /// Outbound queues that became dirty during this batch and need a wake-up.
     pub(crate) wake: Vec<Arc<ClientHandle>>,
     expired: Vec<Arc<Subscription>>,
+    /// Stream intake budgets this batch pushed over their bound (the reader waits for room).
+    throttle: Vec<Arc<Budget>>,
+    /// Subscribers this batch left above their high-water mark (the reader stalls briefly).
+    stalled: Vec<Arc<ClientHandle>>,
     /// Messages queued to subscribers since the last [`RouteCtx::take_counts`].
     delivered_msgs: u64,
     delivered_bytes: u64,
@@ -62,6 +67,8 @@ impl RouteCtx {
             rng: seed | 1,
             wake: Vec::new(),
             expired: Vec::new(),
+            throttle: Vec::new(),
+            stalled: Vec::new(),
             delivered_msgs: 0,
             delivered_bytes: 0,
             slow_consumers: 0,
@@ -78,8 +85,20 @@ impl RouteCtx {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    /// Returns and resets (messages, bytes, slow consumers) counted since the last call.
+    /// Takes the backpressure this batch ran into: budgets to wait for, subscribers to let
+    /// drain. Only connection readers act on it; [`RouteCtx::take_counts`] drops what is left.
+    pub(crate) fn take_backpressure(&mut self) -> (Vec<Arc<Budget>>, Vec<Arc<ClientHandle>>) {
+        (
+            std::mem::take(&mut self.throttle),
+            std::mem::take(&mut self.stalled),
+        )
+    }
+
+    /// Returns and resets (messages, bytes, slow consumers) counted since the last call, and
+    /// forgets backpressure nobody waits for (stream threads and the system client never do).
     pub(crate) fn take_counts(&mut self) -> (u64, u64, u64) {
+        self.throttle.clear();
+        self.stalled.clear();
         let c = (
             self.delivered_msgs,
             self.delivered_bytes,
@@ -247,7 +266,9 @@ fn deliver(
         return false;
     }
     if let Some(svc) = &sub.service {
-        svc.deliver(&sub.sid, subject, reply, headers, payload);
+        if let Some(budget) = svc.deliver(&sub.sid, subject, reply, headers, payload) {
+            backpressure::note(&mut ctx.throttle, &budget);
+        }
         ctx.delivered_msgs += 1;
         ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
         return true;
@@ -267,9 +288,12 @@ fn deliver(
         .outbound
         .push_msg(subject, &sub.sid, reply, headers, payload)
     {
-        Ok(wake) => {
-            if wake {
+        Ok(pushed) => {
+            if pushed.wake {
                 ctx.wake.push(Arc::clone(client));
+            }
+            if pushed.above_high_water {
+                backpressure::note(&mut ctx.stalled, client);
             }
             ctx.delivered_msgs += 1;
             ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;

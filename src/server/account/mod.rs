@@ -49,7 +49,9 @@ pub(crate) struct Subscription {
 }
 
 /// An in-process subscriber called directly by the router. It must not block: it hands the
-/// message to its own thread and returns.
+/// message to its own thread and returns — and, when that thread's queue is over its bound,
+/// returns the budget so the publishing connection can wait for room (see
+/// [`crate::server::backpressure`]).
 pub(crate) trait Service: Send + Sync {
     /// One delivery for the subscription `sid`.
     fn deliver(
@@ -59,7 +61,7 @@ pub(crate) trait Service: Send + Sync {
         reply: Option<&[u8]>,
         headers: Option<&Bytes>,
         payload: &Bytes,
-    );
+    ) -> Option<Arc<crate::server::backpressure::Budget>>;
 }
 
 impl Subscription {

@@ -30,6 +30,16 @@ pub(crate) const ZERO_COPY_THRESHOLD: usize = 16 * 1024;
 /// the doubling-and-copying of one ever-growing buffer.
 const TAIL_CHUNK: usize = 64 * 1024;
 
+/// A push that was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pushed {
+    /// The caller must [`Outbound::wake`] the writer (first push of a dirty period).
+    pub(crate) wake: bool,
+    /// The queue is now above its high-water mark (half of `max_pending`): the publisher
+    /// should stall briefly (see `server::backpressure`).
+    pub(crate) above_high_water: bool,
+}
+
 /// Why a push was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PushError {
@@ -78,6 +88,8 @@ pub(crate) struct Batch {
 pub(crate) struct Outbound {
     inner: Mutex<Inner>,
     notify: Notify,
+    /// Signalled when the writer brings `pending` back under the high-water mark.
+    drained: Notify,
     dirty: AtomicBool,
     max_pending: usize,
 }
@@ -88,9 +100,14 @@ impl Outbound {
         Outbound {
             inner: Mutex::new(Inner::default()),
             notify: Notify::new(),
+            drained: Notify::new(),
             dirty: AtomicBool::new(false),
             max_pending,
         }
+    }
+
+    fn high_water(&self) -> usize {
+        self.max_pending / 2
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -108,11 +125,11 @@ impl Outbound {
         reply: Option<&[u8]>,
         headers: Option<&Bytes>,
         payload: &Bytes,
-    ) -> Result<bool, PushError> {
+    ) -> Result<Pushed, PushError> {
         let hlen = headers.map(|h| h.len());
         let total = hlen.unwrap_or(0) + payload.len();
         let frame = total + subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + 32;
-        {
+        let above_high_water = {
             let mut g = self.lock();
             if g.closed {
                 return Err(PushError::Closed);
@@ -152,8 +169,12 @@ impl Outbound {
             g.pending += written;
             g.out_msgs += 1;
             g.out_bytes += total as u64;
-        }
-        Ok(!self.dirty.swap(true, Ordering::AcqRel))
+            g.pending > self.high_water()
+        };
+        Ok(Pushed {
+            wake: !self.dirty.swap(true, Ordering::AcqRel),
+            above_high_water,
+        })
     }
 
     /// Queues protocol bytes (PONG, +OK, -ERR, INFO). Control traffic is never refused for
@@ -181,6 +202,7 @@ impl Outbound {
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.notify.notify_one();
+        self.drained.notify_waiters();
     }
 
     /// Bytes queued but not yet written.
@@ -213,7 +235,29 @@ impl Outbound {
     /// Records that the writer put `n` bytes on the socket.
     pub(crate) fn written(&self, n: usize) {
         let mut g = self.lock();
+        let before = g.pending;
         g.pending = g.pending.saturating_sub(n);
+        let crossed = before > self.high_water() && g.pending <= self.high_water();
+        drop(g);
+        if crossed {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Waits until the queue is at or below its high-water mark (or closed).
+    pub(crate) async fn wait_below_high_water(&self) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            {
+                let g = self.lock();
+                if g.closed || g.pending <= self.high_water() {
+                    return;
+                }
+            }
+            drained.await;
+        }
     }
 
     /// Waits until a push or close wakes the writer.
@@ -241,14 +285,34 @@ mod tests {
     fn only_first_push_of_a_dirty_period_asks_for_a_wake() {
         let q = Outbound::new(1 << 20);
         let p = Bytes::from_static(b"hi");
-        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
-        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(false));
+        let wake = |r: Result<Pushed, PushError>| r.map(|p| p.wake);
+        assert_eq!(wake(q.push_msg(b"a", b"1", None, None, &p)), Ok(true));
+        assert_eq!(wake(q.push_msg(b"a", b"1", None, None, &p)), Ok(false));
         let b = q.take();
         assert_eq!(
             b.chunks.concat(),
             b"MSG a 1 2\r\nhi\r\nMSG a 1 2\r\nhi\r\n".to_vec()
         );
-        assert_eq!(q.push_msg(b"a", b"1", None, None, &p), Ok(true));
+        assert_eq!(wake(q.push_msg(b"a", b"1", None, None, &p)), Ok(true));
+    }
+
+    #[test]
+    fn pushes_past_half_of_max_pending_report_the_high_water_mark() {
+        let q = Outbound::new(200);
+        let p = Bytes::from_static(&[0u8; 40]);
+        assert!(
+            !q.push_msg(b"a", b"1", None, None, &p)
+                .unwrap()
+                .above_high_water
+        );
+        assert!(
+            q.push_msg(b"a", b"1", None, None, &p)
+                .unwrap()
+                .above_high_water
+        );
+        let b = q.take();
+        q.written(b.bytes);
+        assert_eq!(q.pending_bytes(), 0);
     }
 
     #[test]

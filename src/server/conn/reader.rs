@@ -26,6 +26,7 @@ use crate::proto::ClientOp;
 use crate::subject::{is_valid_publish_subject, is_valid_subscribe_subject};
 
 use super::super::account::{Account, Subscription};
+use super::super::backpressure::{self, Budget};
 use super::super::router::{self, Publisher, RouteCtx};
 use super::super::Shared;
 use super::{ClientHandle, CloseReason, STATS};
@@ -163,8 +164,19 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
                 Ok(0) => break,
                 Ok(_) => {
                     let flow = s.process(&mut buf);
+                    let (throttle, stalled) = s.route.take_backpressure();
                     s.flush();
                     if let Flow::Close = flow { break }
+                    // Backpressure (server/backpressure.rs): read nothing more until the
+                    // streams this batch filled have room, and give subscribers it pushed
+                    // above their high-water mark a moment to drain.
+                    if !throttle.is_empty() || !stalled.is_empty() {
+                        tokio::select! {
+                            biased;
+                            _ = client.cancelled() => break,
+                            _ = backpressure_wait(&throttle, &stalled, client.cid) => {}
+                        }
+                    }
                 }
                 Err(e) => {
                     debug!(error = %e, "read failed");
@@ -208,6 +220,26 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         }
     }
     s.cleanup();
+}
+
+/// Waits until every stream intake in `throttle` has room, then up to
+/// [`backpressure::STALL_MAX`] for the subscribers in `stalled` (other than the publisher
+/// itself) to drain below their high-water marks.
+async fn backpressure_wait(throttle: &[Arc<Budget>], stalled: &[Arc<ClientHandle>], me: u64) {
+    for b in throttle {
+        b.wait_for_room().await;
+    }
+    let others: Vec<&Arc<ClientHandle>> = stalled.iter().filter(|c| c.cid != me).collect();
+    if others.is_empty() {
+        return;
+    }
+    backpressure::PRODUCER_STALLS.fetch_add(1, Ordering::Relaxed);
+    let _ = tokio::time::timeout(backpressure::STALL_MAX, async {
+        for c in others {
+            c.outbound.wait_below_high_water().await;
+        }
+    })
+    .await;
 }
 
 /// Unix seconds now.

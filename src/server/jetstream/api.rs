@@ -280,7 +280,7 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
         cur.subs.clone()
     } else {
         acc.unsubscribe_stream(&cur.subs);
-        acc.subscribe_stream(&cur.tx, &cfg.subjects)
+        acc.subscribe_stream(&cur.tx, &cur.budget, &cfg.subjects)
     };
     acc.streams.insert(Arc::new(cur.updated(cfg, subs)));
     let mut info = info;

@@ -34,6 +34,7 @@ use crate::jetstream::api::ApiCall;
 use crate::store::meta::{KeySource, MetaStore};
 
 use super::account::{Account, Service, Subscription};
+use super::backpressure::Budget;
 use super::conn::ClientHandle;
 use super::Shared;
 
@@ -118,6 +119,16 @@ pub(crate) struct AccountJs {
 /// straight to its thread's channel, with no lookup and no lock.
 pub(crate) struct StreamIntake {
     pub(crate) tx: Sender<Cmd>,
+    /// What is queued for the stream's thread (given back after each round).
+    pub(crate) budget: Arc<Budget>,
+}
+
+/// What one queued publish counts against its stream's intake budget.
+pub(crate) fn intake_size(m: &crate::jetstream::stream::Incoming) -> usize {
+    m.subject.len()
+        + m.reply.as_ref().map_or(0, String::len)
+        + m.headers.as_ref().map_or(0, Bytes::len)
+        + m.payload.len()
 }
 
 impl Service for StreamIntake {
@@ -128,15 +139,20 @@ impl Service for StreamIntake {
         reply: Option<&[u8]>,
         headers: Option<&Bytes>,
         payload: &Bytes,
-    ) {
-        let _ = self
-            .tx
-            .send(Cmd::Publish(crate::jetstream::stream::Incoming {
-                subject: String::from_utf8_lossy(subject).into_owned(),
-                reply: reply.map(|r| String::from_utf8_lossy(r).into_owned()),
-                headers: headers.cloned(),
-                payload: payload.clone(),
-            }));
+    ) -> Option<Arc<Budget>> {
+        let m = crate::jetstream::stream::Incoming {
+            subject: String::from_utf8_lossy(subject).into_owned(),
+            reply: reply.map(|r| String::from_utf8_lossy(r).into_owned()),
+            headers: headers.cloned(),
+            payload: payload.clone(),
+        };
+        let size = intake_size(&m);
+        let over = self.budget.take(size);
+        if self.tx.send(Cmd::Publish(m)).is_err() {
+            self.budget.give_back(size);
+            return None;
+        }
+        over.then(|| Arc::clone(&self.budget))
     }
 }
 
@@ -154,10 +170,11 @@ impl Service for Intake {
         reply: Option<&[u8]>,
         headers: Option<&Bytes>,
         payload: &Bytes,
-    ) {
+    ) -> Option<Arc<Budget>> {
         if let Some(acc) = self.acc.upgrade() {
             acc.dispatch(sid, subject, reply, headers.cloned(), payload.clone());
         }
+        None
     }
 }
 
@@ -193,13 +210,18 @@ impl AccountJs {
         }
     }
 
-    /// Subscribes a stream's subjects, delivering to `tx`; returns the subscriptions.
+    /// Subscribes a stream's subjects, delivering to `tx` within `budget`; returns the
+    /// subscriptions.
     pub(crate) fn subscribe_stream(
         &self,
         tx: &Sender<Cmd>,
+        budget: &Arc<Budget>,
         subjects: &[String],
     ) -> Vec<Arc<Subscription>> {
-        let intake: Arc<dyn Service> = Arc::new(StreamIntake { tx: tx.clone() });
+        let intake: Arc<dyn Service> = Arc::new(StreamIntake {
+            tx: tx.clone(),
+            budget: Arc::clone(budget),
+        });
         let mut out = Vec::new();
         for s in subjects {
             let sid = Bytes::from(format!(

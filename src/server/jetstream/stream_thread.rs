@@ -31,6 +31,7 @@ use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 use super::sink::RouterSink;
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
+use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
 use crate::server::NATS_COMPAT_VERSION;
 
 /// What a stream thread is asked to do.
@@ -262,7 +263,8 @@ pub(crate) fn spawn(
     let snapshot = Arc::new(SnapshotCell::default());
     snapshot.publish(published(&stream, now_nanos()));
     let stream = Arc::new(Mutex::new(stream));
-    let subs = acc.subscribe_stream(&tx, &cfg.subjects);
+    let budget = Budget::new(STREAM_INTAKE_BYTES);
+    let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
     let mut worker = Worker {
         js: Arc::clone(js),
         acc: Arc::clone(acc),
@@ -273,6 +275,7 @@ pub(crate) fn spawn(
         usage: Arc::clone(&usage),
         storage: cfg.storage,
         snapshot: Arc::clone(&snapshot),
+        budget: Arc::clone(&budget),
         changed_since_snapshot: false,
         last_snapshot: now_nanos(),
         last_checkpoint: now_nanos(),
@@ -299,6 +302,7 @@ pub(crate) fn spawn(
         subs,
         usage,
         snapshot,
+        budget,
         thread: Arc::new(Mutex::new(thread)),
     }));
 }
@@ -334,6 +338,8 @@ struct Worker {
     /// The stream's storage type (which usage total its bytes count toward).
     storage: StorageType,
     snapshot: Arc<SnapshotCell>,
+    /// The intake budget publishes were counted against (given back after each round).
+    budget: Arc<Budget>,
     changed_since_snapshot: bool,
     last_snapshot: i64,
     /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
@@ -436,6 +442,7 @@ impl Worker {
         let mut ack_replies: Vec<String> = Vec::new();
         let mut stop: Option<Option<Sender<()>>> = None;
         let mut snapshot_waiters = Vec::new();
+        let mut intake = 0usize;
         if !cmds.is_empty() {
             self.changed_since_snapshot = true;
             self.changed_since_checkpoint = true;
@@ -445,7 +452,10 @@ impl Worker {
                 self.publish(st, std::mem::take(&mut publishes), now);
             }
             match cmd {
-                Cmd::Publish(m) => publishes.push(m),
+                Cmd::Publish(m) => {
+                    intake += super::intake_size(&m);
+                    publishes.push(m);
+                }
                 Cmd::Api {
                     call,
                     reply,
@@ -518,6 +528,8 @@ impl Worker {
             }
         }
         self.sink.flush();
+        // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
+        self.budget.give_back(intake);
         if let Some(done) = stop {
             self.shutdown(st);
             if let Some(d) = done {
@@ -617,8 +629,10 @@ impl Worker {
         st.sync_pending();
         self.persist_checkpoint(st);
         st.close();
-        // The stream no longer counts toward its account's and the server's totals.
+        // The stream no longer counts toward its account's and the server's totals, and
+        // nobody waits for its intake any more.
         self.set_usage(0, 0, 0);
+        self.budget.close();
     }
 
     /// Records the stream's durable mark and its consumers' state generations in the

@@ -36,6 +36,8 @@ pub(crate) struct StreamRef {
     pub(crate) subs: Vec<Arc<Subscription>>,
     pub(crate) usage: Arc<Usage>,
     pub(crate) snapshot: Arc<SnapshotCell>,
+    /// What publishers have queued for the thread (bounded; see `server::backpressure`).
+    pub(crate) budget: Arc<crate::server::backpressure::Budget>,
     pub(crate) thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
@@ -50,6 +52,7 @@ impl StreamRef {
             subs,
             usage: Arc::clone(&self.usage),
             snapshot: Arc::clone(&self.snapshot),
+            budget: Arc::clone(&self.budget),
             thread: Arc::clone(&self.thread),
         }
     }

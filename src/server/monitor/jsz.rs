@@ -268,7 +268,19 @@ fn label(v: &str) -> String {
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
     let mut o = String::with_capacity(4096);
-    let simple: [(&str, &str, &str, u64); 8] = [
+    let simple: [(&str, &str, &str, u64); 10] = [
+        (
+            "sealstream_jetstream_intake_waits_total",
+            "counter",
+            "Times a publishing connection stopped reading until a stream's intake (bounded at 16 MiB) had room.",
+            crate::server::backpressure::INTAKE_WAITS.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_producer_stalls_total",
+            "counter",
+            "Read batches after which a publisher waited (at most 50 ms) for a subscriber above half of max_pending to drain.",
+            crate::server::backpressure::PRODUCER_STALLS.load(Ordering::Relaxed),
+        ),
         (
             "sealstream_connections",
             "gauge",
@@ -417,6 +429,19 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         "Streams over all accounts.",
     );
     let _ = writeln!(o, "sealstream_jetstream_streams {}", figures.len());
+    metric(
+        &mut o,
+        "sealstream_jetstream_intake_pending_bytes",
+        "gauge",
+        "Bytes queued for stream threads (each stream bounded at 16 MiB; publishers wait beyond).",
+    );
+    let intake: usize = js
+        .accounts()
+        .iter()
+        .flat_map(|a| a.streams.all())
+        .map(|s| s.budget.pending())
+        .sum();
+    let _ = writeln!(o, "sealstream_jetstream_intake_pending_bytes {intake}");
     metric(
         &mut o,
         "sealstream_jetstream_consumers",
