@@ -5,6 +5,9 @@
    (1 ns); bytes the requester receives and server CPU seconds over 5 s.
 2. Idle sockets: 50 TCP connections that read INFO and never send CONNECT; how many are still
    open after 5 s.
+3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
+   fast as the server reads them; then messages sent, messages stored once the stream is
+   quiet, and the server's peak RSS.
 
 Usage: scripts/bench_abuse.py [--sealstream target/release/sealstream-server]
                               [--nats .venv/bin/nats-server]
@@ -61,8 +64,12 @@ def client(port):
     return s
 
 
+SIDS = iter(range(100, 1 << 30))
+
+
 def request(s, subject, body, inbox):
-    s.sendall(f"SUB {inbox} 99\r\nPUB {subject} {inbox} {len(body)}\r\n{body}\r\n".encode())
+    sid = next(SIDS)
+    s.sendall(f"SUB {inbox} {sid}\r\nUNSUB {sid} 1\r\nPUB {subject} {inbox} {len(body)}\r\n{body}\r\n".encode())
     buf = b""
     while not buf.endswith(b"}\r\n"):
         buf += s.recv(65536)
@@ -120,6 +127,41 @@ def idle_sockets(port, n=50, seconds=5):
     return open_
 
 
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def flood(pid, port, seconds=8):
+    s = client(port)
+    request(s, "$JS.API.STREAM.CREATE.FLOOD", json.dumps({"name": "FLOOD", "subjects": ["flood.>"]}), "_INBOX.f")
+    w = client(port)
+    frame = b"PUB flood.x 1024\r\n" + b"x" * 1024 + b"\r\n"
+    batch = frame * 64
+    sent = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        w.sendall(batch)
+        sent += 64
+    w.sendall(b"PING\r\n")
+    w.settimeout(120)
+    buf = b""
+    while b"PONG" not in buf:
+        buf += w.recv(4096)
+    stored, last, quiet = 0, -1, 0
+    while quiet < 10:
+        info = request(s, "$JS.API.STREAM.INFO.FLOOD", "", "_INBOX.i%d" % quiet)
+        body = info[info.rindex(b"MSG ") :].split(b"\r\n", 1)[1]
+        stored = json.loads(body[: body.rindex(b"}") + 1])["state"]["messages"]
+        quiet = quiet + 1 if stored == last else 0
+        last = stored
+        time.sleep(0.2)
+    return sent, stored, peak_rss_mib(pid)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sealstream", default="target/release/sealstream-server")
@@ -132,11 +174,13 @@ def main():
             try:
                 got, cpu = heartbeat_flood(p.pid, port)
                 left = idle_sockets(port)
+                sent, stored, rss = flood(p.pid, port)
             finally:
                 p.kill()
                 p.wait()
         rows.append((name, got, cpu, left))
         print(f"{name:12} heartbeat flood: {got / 1e6:8.2f} MB, {cpu:5.2f} CPU s in 5 s; idle pre-CONNECT sockets open after 5 s: {left}/50")
+        print(f"{name:12} publish flood (8 s, 1 KiB core PUBs): sent {sent}, stored {stored} ({100 * stored / max(sent, 1):.1f} %), peak RSS {rss:.0f} MiB")
     (_, ng, nc, _), (_, sg, sc, _) = rows
     print(f"ratio sealstream/nats-server: bytes {sg / max(ng, 1):.3f}, CPU {sc / max(nc, 0.01):.3f}")
 

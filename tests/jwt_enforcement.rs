@@ -337,3 +337,44 @@ fn renewing_an_expiring_account_keeps_its_connections() {
     r.send(b"PING\r\n");
     assert_eq!(next_line(&mut r).as_deref(), Some("PONG"));
 }
+
+#[test]
+fn withdrawing_an_export_stops_an_installed_import() {
+    let w = World::new();
+    let mut b = w.tenant("B", AccountLimits::default());
+    b.claims.nats.exports = vec![Export {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    let mut a = w.tenant("A", AccountLimits::default());
+    a.claims.nats.imports = vec![Import {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        account: b.key.public_key(),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    let set = Setup::new(&[&a, &b], w);
+    let mut responder = login(&set.s, &b, &b.key, open_user());
+    responder.send(b"SUB svc.* 1\r\nPING\r\n");
+    assert_eq!(next_line(&mut responder).as_deref(), Some("PONG"));
+    let mut requester = login(&set.s, &a, &a.key, open_user());
+    requester.send(b"PUB svc.echo 2\r\nhi\r\nPING\r\n");
+    assert_eq!(next_line(&mut requester).as_deref(), Some("PONG"));
+    let head = next_line(&mut responder).unwrap();
+    // nats-server adds a Nats-Request-Info header for header-capable receivers.
+    assert!(
+        head.starts_with("MSG svc.echo 1 ") || head.starts_with("HMSG svc.echo 1 "),
+        "{head}"
+    );
+    while next_line(&mut responder).as_deref() != Some("hi") {}
+    // B withdraws the export: A's publishes no longer reach B.
+    b.claims.nats.exports.clear();
+    let answer = set.push(&b);
+    assert!(answer.contains("jwt updated"), "{answer}");
+    requester.send(b"PUB svc.echo 3\r\nbye\r\nPING\r\n");
+    assert_eq!(next_line(&mut requester).as_deref(), Some("PONG"));
+    assert!(responder.silent_for(Duration::from_millis(500)));
+}

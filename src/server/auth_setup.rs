@@ -166,8 +166,46 @@ fn install_routes(opts: &ServerOptions, registry: &Registry) {
 
 /// Operator mode: installs the cross-account routes an account JWT declares (its imports,
 /// each checked against a matching export in the exporter's JWT), the first time a user of
-/// the account logs in. Later account updates do not change installed routes.
+/// the account logs in. Account updates rebuild them ([`reinstall_jwt_routes`]).
 pub(crate) fn install_jwt_routes(
+    trust: &crate::auth::Trust,
+    registry: &Registry,
+    account: &Arc<super::account::Account>,
+) {
+    if !account.claim_jwt_routes() {
+        return;
+    }
+    add_jwt_routes(trust, registry, account);
+}
+
+/// After an account JWT update: rebuilds the JWT routes of every account that has them
+/// installed — the updated account's imports may have changed, and so may the exports other
+/// accounts import from it. A removed export or import stops the flow at once.
+pub(crate) fn reinstall_jwt_routes(trust: &crate::auth::Trust, registry: &Registry) {
+    let installed: Vec<Arc<super::account::Account>> = registry
+        .names()
+        .iter()
+        .filter_map(|n| registry.get(n))
+        .filter(|a| a.has_jwt_routes())
+        .collect();
+    let all: Vec<Arc<super::account::Account>> = registry
+        .names()
+        .iter()
+        .filter_map(|n| registry.get(n))
+        .collect();
+    for importer in &installed {
+        for exporter in &all {
+            if let Some(r) = exporter.routes() {
+                r.forget_importer(importer, Arc::ptr_eq(exporter, importer));
+            }
+        }
+    }
+    for importer in &installed {
+        add_jwt_routes(trust, registry, importer);
+    }
+}
+
+fn add_jwt_routes(
     trust: &crate::auth::Trust,
     registry: &Registry,
     account: &Arc<super::account::Account>,
@@ -175,9 +213,6 @@ pub(crate) fn install_jwt_routes(
     use super::account::imports::{ServiceRoute, StreamRoute};
     use crate::subject::filter_is_subset_of;
 
-    if !account.claim_jwt_routes() {
-        return;
-    }
     let Some(claims) = trust.account(&account.name) else {
         return;
     };

@@ -274,6 +274,7 @@ impl System {
                         );
                     }
                 }
+                super::auth_setup::reinstall_jwt_routes(trust, &shared.accounts);
                 let revoked = recheck_connections(shared, &account);
                 json!({ "server": server, "data": { "account": account, "code": 200, "message": "jwt updated", "disconnected": revoked } })
             }

@@ -121,6 +121,23 @@ impl Routes {
         *g = Arc::new(v);
     }
 
+    /// Drops every stream route whose importer is `importer`, and, when `importer` is this
+    /// account, every service import it makes (before its JWT routes are installed again).
+    pub(crate) fn forget_importer(&self, importer: &Arc<Account>, is_self: bool) {
+        {
+            let mut g = self.streams.write().unwrap_or_else(|p| p.into_inner());
+            let v: Vec<StreamRoute> = g
+                .iter()
+                .filter(|r| !Arc::ptr_eq(&r.importer, importer))
+                .map(StreamRoute::clone_route)
+                .collect();
+            *g = Arc::new(v);
+        }
+        if is_self {
+            *self.services.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Vec::new());
+        }
+    }
+
     /// Records a reply mapping and returns the `_R_` subject to use as the reply.
     pub(crate) fn map_reply(&self, importer: Arc<Account>, reply: Bytes, singleton: bool) -> Bytes {
         let id = crate::crypto::random_id();

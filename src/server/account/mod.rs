@@ -128,6 +128,11 @@ impl Account {
         self.routes.get_or_init(imports::Routes::default)
     }
 
+    /// Whether the JWT-declared imports have been installed.
+    pub(crate) fn has_jwt_routes(&self) -> bool {
+        self.jwt_routes.load(Ordering::Acquire)
+    }
+
     /// Marks the JWT-declared imports as installed; true the first time only.
     pub(crate) fn claim_jwt_routes(&self) -> bool {
         !self.jwt_routes.swap(true, Ordering::AcqRel)
