@@ -83,11 +83,11 @@ async fn stream_is_offline(s: &TestServer) {
     );
 }
 
-#[tokio::test]
-async fn a_segment_restored_from_an_older_copy_takes_the_stream_offline() {
-    let mut s = TestServer::start_js();
+/// A server with stream `R` holding 3 acknowledged messages (None against the reference).
+async fn seeded() -> Option<(TestServer, PathBuf, async_nats::Client)> {
+    let s = TestServer::start_js();
     if s.is_reference() {
-        return;
+        return None;
     }
     let store = s.store_dir().unwrap();
     let c = async_nats::connect(s.url()).await.unwrap();
@@ -95,6 +95,32 @@ async fn a_segment_restored_from_an_older_copy_takes_the_stream_offline() {
     for i in 0..3 {
         publish_ack(&c, &format!("r.{i}"), &[], "acked").await;
     }
+    Some((s, store, c))
+}
+
+/// Stops the server cleanly, puts the old copies back, and checks that the audit reports
+/// `finding` and that the restarted server keeps the stream offline.
+async fn roll_back_and_check(
+    s: &mut TestServer,
+    store: &Path,
+    old: &[(PathBuf, Vec<u8>)],
+    finding: &str,
+) {
+    s.stop(true);
+    restore(old);
+    let (code, text) = audit(store);
+    assert_ne!(code, 0, "audit passed a rolled-back store:\n{text}");
+    assert!(text.contains(finding), "{text}");
+    s.restart(false);
+    s.skip_audit();
+    stream_is_offline(s).await;
+}
+
+#[tokio::test]
+async fn a_segment_restored_from_an_older_copy_takes_the_stream_offline() {
+    let Some((mut s, store, c)) = seeded().await else {
+        return;
+    };
     let segments: Vec<PathBuf> = stream_files(&store)
         .into_iter()
         .filter(|(_, consumer)| !consumer)
@@ -106,28 +132,14 @@ async fn a_segment_restored_from_an_older_copy_takes_the_stream_offline() {
         publish_ack(&c, &format!("r.{i}"), &[], "acked").await;
     }
     drop(c);
-    s.stop(true);
-    restore(&old);
-    let (code, text) = audit(&store);
-    assert_ne!(code, 0, "audit passed a rolled-back segment:\n{text}");
-    assert!(text.contains("durable mark"), "{text}");
-    s.restart(false);
-    s.skip_audit();
-    stream_is_offline(&s).await;
+    roll_back_and_check(&mut s, &store, &old, "durable mark").await;
 }
 
 #[tokio::test]
 async fn a_consumer_state_restored_from_an_older_copy_takes_the_stream_offline() {
-    let mut s = TestServer::start_js();
-    if s.is_reference() {
+    let Some((mut s, store, c)) = seeded().await else {
         return;
-    }
-    let store = s.store_dir().unwrap();
-    let c = async_nats::connect(s.url()).await.unwrap();
-    create_stream(&c, r#"{"name":"R","subjects":["r.>"]}"#).await;
-    for i in 0..3 {
-        publish_ack(&c, &format!("r.{i}"), &[], "acked").await;
-    }
+    };
     let v = api(
         &c,
         "CONSUMER.CREATE.R.w",
@@ -157,15 +169,5 @@ async fn a_consumer_state_restored_from_an_older_copy_takes_the_stream_offline()
     ack_one().await;
     ack_one().await;
     drop(c);
-    s.stop(true);
-    restore(&old);
-    let (code, text) = audit(&store);
-    assert_ne!(
-        code, 0,
-        "audit passed a rolled-back consumer state:\n{text}"
-    );
-    assert!(text.contains("older than the catalog"), "{text}");
-    s.restart(false);
-    s.skip_audit();
-    stream_is_offline(&s).await;
+    roll_back_and_check(&mut s, &store, &old, "older than the catalog").await;
 }

@@ -49,6 +49,41 @@ fn login(s: &TestServer, t: &Tenant, signer: &KeyPair, perms: UserPermissionsLim
     r
 }
 
+/// A user of `t` (signed by the account key) is refused at CONNECT.
+fn expect_refused(s: &TestServer, t: &Tenant) {
+    let user = KeyPair::generate(Role::User);
+    let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
+    let mut r = s.raw();
+    connect_jwt(&mut r, &token, &user);
+    assert_eq!(
+        next_line(&mut r).as_deref(),
+        Some("-ERR 'Authorization Violation'"),
+        "{}",
+        t.claims.name
+    );
+}
+
+/// B exports the service `svc.*`; A imports it (mapped onto `local` when given).
+fn service_pair(w: &World, local: Option<&str>) -> (Tenant, Tenant) {
+    let mut b = w.tenant("B", AccountLimits::default());
+    b.claims.nats.exports = vec![Export {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    let mut a = w.tenant("A", AccountLimits::default());
+    a.claims.nats.imports = vec![Import {
+        name: "svc".into(),
+        subject: "svc.*".into(),
+        account: b.key.public_key(),
+        local_subject: local.map(str::to_owned),
+        kind: "service".into(),
+        ..Default::default()
+    }];
+    (a, b)
+}
+
 /// A server trusting `tenants`, with a system account that takes claim updates and a full
 /// resolver (what both servers need for `$SYS.REQ.CLAIMS.UPDATE`).
 struct Setup {
@@ -190,16 +225,7 @@ fn account_jwts_over_their_import_export_or_wildcard_limits_are_refused() {
     let ok = w.tenant("OK", AccountLimits::default());
     let s = TestServer::with_config(&w.config(&[&too_many, &wild, &ok]));
     for t in [&too_many, &wild] {
-        let user = KeyPair::generate(Role::User);
-        let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
-        let mut r = s.raw();
-        connect_jwt(&mut r, &token, &user);
-        assert_eq!(
-            next_line(&mut r).as_deref(),
-            Some("-ERR 'Authorization Violation'"),
-            "{}",
-            t.claims.name
-        );
+        expect_refused(&s, t);
     }
     let _ = login(&s, &ok, &ok.key, open_user());
 }
@@ -282,44 +308,15 @@ fn a_data_limit_this_server_cannot_enforce_refuses_the_account() {
     if s.is_reference() {
         return; // nats-server ignores `data` (accepts and never enforces it)
     }
-    let user = KeyPair::generate(Role::User);
-    let token = user_jwt(&t.key, &user, "u", open_user(), |_| {});
-    let mut r = s.raw();
-    connect_jwt(&mut r, &token, &user);
-    assert_eq!(
-        next_line(&mut r).as_deref(),
-        Some("-ERR 'Authorization Violation'")
-    );
+    expect_refused(&s, &t);
 }
 
 #[test]
 fn an_import_mapped_past_its_export_refuses_the_account() {
     let w = World::new();
-    let mut b = w.tenant("B", AccountLimits::default());
-    b.claims.nats.exports = vec![Export {
-        name: "svc".into(),
-        subject: "svc.*".into(),
-        kind: "service".into(),
-        ..Default::default()
-    }];
-    let mut a = w.tenant("A", AccountLimits::default());
-    a.claims.nats.imports = vec![Import {
-        name: "svc".into(),
-        subject: "svc.*".into(),
-        account: b.key.public_key(),
-        local_subject: Some("x.>".into()),
-        kind: "service".into(),
-        ..Default::default()
-    }];
+    let (a, b) = service_pair(&w, Some("x.>"));
     let s = TestServer::with_config(&w.config(&[&a, &b]));
-    let user = KeyPair::generate(Role::User);
-    let token = user_jwt(&a.key, &user, "u", open_user(), |_| {});
-    let mut r = s.raw();
-    connect_jwt(&mut r, &token, &user);
-    assert_eq!(
-        next_line(&mut r).as_deref(),
-        Some("-ERR 'Authorization Violation'")
-    );
+    expect_refused(&s, &a);
 }
 
 #[test]
@@ -341,21 +338,7 @@ fn renewing_an_expiring_account_keeps_its_connections() {
 #[test]
 fn withdrawing_an_export_stops_an_installed_import() {
     let w = World::new();
-    let mut b = w.tenant("B", AccountLimits::default());
-    b.claims.nats.exports = vec![Export {
-        name: "svc".into(),
-        subject: "svc.*".into(),
-        kind: "service".into(),
-        ..Default::default()
-    }];
-    let mut a = w.tenant("A", AccountLimits::default());
-    a.claims.nats.imports = vec![Import {
-        name: "svc".into(),
-        subject: "svc.*".into(),
-        account: b.key.public_key(),
-        kind: "service".into(),
-        ..Default::default()
-    }];
+    let (a, mut b) = service_pair(&w, None);
     let set = Setup::new(&[&a, &b], w);
     let mut responder = login(&set.s, &b, &b.key, open_user());
     responder.send(b"SUB svc.* 1\r\nPING\r\n");

@@ -254,15 +254,37 @@ async fn client_certificates_are_required_when_verify_is_on() {
     c.flush().await.unwrap();
 }
 
-#[tokio::test]
-async fn verify_and_map_picks_the_user_and_its_permissions() {
-    let ca = Ca::new("test-ca");
-    let f = Files::new();
+/// A TLS server signed by `ca` that maps verified client certificates onto `users` (the
+/// entries of an `authorization { users: [...] }` list). Returns it and the CA file.
+fn mapping_server(ca: &Ca, f: &Files, users: &str) -> (TestServer, PathBuf) {
     let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
     let (cert, key, ca_pem) = (
         f.put("server.pem", &cert),
         f.put("server-key.pem", &key),
         f.put("ca.pem", &ca.pem()),
+    );
+    let conf = format!(
+        "{}authorization {{ users: [ {users} ] }}\n",
+        tls_conf(
+            &cert,
+            &key,
+            &format!(
+                "  ca_file: \"{}\"\n  verify_and_map: true",
+                ca_pem.display()
+            )
+        )
+    );
+    (TestServer::with_config(&conf), ca_pem)
+}
+
+#[tokio::test]
+async fn verify_and_map_picks_the_user_and_its_permissions() {
+    let ca = Ca::new("test-ca");
+    let f = Files::new();
+    let (s, ca_pem) = mapping_server(
+        &ca,
+        &f,
+        "{ user: \"alice@example.com\", permissions: { publish: [\"a.>\"] } }",
     );
     let (cc, ck) = ca.leaf(
         "alice",
@@ -272,11 +294,6 @@ async fn verify_and_map_picks_the_user_and_its_permissions() {
     let (cc, ck) = (f.put("alice.pem", &cc), f.put("alice-key.pem", &ck));
     let (bc, bk) = ca.leaf("mallory", vec![], |_| {});
     let (bc, bk) = (f.put("mallory.pem", &bc), f.put("mallory-key.pem", &bk));
-    let conf = format!(
-        "{}authorization {{ users: [ {{ user: \"alice@example.com\", permissions: {{ publish: [\"a.>\"] }} }} ] }}\n",
-        tls_conf(&cert, &key, &format!("  ca_file: \"{}\"\n  verify_and_map: true", ca_pem.display()))
-    );
-    let s = TestServer::with_config(&conf);
     let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&cc, &ck)), false)
         .await
         .unwrap();
@@ -656,20 +673,14 @@ async fn jetstream_works_over_tls() {
 async fn verify_and_map_escapes_the_subject_dn() {
     let ca = Ca::new("test-ca");
     let f = Files::new();
-    let (cert, key) = ca.leaf("localhost", server_sans(), |_| {});
-    let (cert, key, ca_pem) = (
-        f.put("server.pem", &cert),
-        f.put("server-key.pem", &key),
-        f.put("ca.pem", &ca.pem()),
+    let (s, ca_pem) = mapping_server(
+        &ca,
+        &f,
+        "{ user: \"CN=admin,O=Acme\" }, { user: \"CN=admin\\\\,O=Acme\", permissions: { publish: [\"only.this\"] } }",
     );
     // One CN whose value is `admin,O=Acme`: it must not pass for the user `CN=admin,O=Acme`.
     let (ec, ek) = ca.leaf("admin,O=Acme", vec![], |_| {});
     let (ec, ek) = (f.put("evil.pem", &ec), f.put("evil-key.pem", &ek));
-    let conf = format!(
-        "{}authorization {{ users: [ {{ user: \"CN=admin,O=Acme\" }}, {{ user: \"CN=admin\\\\,O=Acme\", permissions: {{ publish: [\"only.this\"] }} }} ] }}\n",
-        tls_conf(&cert, &key, &format!("  ca_file: \"{}\"\n  verify_and_map: true", ca_pem.display()))
-    );
-    let s = TestServer::with_config(&conf);
     let (mut t, _) = raw_tls(s.port, &ca_pem, Some((&ec, &ek)), false)
         .await
         .unwrap();

@@ -203,19 +203,13 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
                 .load_consumer_state(sm.stream_id, cm.consumer_id);
             // A state file older than the catalog records (or missing although the catalog
             // recorded one) is a rollback: the stream goes offline, nothing is redelivered.
-            if let Some(recorded) = checkpoint.consumer_generation(cm.consumer_id) {
-                let found = match &state {
-                    Ok(Some(st)) => Some(st.generation),
-                    _ => None,
-                };
-                if found.is_none_or(|g| g < recorded) {
-                    rolled_back = Some(format!(
-                        "consumer {} state is generation {} but the catalog records {recorded}: rolled back",
-                        cm.name,
-                        found.map_or("(missing)".to_owned(), |g| g.to_string()),
-                    ));
-                    break;
-                }
+            let found = match &state {
+                Ok(Some(st)) => Some(st.generation),
+                _ => None,
+            };
+            if let Err(why) = checkpoint.check_consumer(cm.consumer_id, found) {
+                rolled_back = Some(format!("consumer {}: {why}", cm.name));
+                break;
             }
             match state {
                 Ok(Some(st)) => match serde_json::from_slice::<SavedState>(&st.bytes) {

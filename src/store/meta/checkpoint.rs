@@ -37,6 +37,21 @@ impl StreamCheckpoint {
             .map(|(_, g)| *g)
     }
 
+    /// Checks a consumer's state generation as found on disk (`None`: no state file) against
+    /// the recorded one.
+    ///
+    /// # Errors
+    /// The reason, when the state is older than (or missing against) the checkpoint.
+    pub fn check_consumer(&self, id: ConsumerId, found: Option<u64>) -> Result<(), String> {
+        match self.consumer_generation(id) {
+            Some(recorded) if found.is_none_or(|g| g < recorded) => Err(format!(
+                "consumer state older than the catalog records (generation {} < {recorded}): rolled back",
+                found.map_or("missing".to_owned(), |g| g.to_string())
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The bytes stored in the catalog.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(30 + self.consumers.len() * 24);

@@ -447,26 +447,14 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
                         Ok(Some(st)) => Some(st.generation),
                         _ => None,
                     };
-                    if let Some(recorded) = checkpoint.consumer_generation(c.consumer_id) {
-                        if found.is_none_or(|g| g < recorded) {
-                            report.findings.push(Finding {
-                                class: Class::Integrity,
-                                path: format!(
-                                    "s/{}/c/{}.st",
-                                    sm.stream_id.to_hex(),
-                                    c.consumer_id.to_hex()
-                                ),
-                                offset: None,
-                                detail: format!(
-                                    "consumer state older than the catalog records (generation {} < {recorded}): rolled back",
-                                    found.map_or("missing".to_owned(), |g| g.to_string())
-                                ),
-                            });
-                        }
-                    }
-                    match loaded {
-                        Ok(_) => consumers += 1,
-                        Err(e) => report.findings.push(Finding {
+                    let problem = match (&loaded, checkpoint.check_consumer(c.consumer_id, found)) {
+                        (Err(e), _) => Some(e.to_string()),
+                        (Ok(_), Err(why)) => Some(why),
+                        (Ok(_), Ok(())) => None,
+                    };
+                    match problem {
+                        None => consumers += 1,
+                        Some(detail) => report.findings.push(Finding {
                             class: Class::Integrity,
                             path: format!(
                                 "s/{}/c/{}.st",
@@ -474,7 +462,7 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
                                 c.consumer_id.to_hex()
                             ),
                             offset: None,
-                            detail: e.to_string(),
+                            detail,
                         }),
                     }
                 }
