@@ -282,7 +282,7 @@ impl Drop for TestServer {
 
 /// Waits without `thread::sleep` (disallowed in this codebase): parks on a channel timeout.
 pub fn spin_pause(d: Duration) {
-    let (_tx, rx) = std::sync::mpsc::channel::<()>();
+    let (_tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
     let _ = rx.recv_timeout(d);
 }
 

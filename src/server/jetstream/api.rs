@@ -32,12 +32,21 @@ pub(crate) struct ApiMsg {
     pub(crate) payload: Bytes,
 }
 
+impl ApiMsg {
+    /// What the call counts against the account's API budget.
+    pub(crate) fn size(&self) -> usize {
+        64 + self.reply.len() + self.headers.as_ref().map_or(0, Bytes::len) + self.payload.len()
+    }
+}
+
 /// Serves `rx` until the server stops.
 pub(crate) fn run(js: &Arc<JetStream>, acc: &Arc<AccountJs>, rx: &Receiver<ApiMsg>) {
     let mut sink = RouterSink::new(Arc::clone(&acc.account), js.next_seed());
     while let Ok(m) = rx.recv() {
+        let size = m.size();
         handle(js, acc, &mut sink, m);
         sink.flush();
+        acc.api_done(size);
     }
 }
 
@@ -84,12 +93,13 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
     if let Some(s) = call.stream_scoped() {
         // The stream may have been created between dispatch and now: forward.
         if let Some(st) = acc.streams.get(s) {
-            let _ = st.tx.send(Cmd::Api {
+            let cmd = Cmd::Api {
                 call: call.clone(),
                 reply: m.reply,
                 headers: m.headers,
                 payload: m.payload,
-            });
+            };
+            let _ = stream_thread::send_counted(&st.tx, &st.budget, cmd);
             return;
         }
         acc.api_errors.fetch_add(1, Ordering::Relaxed);
@@ -206,7 +216,7 @@ fn create(
         if !cur.cfg.same_as(&cfg) {
             return Err(ApiError::stream_name_in_use());
         }
-        let (itx, irx) = std::sync::mpsc::channel();
+        let (itx, irx) = std::sync::mpsc::sync_channel(1);
         let _ = cur.tx.send(Cmd::Info(itx));
         let mut info = irx
             .recv_timeout(Duration::from_secs(10))
@@ -270,7 +280,7 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
     }
-    let (rtx, rrx) = std::sync::mpsc::channel();
+    let (rtx, rrx) = std::sync::mpsc::sync_channel(1);
     let _ = cur.tx.send(Cmd::Update(Box::new(cfg.clone()), rtx));
     let info = rrx
         .recv_timeout(Duration::from_secs(30))
@@ -342,7 +352,7 @@ fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, A
     }
     let mut infos = Vec::new();
     for s in page {
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let _ = s.tx.send(Cmd::Info(tx));
         if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(10)) {
             info_for_reply(&mut v, false);

@@ -41,6 +41,9 @@ use super::Shared;
 pub(crate) use stream_thread::Cmd;
 pub(crate) use table::{Published, StreamRef, StreamTable, Usage, UsageTotals};
 
+/// Bytes of API calls an account may have queued for its API thread before publishers wait.
+const API_QUEUE_BYTES: usize = 4 << 20;
+
 /// Queue limit of an internal JetStream client (its subscriptions are served by [`Intake`],
 /// so the queue stays empty; the limit only guards against a runaway).
 const INTERNAL_MAX_PENDING: usize = 1 << 30;
@@ -109,6 +112,8 @@ pub(crate) struct AccountJs {
     pub(crate) used: UsageTotals,
     next_sid: AtomicU64,
     api_tx: Mutex<Option<Sender<api::ApiMsg>>>,
+    /// What is queued for the API thread (bounded; see `server::backpressure`).
+    api_budget: Arc<Budget>,
     pub(crate) api_total: AtomicU64,
     pub(crate) api_errors: AtomicU64,
     /// What the router calls for the account's API, ack and flow-control subscriptions.
@@ -146,13 +151,7 @@ impl Service for StreamIntake {
             headers: headers.cloned(),
             payload: payload.clone(),
         };
-        let size = intake_size(&m);
-        let over = self.budget.take(size);
-        if self.tx.send(Cmd::Publish(m)).is_err() {
-            self.budget.give_back(size);
-            return None;
-        }
-        over.then(|| Arc::clone(&self.budget))
+        stream_thread::send_counted(&self.tx, &self.budget, Cmd::Publish(m))
     }
 }
 
@@ -171,14 +170,17 @@ impl Service for Intake {
         headers: Option<&Bytes>,
         payload: &Bytes,
     ) -> Option<Arc<Budget>> {
-        if let Some(acc) = self.acc.upgrade() {
-            acc.dispatch(sid, subject, reply, headers.cloned(), payload.clone());
-        }
-        None
+        let acc = self.acc.upgrade()?;
+        acc.dispatch(sid, subject, reply, headers.cloned(), payload.clone())
     }
 }
 
 impl AccountJs {
+    /// The API thread finished a call of `size` bytes.
+    pub(crate) fn api_done(&self, size: usize) {
+        self.api_budget.give_back(size);
+    }
+
     /// The account's JetStream limits; `None` when JetStream is off for it.
     pub(crate) fn limits(&self) -> Option<AccountJetStream> {
         *self.limits.read().unwrap_or_else(|p| p.into_inner())
@@ -242,19 +244,26 @@ impl AccountJs {
         }
     }
 
-    fn send_api(&self, msg: api::ApiMsg) {
-        if let Some(tx) = self
+    /// Queues a call for the API thread, counted against the account's API budget; returns
+    /// the budget when it is over its bound (the caller's publisher waits for room).
+    fn send_api(&self, msg: api::ApiMsg) -> Option<Arc<Budget>> {
+        let tx = self
             .api_tx
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = tx.send(msg);
+            .clone()?;
+        let size = msg.size();
+        let over = self.api_budget.take(size);
+        if tx.send(msg).is_err() {
+            self.api_budget.give_back(size);
+            return None;
         }
+        over.then(|| Arc::clone(&self.api_budget))
     }
 
     /// Routes one API call, ack or flow-control reply to the thread that owns it. Holds no
-    /// lock while sending: the stream table hands out an owned handle.
+    /// lock while sending: the stream table hands out an owned handle. Returns the budget the
+    /// call pushed over its bound, if any.
     fn dispatch(
         &self,
         sid: &[u8],
@@ -262,15 +271,13 @@ impl AccountJs {
         reply: Option<&[u8]>,
         headers: Option<Bytes>,
         payload: Bytes,
-    ) {
+    ) -> Option<Arc<Budget>> {
         let subject_str = String::from_utf8_lossy(subject).into_owned();
         let reply = reply.map(|r| String::from_utf8_lossy(r).into_owned());
         match sid {
             b"api" => {
-                let Some(reply) = reply else { return };
-                let Some(call) = ApiCall::parse(&subject_str) else {
-                    return;
-                };
+                let reply = reply?;
+                let call = ApiCall::parse(&subject_str)?;
                 self.api_total.fetch_add(1, Ordering::Relaxed);
                 if self.limits().is_some() {
                     if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
@@ -283,15 +290,15 @@ impl AccountJs {
                                 &payload,
                             )
                         {
-                            return;
+                            return None;
                         }
-                        let _ = s.tx.send(Cmd::Api {
+                        let cmd = Cmd::Api {
                             call,
                             reply,
                             headers,
                             payload,
-                        });
-                        return;
+                        };
+                        return stream_thread::send_counted(&s.tx, &s.budget, cmd);
                     }
                 }
                 self.send_api(api::ApiMsg {
@@ -299,11 +306,12 @@ impl AccountJs {
                     reply,
                     headers,
                     payload,
-                });
+                })
             }
             b"ack" | b"fc" => {
                 let stream = subject_str.split('.').nth(2).unwrap_or("");
-                if let Some(s) = self.streams.get(stream) {
+                let s = self.streams.get(stream)?;
+                {
                     let cmd = if sid == b"ack" {
                         Cmd::Ack {
                             subject: subject_str.clone(),
@@ -315,10 +323,10 @@ impl AccountJs {
                             subject: subject_str.clone(),
                         }
                     };
-                    let _ = s.tx.send(cmd);
+                    stream_thread::send_counted(&s.tx, &s.budget, cmd)
                 }
             }
-            _ => {}
+            _ => None,
         }
     }
 }
@@ -500,6 +508,7 @@ fn setup_account(
         used: UsageTotals::default(),
         next_sid: AtomicU64::new(1),
         api_tx: Mutex::new(None),
+        api_budget: Budget::new(API_QUEUE_BYTES),
         api_total: AtomicU64::new(0),
         api_errors: AtomicU64::new(0),
     });
@@ -514,6 +523,11 @@ fn setup_account(
             Arc::clone(&acc.intake),
         );
     }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "every call is counted against the account's API Budget (send_api), so what \
+                  is queued stays bounded; stream threads never wait on it"
+    )]
     let (tx, rx) = mpsc::channel();
     *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     let thread_js = Arc::clone(js);

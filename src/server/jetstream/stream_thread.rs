@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,13 +54,50 @@ pub(crate) enum Cmd {
     /// A flow-control reply.
     FlowControl { subject: String },
     /// Stream info for `STREAM.LIST` / create replies.
-    Info(Sender<Value>),
+    Info(SyncSender<Value>),
     /// A validated config update; answers with the info or the error.
-    Update(Box<StreamConfig>, Sender<Result<Value, ApiError>>),
+    Update(Box<StreamConfig>, SyncSender<Result<Value, ApiError>>),
     /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
     Snapshot(std::sync::mpsc::SyncSender<()>),
     /// Stop: close the store, persist consumers; signal when done.
-    Stop(Option<Sender<()>>),
+    Stop(Option<SyncSender<()>>),
+}
+
+/// What a command counts against its stream's intake budget (control commands: nothing).
+pub(crate) fn cmd_size(c: &Cmd) -> usize {
+    match c {
+        Cmd::Publish(m) => super::intake_size(m),
+        Cmd::Api {
+            reply,
+            headers,
+            payload,
+            ..
+        } => 64 + reply.len() + headers.as_ref().map_or(0, Bytes::len) + payload.len(),
+        Cmd::Ack {
+            subject,
+            reply,
+            payload,
+        } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
+        Cmd::FlowControl { subject } => subject.len(),
+        Cmd::Info(_) | Cmd::Update(..) | Cmd::Snapshot(_) | Cmd::Stop(_) => 0,
+    }
+}
+
+/// Queues `cmd` for a stream, counted against its intake `budget`. Returns the budget when it
+/// is now over its bound: the connection that published the command waits for room before
+/// reading more (`server/backpressure.rs`); stream and API threads ignore it.
+pub(crate) fn send_counted(
+    tx: &Sender<Cmd>,
+    budget: &Arc<Budget>,
+    cmd: Cmd,
+) -> Option<Arc<Budget>> {
+    let size = cmd_size(&cmd);
+    let over = budget.take(size);
+    if tx.send(cmd).is_err() {
+        budget.give_back(size);
+        return None;
+    }
+    over.then(|| Arc::clone(budget))
 }
 
 /// The envelope persisted in the catalog for streams and consumers.
@@ -250,6 +287,11 @@ pub(crate) fn spawn(
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
 ) {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "every command from a connection is counted against the stream's intake Budget \
+                  (send_counted), so what is queued stays bounded; threads never wait on it"
+    )]
     let (tx, rx) = std::sync::mpsc::channel();
     let cfg = stream.cfg.clone();
     let name = cfg.name.clone();
@@ -434,7 +476,7 @@ impl Worker {
         let now = now_nanos();
         let mut publishes = Vec::new();
         let mut ack_replies: Vec<String> = Vec::new();
-        let mut stop: Option<Option<Sender<()>>> = None;
+        let mut stop: Option<Option<SyncSender<()>>> = None;
         let mut snapshot_waiters = Vec::new();
         let mut intake = 0usize;
         if !cmds.is_empty() {
@@ -442,14 +484,12 @@ impl Worker {
             self.changed_since_checkpoint = true;
         }
         for cmd in cmds {
+            intake += cmd_size(&cmd);
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
                 self.publish(st, std::mem::take(&mut publishes), now);
             }
             match cmd {
-                Cmd::Publish(m) => {
-                    intake += super::intake_size(&m);
-                    publishes.push(m);
-                }
+                Cmd::Publish(m) => publishes.push(m),
                 Cmd::Api {
                     call,
                     reply,
@@ -909,7 +949,7 @@ pub(crate) fn create(
 
 /// Stops a stream's thread and waits for it (the store is closed when this returns).
 pub(crate) fn stop_and_wait(s: &StreamRef) {
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let _ = s.tx.send(Cmd::Stop(Some(tx)));
     let _ = rx.recv_timeout(Duration::from_secs(30));
     let thread = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
