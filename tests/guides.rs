@@ -504,6 +504,12 @@ fn guide_002_durable_event_log() {
     // is killed (-9): its confirmed acks are on disk. nats-server writes consumer state
     // asynchronously, so it gets a graceful stop (a kill would redeliver the acked message).
     c.ok(&["pub", "orders.created", "order {{Count}}", "--count", "3"]);
+    // Core publishes carry no PubAck: wait until the stream holds them before the kill (what
+    // must survive the kill is the confirmed ack, which is what this step checks).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.stream_state("ORDER_EVENTS")["messages"] != 6 && Instant::now() < deadline {
+        support::spin_pause(Duration::from_millis(20));
+    }
     s.restart(s.is_reference());
     let c = Ctl::new(s.url());
     let got = deliveries(&sub(&c, "3").out);

@@ -17,7 +17,6 @@ use std::time::Duration;
 use super::error::{ConfigError, ConfigErrorKind, Location};
 use super::field::{self, key, Collected};
 use super::keys::{self, KeyKind};
-use super::options::ServerOptions;
 use super::parse::{Entry, Map, Value, ValueKind};
 
 /// The `authorization` block: single-account authentication.
@@ -784,7 +783,7 @@ fn covers(pattern: &str, subject: &str) -> bool {
 /// Checks that need every account: an import must name a defined account that exports a
 /// covering subject of the same kind to the importer (nats-server checks this while parsing).
 pub(super) fn check_users_and_imports(
-    o: &ServerOptions,
+    accounts: &[AccountConfig],
     registry: &Registry,
 ) -> Result<(), ConfigError> {
     for import in &registry.imports {
@@ -792,7 +791,7 @@ pub(super) fn check_users_and_imports(
             ExportKind::Stream => "stream",
             ExportKind::Service => "service",
         };
-        let Some(exporter) = o.accounts.iter().find(|a| a.name == import.account) else {
+        let Some(exporter) = accounts.iter().find(|a| a.name == import.account) else {
             return Err(ConfigError::invalid(
                 import.location.clone(),
                 format!(

@@ -590,7 +590,7 @@ pub(super) fn map_document(value: &Value, check_files: bool) -> Result<ServerOpt
             "Duplicate 'store_dir' configuration",
         ));
     }
-    accounts::check_users_and_imports(&o, &registry)?;
+    accounts::check_users_and_imports(&o.accounts, &registry)?;
     o.ignored = c.ignored;
     o.check_warnings = c.warnings;
     Ok(o)

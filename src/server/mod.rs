@@ -17,6 +17,7 @@
 pub(crate) mod account;
 mod auth_setup;
 pub(crate) mod backpressure;
+pub(crate) mod client;
 pub(crate) mod conn;
 pub(crate) mod jetstream;
 mod listener;
@@ -42,7 +43,7 @@ use crate::config::options::ServerOptions;
 use crate::proto::info::ServerInfo;
 
 use self::account::Registry;
-use self::conn::ClientHandle;
+use self::client::ClientHandle;
 
 /// The NATS server version we advertise. Clients choose features by it (nats-py needs
 /// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.

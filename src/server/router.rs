@@ -23,8 +23,8 @@ use crate::subject::MatchCache;
 
 use super::account::{imports, Account, Matches, SubRef, Subscription};
 use super::backpressure::{self, Budget};
-use super::conn::outbound::PushError;
-use super::conn::{ClientHandle, CloseReason};
+use super::client::outbound::PushError;
+use super::client::{ClientHandle, CloseReason};
 
 /// Who is publishing, as routing needs to know it.
 #[derive(Debug, Clone, Copy)]

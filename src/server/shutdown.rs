@@ -14,7 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::conn::CloseReason;
+use super::client::CloseReason;
 use super::Shared;
 
 /// How long a graceful stop waits for connections to flush.

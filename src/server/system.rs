@@ -1,7 +1,7 @@
 //! The system account: server events and the requests operators send to the server.
 //!
 //! An in-process client lives in the system account. Its subscriptions are ordinary ones, and
-//! messages reach it through an ordinary [`Outbound`](super::conn::outbound::Outbound) queue,
+//! messages reach it through an ordinary [`Outbound`](super::client::outbound::Outbound) queue,
 //! which a task here drains and parses with the client-side protocol parser — so requests take
 //! exactly the path a real subscriber's messages take. It answers:
 //!
@@ -30,7 +30,7 @@ use crate::proto::parser::{Limits, Parser};
 use crate::proto::ServerOp;
 
 use super::account::{Account, Subscription};
-use super::conn::{ClientHandle, CloseReason};
+use super::client::{ClientHandle, CloseReason};
 use super::router::{self, Publisher, RouteCtx};
 use super::{Shared, NATS_COMPAT_VERSION};
 

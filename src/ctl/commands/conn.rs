@@ -12,19 +12,10 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use serde_json::Value;
 
+pub use super::context::Target;
 use super::context::{self, SavedContext};
 use super::util::parse_duration;
 use crate::ctl::args::ConnArgs;
-
-/// The URL given on the command line, and whether it was given at all (otherwise the selected
-/// context's URL wins over the built-in default).
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// `--server` (or `NATS_URL`, or the default).
-    pub url: String,
-    /// True when the user set `--server` or `NATS_URL`.
-    pub explicit: bool,
-}
 
 /// A JetStream API error reply: `{"error":{"code":404,"err_code":10059,"description":...}}`.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -11,9 +11,18 @@ use std::path::PathBuf;
 use anyhow::{anyhow, bail, Context as _};
 use serde::{Deserialize, Serialize};
 
-use super::conn::Target;
 use super::util::print_table;
 use crate::ctl::args::{ConnArgs, ContextCmd};
+
+/// The URL given on the command line, and whether it was given at all (otherwise the selected
+/// context's URL wins over the built-in default).
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `--server` (or `NATS_URL`, or the default).
+    pub url: String,
+    /// True when the user set `--server` or `NATS_URL`.
+    pub explicit: bool,
+}
 
 /// One saved context.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

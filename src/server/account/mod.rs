@@ -19,7 +19,7 @@ use crate::subject::{MatchResult, SubjectTree};
 
 pub(crate) mod imports;
 
-use super::conn::ClientHandle;
+use super::client::ClientHandle;
 
 /// Name of the default global account.
 pub(crate) const GLOBAL_ACCOUNT: &str = "$G";

@@ -27,9 +27,10 @@ use crate::subject::{is_valid_publish_subject, is_valid_subscribe_subject};
 
 use super::super::account::{Account, Subscription};
 use super::super::backpressure::{self, Budget};
+use super::super::client::{ClientHandle, CloseReason};
 use super::super::router::{self, Publisher, RouteCtx};
 use super::super::Shared;
-use super::{ClientHandle, CloseReason, STATS};
+use super::STATS;
 
 /// Bytes requested from the socket per read.
 const READ_SIZE: usize = 64 * 1024;

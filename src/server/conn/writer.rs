@@ -1,4 +1,4 @@
-//! The writer task: drains a connection's [`Outbound`](super::outbound::Outbound) onto the
+//! The writer task: drains a connection's [`Outbound`](crate::server::client::outbound::Outbound) onto the
 //! socket with vectored writes.
 //!
 //! Each wake-up takes everything queued in one swap, so under load many messages go out in one
@@ -13,7 +13,8 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use super::{flush_on_close, ClientHandle, CloseReason};
+use super::super::client::{ClientHandle, CloseReason};
+use super::flush_on_close;
 
 /// Most buffers handed to one `writev`.
 const MAX_IOVECS: usize = 64;

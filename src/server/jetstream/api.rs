@@ -19,8 +19,9 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
 use crate::jetstream::{Sink, API_LEVEL};
 
+use super::cmd::{self, Cmd};
 use super::sink::RouterSink;
-use super::stream_thread::{self, Cmd};
+use super::stream_thread;
 use super::{AccountJs, JetStream};
 use crate::server::NATS_COMPAT_VERSION;
 
@@ -99,7 +100,7 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
                 headers: m.headers,
                 payload: m.payload,
             };
-            let _ = stream_thread::send_counted(&st.tx, &st.budget, cmd);
+            let _ = cmd::send_counted(&st.tx, &st.budget, cmd);
             return;
         }
         acc.api_errors.fetch_add(1, Ordering::Relaxed);

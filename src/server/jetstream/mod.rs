@@ -16,6 +16,7 @@
 //! Replies and deliveries go out through [`sink::RouterSink`].
 
 mod api;
+mod cmd;
 mod sink;
 mod stream_thread;
 mod table;
@@ -35,10 +36,10 @@ use crate::store::meta::{KeySource, MetaStore};
 
 use super::account::{Account, Service, Subscription};
 use super::backpressure::Budget;
-use super::conn::ClientHandle;
+use super::client::ClientHandle;
 use super::Shared;
 
-pub(crate) use stream_thread::Cmd;
+pub(crate) use cmd::Cmd;
 pub(crate) use table::{Published, StreamRef, StreamTable, Usage, UsageTotals};
 
 /// Bytes of API calls an account may have queued for its API thread before publishers wait.
@@ -128,14 +129,6 @@ pub(crate) struct StreamIntake {
     pub(crate) budget: Arc<Budget>,
 }
 
-/// What one queued publish counts against its stream's intake budget.
-pub(crate) fn intake_size(m: &crate::jetstream::stream::Incoming) -> usize {
-    m.subject.len()
-        + m.reply.as_ref().map_or(0, String::len)
-        + m.headers.as_ref().map_or(0, Bytes::len)
-        + m.payload.len()
-}
-
 impl Service for StreamIntake {
     fn deliver(
         &self,
@@ -151,7 +144,7 @@ impl Service for StreamIntake {
             headers: headers.cloned(),
             payload: payload.clone(),
         };
-        stream_thread::send_counted(&self.tx, &self.budget, Cmd::Publish(m))
+        cmd::send_counted(&self.tx, &self.budget, Cmd::Publish(m))
     }
 }
 
@@ -298,7 +291,7 @@ impl AccountJs {
                             headers,
                             payload,
                         };
-                        return stream_thread::send_counted(&s.tx, &s.budget, cmd);
+                        return cmd::send_counted(&s.tx, &s.budget, cmd);
                     }
                 }
                 self.send_api(api::ApiMsg {
@@ -323,7 +316,7 @@ impl AccountJs {
                             subject: subject_str.clone(),
                         }
                     };
-                    stream_thread::send_counted(&s.tx, &s.budget, cmd)
+                    cmd::send_counted(&s.tx, &s.budget, cmd)
                 }
             }
             _ => None,

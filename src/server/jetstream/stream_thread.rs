@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,77 +28,12 @@ use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
 use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
+use super::cmd::{cmd_size, Cmd};
 use super::sink::RouterSink;
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
 use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
 use crate::server::NATS_COMPAT_VERSION;
-
-/// What a stream thread is asked to do.
-pub(crate) enum Cmd {
-    /// A message published on one of the stream's subjects.
-    Publish(Incoming),
-    /// A stream-scoped API call.
-    Api {
-        call: ApiCall,
-        reply: String,
-        headers: Option<Bytes>,
-        payload: Bytes,
-    },
-    /// An ack.
-    Ack {
-        subject: String,
-        reply: Option<String>,
-        payload: Bytes,
-    },
-    /// A flow-control reply.
-    FlowControl { subject: String },
-    /// Stream info for `STREAM.LIST` / create replies.
-    Info(SyncSender<Value>),
-    /// A validated config update; answers with the info or the error.
-    Update(Box<StreamConfig>, SyncSender<Result<Value, ApiError>>),
-    /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
-    Snapshot(std::sync::mpsc::SyncSender<()>),
-    /// Stop: close the store, persist consumers; signal when done.
-    Stop(Option<SyncSender<()>>),
-}
-
-/// What a command counts against its stream's intake budget (control commands: nothing).
-pub(crate) fn cmd_size(c: &Cmd) -> usize {
-    match c {
-        Cmd::Publish(m) => super::intake_size(m),
-        Cmd::Api {
-            reply,
-            headers,
-            payload,
-            ..
-        } => 64 + reply.len() + headers.as_ref().map_or(0, Bytes::len) + payload.len(),
-        Cmd::Ack {
-            subject,
-            reply,
-            payload,
-        } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
-        Cmd::FlowControl { subject } => subject.len(),
-        Cmd::Info(_) | Cmd::Update(..) | Cmd::Snapshot(_) | Cmd::Stop(_) => 0,
-    }
-}
-
-/// Queues `cmd` for a stream, counted against its intake `budget`. Returns the budget when it
-/// is now over its bound: the connection that published the command waits for room before
-/// reading more (`server/backpressure.rs`); stream and API threads ignore it.
-pub(crate) fn send_counted(
-    tx: &Sender<Cmd>,
-    budget: &Arc<Budget>,
-    cmd: Cmd,
-) -> Option<Arc<Budget>> {
-    let size = cmd_size(&cmd);
-    let over = budget.take(size);
-    if tx.send(cmd).is_err() {
-        budget.give_back(size);
-        return None;
-    }
-    over.then(|| Arc::clone(budget))
-}
 
 /// The envelope persisted in the catalog for streams and consumers.
 pub(crate) fn envelope<T: serde::Serialize>(cfg: &T, created: i64) -> Vec<u8> {

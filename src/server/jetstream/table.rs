@@ -22,7 +22,7 @@ use crate::jetstream::stream::Stream;
 use crate::server::account::Subscription;
 use crate::store::meta::StreamId;
 
-use super::stream_thread::Cmd;
+use super::cmd::Cmd;
 
 /// A stream as the dispatcher, the API thread and monitoring see it. Immutable once in the
 /// table: a config update inserts a new `StreamRef` sharing the thread's channels.

@@ -154,7 +154,7 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
     let limit = num("limit", 1024)?;
     let mut clients = s.clients();
     let sort = q.get("sort").map(String::as_str).unwrap_or("cid");
-    let key = |c: &super::super::conn::ClientHandle| -> u64 {
+    let key = |c: &super::super::client::ClientHandle| -> u64 {
         let (om, ob) = c.outbound.out_stats();
         match sort {
             "subs" => c.subs.load(Ordering::Relaxed),
