@@ -18,6 +18,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::ack_subject::AckSubject;
 use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
 use super::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
 use super::Sink;
@@ -844,10 +845,16 @@ impl Consumer {
             } else {
                 self.pending_after(store, &msg)
             };
-            let ack_subject = format!(
-                "$JS.ACK.{stream}.{}.{deliveries}.{}.{cseq}.{}.{pending_after}",
-                self.name, msg.seq, msg.ts
-            );
+            let ack_subject = AckSubject {
+                stream,
+                consumer: &self.name,
+                delivered: deliveries,
+                stream_seq: msg.seq,
+                consumer_seq: cseq,
+                timestamp: msg.ts,
+                pending: pending_after,
+            }
+            .encode();
             let (headers, payload) = if self.cfg.headers_only {
                 (
                     Some(add_headers(
@@ -1041,21 +1048,6 @@ fn parse_nak_delay(rest: &str) -> Option<i64> {
     parse_go_duration(rest)
 }
 
-/// Parses `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` (and the
-/// 11/12-token v2 forms). Returns (stream, consumer, stream seq).
-pub fn parse_ack_subject(subject: &str) -> Option<(&str, &str, u64)> {
-    let t: Vec<&str> = subject.split('.').collect();
-    match t.as_slice() {
-        ["$JS", "ACK", stream, consumer, _dlv, sseq, _cseq, _ts, _pending] => {
-            Some((stream, consumer, sseq.parse().ok()?))
-        }
-        ["$JS", "ACK", _domain, _hash, stream, consumer, _dlv, sseq, _cseq, _ts, _pending, ..] => {
-            Some((stream, consumer, sseq.parse().ok()?))
-        }
-        _ => None,
-    }
-}
-
 /// The shortest interval between a pull request's idle heartbeats (the push consumers'
 /// minimum, `100ms`). nats-server has none and sends one per millisecond for a 1 ns request;
 /// without this floor a handful of such requests kept a stream thread busy sending heartbeats
@@ -1081,13 +1073,6 @@ mod tests {
         assert_eq!(pull_heartbeat(0), 0);
         assert_eq!(pull_heartbeat(1), MIN_PULL_HEARTBEAT_NS);
         assert_eq!(pull_heartbeat(5_000_000_000), 5_000_000_000);
-    }
-
-    #[test]
-    fn ack_subject_v1_parses() {
-        let s = "$JS.ACK.ORDERS.proc.1.2.3.1795942996807618822.0";
-        assert_eq!(parse_ack_subject(s), Some(("ORDERS", "proc", 2)));
-        assert_eq!(parse_ack_subject("$JS.ACK.a.b.c"), None);
     }
 
     #[test]

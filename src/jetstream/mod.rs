@@ -17,6 +17,7 @@
 
 use bytes::Bytes;
 
+pub mod ack_subject;
 pub mod api;
 pub mod config;
 pub mod consumer;

@@ -17,12 +17,13 @@ use bytes::Bytes;
 use data_encoding::BASE64;
 use serde_json::{json, Value};
 
+use super::ack_subject::AckSubject;
 use super::api::ApiError;
 use super::config::{
     parse_pull_request, resolve_consumer_name, Action, CreateConsumerRequest, DiscardPolicy,
     Retention, StreamConfig,
 };
-use super::consumer::{add_headers, parse_ack_subject, status_block, AckEffect, Consumer};
+use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
 use super::timefmt::{parse_msg_ttl, rfc3339_nanos};
 use super::Sink;
@@ -635,7 +636,12 @@ impl Stream {
         sink: &mut dyn Sink,
         now: i64,
     ) {
-        let Some((_, consumer, sseq)) = parse_ack_subject(subject) else {
+        let Some(AckSubject {
+            consumer,
+            stream_seq: sseq,
+            ..
+        }) = AckSubject::parse(subject)
+        else {
             return;
         };
         let Some(c) = self.consumers.get_mut(consumer) else {

@@ -299,20 +299,14 @@ pub struct AckInfo {
     pub pending: u64,
 }
 
-/// Parses `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>` and the
-/// longer form with domain and account hash tokens.
+/// What an ack subject says about a delivery (the codec is `jetstream::ack_subject`).
 pub fn parse_ack_subject(s: &str) -> Option<AckInfo> {
-    let t: Vec<&str> = s.split('.').collect();
-    if t.len() < 9 || t[0] != "$JS" || t[1] != "ACK" {
-        return None;
-    }
-    let base = if t.len() >= 11 { 6 } else { 4 };
-    let n = |i: usize| t.get(base + i).and_then(|x| x.parse::<u64>().ok());
+    let a = crate::jetstream::ack_subject::AckSubject::parse(s)?;
     Some(AckInfo {
-        delivered: n(0)?,
-        stream_seq: n(1)?,
-        consumer_seq: n(2)?,
-        pending: n(4)?,
+        delivered: a.delivered,
+        stream_seq: a.stream_seq,
+        consumer_seq: a.consumer_seq,
+        pending: a.pending,
     })
 }
 

@@ -302,7 +302,11 @@ impl AccountJs {
                 })
             }
             b"ack" | b"fc" => {
-                let stream = subject_str.split('.').nth(2).unwrap_or("");
+                let stream = if sid == b"ack" {
+                    crate::jetstream::ack_subject::AckSubject::parse(&subject_str)?.stream
+                } else {
+                    subject_str.split('.').nth(2)?
+                };
                 let s = self.streams.get(stream)?;
                 {
                     let cmd = if sid == b"ack" {
