@@ -32,6 +32,7 @@
 
 pub mod block;
 pub mod file_store;
+#[cfg(any(test, feature = "fault-io"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod group_commit;
@@ -43,6 +44,7 @@ pub mod metrics;
 pub mod recovery;
 pub mod segment;
 mod subject;
+#[cfg(test)]
 pub mod testing;
 
 #[cfg(test)]
@@ -58,7 +60,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use file_store::{FileStore, FileStoreConfig};
-pub use io::{FaultIo, OsIo, SegmentFile, SegmentIo};
+#[cfg(any(test, feature = "fault-io"))]
+pub use io::FaultIo;
+pub use io::{OsIo, SegmentFile, SegmentIo};
 pub use mem_store::MemStore;
 pub use recovery::RecoveryReport;
 pub use segment::StreamKeys;
@@ -295,7 +299,7 @@ impl StoreError {
 pub type BatchResult = Vec<Result<Appended, AppendRejected>>;
 
 /// One stream's message store. Implemented by [`FileStore`] and [`MemStore`] with the same
-/// semantics; [`testing::suite`] checks both.
+/// semantics; the conformance suite in `store/testing.rs` checks both.
 pub trait StreamStore: Send {
     /// Appends `msgs` as one commit. Returns per-message results once the commit is durable.
     /// Messages rejected by limits are reported per message and take no sequence.
