@@ -5,6 +5,8 @@
    (1 ns); bytes the requester receives and server CPU seconds over 5 s.
 2. Idle sockets: 50 TCP connections that read INFO and never send CONNECT; how many are still
    open after 5 s.
+4. Many streams (`--streams N`, off by default): create N file streams with one message each;
+   create rate, server threads, peak RSS and idle CPU over 5 s afterwards.
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -162,11 +164,46 @@ def flood(pid, port, seconds=8):
     return sent, stored, peak_rss_mib(pid)
 
 
+def proc_field(pid, name):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def many_streams(pid, port, n):
+    s = client(port)
+    t0 = time.time()
+    for i in range(n):
+        cfg = json.dumps({"name": f"S{i}", "subjects": [f"many.{i}"]})
+        request(s, f"$JS.API.STREAM.CREATE.S{i}", cfg, f"_INBOX.c{i}")
+        request(s, f"many.{i}", "x", f"_INBOX.p{i}")
+    rate = n / (time.time() - t0)
+    threads = proc_field(pid, "Threads")
+    cpu0 = cpu_seconds(pid)
+    time.sleep(5)
+    idle = cpu_seconds(pid) - cpu0
+    return rate, threads, proc_field(pid, "VmHWM") / 1024, idle
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sealstream", default="target/release/sealstream-server")
     ap.add_argument("--nats", default=".venv/bin/nats-server")
+    ap.add_argument("--streams", type=int, default=0, help="also run the many-streams scenario")
     a = ap.parse_args()
+    if a.streams:
+        for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
+            with tempfile.TemporaryDirectory() as d:
+                p, port = start(binary, d)
+                try:
+                    rate, threads, rss, idle = many_streams(p.pid, port, a.streams)
+                finally:
+                    p.kill()
+                    p.wait()
+            print(f"{name:12} {a.streams} streams: {rate:7.1f} creates/s, {threads} threads, peak RSS {rss:.0f} MiB, idle CPU {idle:.2f} s in 5 s")
+        return
     rows = []
     for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
         with tempfile.TemporaryDirectory() as d:
