@@ -373,20 +373,18 @@ impl Worker {
         let shared = Arc::clone(&self.stream);
         loop {
             let now = now_nanos();
-            let mut wait = Duration::from_millis(1000);
-            let mut deadline = lock(&shared).next_deadline();
-            if let Some(iv) = self.js.sync_interval {
-                let due = self
-                    .last_sync
-                    .saturating_add(i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX));
-                deadline = Some(deadline.map_or(due, |d| d.min(due)));
-            }
-            if let Some(d) = deadline {
-                let ns = d.saturating_sub(now).max(0);
-                wait = wait.min(Duration::from_nanos(u64::try_from(ns).unwrap_or(0)));
-            }
+            // An idle stream sleeps until a command arrives: it wakes on its own only for a
+            // deadline (a timer of the engine's, or housekeeping that has something to do).
+            let deadline = self.next_wake(&lock(&shared));
             let mut round = Vec::new();
-            match rx.recv_timeout(wait) {
+            let first = match deadline {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(d) => {
+                    let ns = u64::try_from(d.saturating_sub(now).max(0)).unwrap_or(0);
+                    rx.recv_timeout(Duration::from_nanos(ns))
+                }
+            };
+            match first {
                 Ok(c) => round.push(c),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
@@ -404,6 +402,31 @@ impl Worker {
                 return;
             }
         }
+    }
+
+    /// When the thread must wake without a command (unix nanos), or `None` to sleep until
+    /// one arrives: the engine's next timer (redelivery, pull expiry, heartbeats, max_age,
+    /// TTLs, inactive consumers) and housekeeping that is due only when something changed —
+    /// dirty consumer state, a snapshot or checkpoint behind the stream, interval-mode syncs.
+    fn next_wake(&self, st: &Stream) -> Option<i64> {
+        let mut d = st.next_deadline();
+        let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
+        if let Some(iv) = self.js.sync_interval {
+            take(
+                self.last_sync
+                    .saturating_add(i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX)),
+            );
+        }
+        if self.persisted(st) && st.consumers.values().any(|c| c.dirty && !c.cfg.mem_storage) {
+            take(self.last_persist.saturating_add(PERSIST_EVERY_NS));
+        }
+        if self.changed_since_snapshot {
+            take(self.last_snapshot.saturating_add(SNAPSHOT_EVERY_NS));
+        }
+        if self.changed_since_checkpoint {
+            take(self.last_checkpoint.saturating_add(CHECKPOINT_EVERY_NS));
+        }
+        d
     }
 
     /// Processes one round; returns true when the thread must stop.
@@ -710,7 +733,6 @@ impl Worker {
         let Some(sid) = self.id else { return true };
         let mut all_ok = true;
         let persisted = self.persisted(st);
-        let mut wrote = false;
         for (name, c) in &mut st.consumers {
             if !c.dirty || !persisted || c.cfg.mem_storage {
                 continue;
@@ -729,19 +751,16 @@ impl Worker {
             }
             drop(meta);
             match r {
-                Ok(()) => {
-                    c.dirty = false;
-                    wrote = true;
-                }
+                Ok(()) => c.dirty = false,
                 Err(e) => {
                     all_ok = false;
                     error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist consumer state; ack confirmations are withheld");
                 }
             }
         }
-        if wrote || must {
-            self.last_persist = now;
-        }
+        // Attempted (written, or failed and to be retried): the next try is a period away,
+        // so a failing disk is not hammered in a loop.
+        self.last_persist = now;
         all_ok
     }
 
