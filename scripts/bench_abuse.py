@@ -6,7 +6,7 @@
 2. Idle sockets: 50 TCP connections that read INFO and never send CONNECT; how many are still
    open after 5 s.
 4. Many streams (`--streams N`, off by default): create N file streams with one message each;
-   create rate, server threads, peak RSS and idle CPU over 5 s afterwards.
+   create rate, server threads, peak RSS, and idle CPU over 5 s once settled (12 s later).
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -181,6 +181,7 @@ def many_streams(pid, port, n):
         request(s, f"many.{i}", "x", f"_INBOX.p{i}")
     rate = n / (time.time() - t0)
     threads = proc_field(pid, "Threads")
+    time.sleep(12)  # let one-time housekeeping (snapshots, checkpoints) settle
     cpu0 = cpu_seconds(pid)
     time.sleep(5)
     idle = cpu_seconds(pid) - cpu0
