@@ -28,6 +28,20 @@ use tokio::sync::Notify;
 /// Bytes a stream may have queued for its thread before publishers wait.
 pub(crate) const STREAM_INTAKE_BYTES: usize = 16 << 20;
 
+/// The least a queued command counts against a budget (its cost function applies it per
+/// command), however small it is: with it, a budget bounds the number of queued commands too (16 MiB / 256 B = 65,536 at the soft bound).
+pub(crate) const MIN_COMMAND_COST: usize = 256;
+
+/// Hard capacity (in commands) of a stream's queue: twice what its budget allows, room for the
+/// overshoot of one read batch per publishing connection. Reached only if publishers ignored
+/// the budget; a command that finds the queue full is refused (logged, counted in
+/// `sealstream_jetstream_intake_refused_total`, and — having no PubAck — never reported as
+/// stored), never queued without bound and never waited for by a thread that must not wait.
+pub(crate) const STREAM_QUEUE_CAPACITY: usize = 2 * STREAM_INTAKE_BYTES / MIN_COMMAND_COST;
+
+/// Commands refused because a queue was at its hard capacity.
+pub(crate) static INTAKE_REFUSED: AtomicU64 = AtomicU64::new(0);
+
 /// Longest a publisher's reader waits, per read batch, for a subscriber above its high-water
 /// mark to drain.
 pub(crate) const STALL_MAX: Duration = Duration::from_millis(50);

@@ -36,7 +36,8 @@ pub(crate) struct ApiMsg {
 impl ApiMsg {
     /// What the call counts against the account's API budget.
     pub(crate) fn size(&self) -> usize {
-        64 + self.reply.len() + self.headers.as_ref().map_or(0, Bytes::len) + self.payload.len()
+        (64 + self.reply.len() + self.headers.as_ref().map_or(0, Bytes::len) + self.payload.len())
+            .max(crate::server::backpressure::MIN_COMMAND_COST)
     }
 }
 

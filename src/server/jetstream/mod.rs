@@ -24,7 +24,7 @@ mod table;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -35,7 +35,7 @@ use crate::jetstream::api::ApiCall;
 use crate::store::meta::{KeySource, MetaStore};
 
 use super::account::{Account, Service, Subscription};
-use super::backpressure::Budget;
+use super::backpressure::{self, Budget};
 use super::client::ClientHandle;
 use super::Shared;
 
@@ -112,7 +112,7 @@ pub(crate) struct AccountJs {
     /// Storage and consumers used by the account's streams (account quota checks).
     pub(crate) used: UsageTotals,
     next_sid: AtomicU64,
-    api_tx: Mutex<Option<Sender<api::ApiMsg>>>,
+    api_tx: Mutex<Option<SyncSender<api::ApiMsg>>>,
     /// What is queued for the API thread (bounded; see `server::backpressure`).
     api_budget: Arc<Budget>,
     pub(crate) api_total: AtomicU64,
@@ -124,7 +124,7 @@ pub(crate) struct AccountJs {
 /// The router's entry into one stream: messages published on the stream's subjects go
 /// straight to its thread's channel, with no lookup and no lock.
 pub(crate) struct StreamIntake {
-    pub(crate) tx: Sender<Cmd>,
+    pub(crate) tx: SyncSender<Cmd>,
     /// What is queued for the stream's thread (given back after each round).
     pub(crate) budget: Arc<Budget>,
 }
@@ -209,7 +209,7 @@ impl AccountJs {
     /// subscriptions.
     pub(crate) fn subscribe_stream(
         &self,
-        tx: &Sender<Cmd>,
+        tx: &SyncSender<Cmd>,
         budget: &Arc<Budget>,
         subjects: &[String],
     ) -> Vec<Arc<Subscription>> {
@@ -247,11 +247,18 @@ impl AccountJs {
             .clone()?;
         let size = msg.size();
         let over = self.api_budget.take(size);
-        if tx.send(msg).is_err() {
-            self.api_budget.give_back(size);
-            return None;
+        match tx.try_send(msg) {
+            Ok(()) => over.then(|| Arc::clone(&self.api_budget)),
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                self.api_budget.give_back(size);
+                None
+            }
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                self.api_budget.give_back(size);
+                cmd::refused("api");
+                Some(Arc::clone(&self.api_budget))
+            }
         }
-        over.then(|| Arc::clone(&self.api_budget))
     }
 
     /// Routes one API call, ack or flow-control reply to the thread that owns it. Holds no
@@ -520,12 +527,8 @@ fn setup_account(
             Arc::clone(&acc.intake),
         );
     }
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "every call is counted against the account's API Budget (send_api), so what \
-                  is queued stays bounded; stream threads never wait on it"
-    )]
-    let (tx, rx) = mpsc::channel();
+    // Bounded twice over, like a stream's queue: the API budget (soft), the capacity (hard).
+    let (tx, rx) = mpsc::sync_channel(API_QUEUE_BYTES / backpressure::MIN_COMMAND_COST * 2);
     *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     let thread_js = Arc::clone(js);
     let thread_acc = Arc::clone(&acc);

@@ -32,7 +32,7 @@ use super::cmd::{cmd_size, Cmd};
 use super::sink::RouterSink;
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
-use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
+use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES, STREAM_QUEUE_CAPACITY};
 use crate::server::NATS_COMPAT_VERSION;
 
 /// The envelope persisted in the catalog for streams and consumers.
@@ -222,12 +222,9 @@ pub(crate) fn spawn(
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
 ) {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "every command from a connection is counted against the stream's intake Budget \
-                  (send_counted), so what is queued stays bounded; threads never wait on it"
-    )]
-    let (tx, rx) = std::sync::mpsc::channel();
+    // Bounded twice over: publishers wait on the intake budget (soft), and the queue refuses
+    // past STREAM_QUEUE_CAPACITY (hard); nobody ever blocks on it but control senders.
+    let (tx, rx) = std::sync::mpsc::sync_channel(STREAM_QUEUE_CAPACITY);
     let cfg = stream.cfg.clone();
     let name = cfg.name.clone();
     let usage = Arc::new(Usage::default());

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
@@ -27,7 +27,7 @@ use super::cmd::Cmd;
 /// A stream as the dispatcher, the API thread and monitoring see it. Immutable once in the
 /// table: a config update inserts a new `StreamRef` sharing the thread's channels.
 pub(crate) struct StreamRef {
-    pub(crate) tx: Sender<Cmd>,
+    pub(crate) tx: SyncSender<Cmd>,
     /// The stream itself. Its thread holds the lock for a round (fsync included); every
     /// other task may only `try_lock` it (`stream_thread::try_read`), never wait for it.
     pub(crate) stream: Arc<Mutex<Stream>>,

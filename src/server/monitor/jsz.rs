@@ -61,7 +61,8 @@ fn collect(js: &JetStream) -> Vec<StreamFigures> {
     let (tx, rx) = std::sync::mpsc::sync_channel(streams.len().max(1));
     let mut asked = 0usize;
     for (_, s) in &streams {
-        if s.tx.send(Cmd::Snapshot(tx.clone())).is_ok() {
+        // A stream whose queue is full is busy: it shows its last snapshot.
+        if s.tx.try_send(Cmd::Snapshot(tx.clone())).is_ok() {
             asked += 1;
         }
     }
@@ -268,7 +269,13 @@ fn label(v: &str) -> String {
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
     let mut o = String::with_capacity(4096);
-    let simple: [(&str, &str, &str, u64); 10] = [
+    let simple: [(&str, &str, &str, u64); 11] = [
+        (
+            "sealstream_jetstream_intake_refused_total",
+            "counter",
+            "Commands refused because a stream's or an API queue was at its hard capacity (publishers ignored backpressure).",
+            crate::server::backpressure::INTAKE_REFUSED.load(Ordering::Relaxed),
+        ),
         (
             "sealstream_jetstream_intake_waits_total",
             "counter",
