@@ -219,6 +219,9 @@ pub struct JetStreamOptions {
     pub cipher: Option<String>,
     /// Strict API request checking.
     pub strict: bool,
+    /// Store threads serving the streams (`store_threads`, 1–256; sealstream addition,
+    /// nats-server rejects this key). `None`: one per core, at least two.
+    pub store_threads: Option<usize>,
 }
 
 impl Default for JetStreamOptions {
@@ -235,6 +238,7 @@ impl Default for JetStreamOptions {
             key_file: None,
             cipher: None,
             strict: true,
+            store_threads: None,
         }
     }
 }
@@ -750,6 +754,16 @@ fn jetstream(
                         js.cipher = Some(normalized.to_string());
                     }
                     "strict" => js.strict = field::boolean(item)?,
+                    "store_threads" => {
+                        let n = field::int(item)?;
+                        if !(1..=256).contains(&n) {
+                            return Err(field::invalid(
+                                item,
+                                format!("Expected store_threads between 1 and 256, got {n}"),
+                            ));
+                        }
+                        js.store_threads = usize::try_from(n).ok();
+                    }
                     "limits" => {
                         let limits = field::map(item)?;
                         for l in limits.entries() {

@@ -102,6 +102,9 @@ pub enum ServerError {
     /// under the store directory was changed.
     #[error("JetStream store: {0}")]
     Store(#[from] crate::store::meta::MetaError),
+    /// The JetStream store threads could not be started.
+    #[error("could not start the JetStream store threads: {0}")]
+    Threads(#[source] std::io::Error),
 }
 
 /// Limits copied out of the options once, in the types the hot path wants.
@@ -375,7 +378,7 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     }
     let shared = Arc::new(Shared::new(opts)?);
     if let Some(opened) = store {
-        let js = jetstream::start(&shared, opened);
+        let js = jetstream::start(&shared, opened).map_err(ServerError::Threads)?;
         let _ = shared.jetstream.set(js);
     }
     let client_listener = listener::bind_clients(&shared).await?;

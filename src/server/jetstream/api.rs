@@ -19,9 +19,9 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
 use crate::jetstream::{Sink, API_LEVEL};
 
-use super::cmd::{self, Cmd};
+use super::cmd::Cmd;
 use super::sink::RouterSink;
-use super::stream_thread;
+use super::stream_worker;
 use super::{AccountJs, JetStream};
 use crate::server::NATS_COMPAT_VERSION;
 
@@ -101,7 +101,7 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
                 headers: m.headers,
                 payload: m.payload,
             };
-            let _ = cmd::send_counted(&st.tx, &st.budget, cmd);
+            let _ = st.tx.send_counted(&st.budget, cmd);
             return;
         }
         acc.api_errors.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +235,7 @@ fn create(
         return Err(ApiError::max_streams());
     }
     check_reservation(js, acc, &cfg)?;
-    let info = stream_thread::create(js, acc, cfg)?;
+    let info = stream_worker::create(js, acc, cfg)?;
     info!(account = %acc.name, stream = %name, "stream created");
     Ok(info)
 }
@@ -306,7 +306,7 @@ fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value
         .remove(name)
         .ok_or_else(ApiError::stream_not_found)?;
     acc.unsubscribe_stream(&s.subs);
-    stream_thread::stop_and_wait(&s);
+    stream_worker::stop_and_wait(&s);
     if let Some(id) = s.id {
         // Crypto-erase: the stream's data key goes first, then its files.
         let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,7 +318,7 @@ fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value
         drop(meta);
         if let Err(e) = r {
             warn!(stream = %name, error = %e, "stream delete did not complete; the stream is served again");
-            stream_thread::reload_stream(js, acc, name);
+            stream_worker::reload_stream(js, acc, name);
             return Err(ApiError::new(
                 500,
                 10050,

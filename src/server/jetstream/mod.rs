@@ -6,9 +6,11 @@
 //! outbound queue they carry a [`Service`]: the router calls [`Intake`] on the publisher's
 //! own task, which decodes the subject and hands the message to a thread without blocking:
 //!
-//! - one **stream thread** per stream ([`stream_thread`]) owns that stream's store and
-//!   consumers: publishes (group-committed: everything queued while an fsync ran becomes the
-//!   next block), stream-scoped API calls, acks, pulls and timers;
+//! - a fixed pool of **store threads** ([`shard`], one per core by default, `store_threads`
+//!   in the `jetstream` block) serves every stream; each stream belongs to one of them and its
+//!   [`stream_worker`] owns the stream's store and consumers: publishes (group-committed:
+//!   everything queued while an fsync ran becomes the next block), stream-scoped API calls,
+//!   acks, pulls and timers;
 //! - one **API thread** per account ([`api`]) handles account-wide calls (`INFO`, stream
 //!   create/update/delete, names, list) and calls about streams that do not exist.
 //!
@@ -17,8 +19,9 @@
 
 mod api;
 mod cmd;
+mod shard;
 mod sink;
-mod stream_thread;
+mod stream_worker;
 mod table;
 
 use std::collections::HashMap;
@@ -98,6 +101,8 @@ pub(crate) struct JetStream {
     /// Seed source for routing contexts.
     seed: AtomicU64,
     stopping: AtomicBool,
+    /// The store threads every stream is served by.
+    shards: shard::ShardPool,
 }
 
 /// One account's JetStream.
@@ -124,7 +129,7 @@ pub(crate) struct AccountJs {
 /// The router's entry into one stream: messages published on the stream's subjects go
 /// straight to its thread's channel, with no lookup and no lock.
 pub(crate) struct StreamIntake {
-    pub(crate) tx: SyncSender<Cmd>,
+    pub(crate) tx: shard::StreamTx,
     /// What is queued for the stream's thread (given back after each round).
     pub(crate) budget: Arc<Budget>,
 }
@@ -144,7 +149,7 @@ impl Service for StreamIntake {
             headers: headers.cloned(),
             payload: payload.clone(),
         };
-        cmd::send_counted(&self.tx, &self.budget, Cmd::Publish(m))
+        self.tx.send_counted(&self.budget, Cmd::Publish(m))
     }
 }
 
@@ -209,7 +214,7 @@ impl AccountJs {
     /// subscriptions.
     pub(crate) fn subscribe_stream(
         &self,
-        tx: &SyncSender<Cmd>,
+        tx: &shard::StreamTx,
         budget: &Arc<Budget>,
         subjects: &[String],
     ) -> Vec<Arc<Subscription>> {
@@ -282,7 +287,7 @@ impl AccountJs {
                 if self.limits().is_some() {
                     if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
                         if matches!(call, ApiCall::DirectGet(..) | ApiCall::MsgGet(_))
-                            && stream_thread::try_read(
+                            && stream_worker::try_read(
                                 &s.stream,
                                 &self.account,
                                 &call,
@@ -298,7 +303,7 @@ impl AccountJs {
                             headers,
                             payload,
                         };
-                        return cmd::send_counted(&s.tx, &s.budget, cmd);
+                        return s.tx.send_counted(&s.budget, cmd);
                     }
                 }
                 self.send_api(api::ApiMsg {
@@ -327,7 +332,7 @@ impl AccountJs {
                             subject: subject_str.clone(),
                         }
                     };
-                    cmd::send_counted(&s.tx, &s.budget, cmd)
+                    s.tx.send_counted(&s.budget, cmd)
                 }
             }
             _ => None,
@@ -402,8 +407,17 @@ impl JetStream {
 
 /// Starts JetStream: loads every stream and consumer from the sealed store and sets up the
 /// accounts. Returns `None` when JetStream is off.
-pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream> {
+///
+/// # Errors
+/// The OS error when the store threads cannot be started.
+pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Result<Arc<JetStream>> {
     let opts = &shared.opts;
+    let threads = opts
+        .jetstream
+        .store_threads
+        .unwrap_or_else(shard::default_threads);
+    let shards = shard::ShardPool::start(threads)?;
+    info!(threads = shards.len(), "JetStream store threads started");
     let js = Arc::new(JetStream {
         meta: Mutex::new(opened.meta),
         key: opened.key,
@@ -425,6 +439,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream>
         used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),
         stopping: AtomicBool::new(false),
+        shards,
     });
     // Which accounts have JetStream: those whose config enables it; the global account when
     // no account mentions JetStream at all.
@@ -482,11 +497,11 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> Arc<JetStream>
         let account = shared.accounts.create(&name);
         let acc = setup_account(shared, &js, &name, account, lim);
         if acc.limits().is_some() {
-            stream_thread::load_streams(&js, &acc);
+            stream_worker::load_streams(&js, &acc);
         }
     }
     info!("JetStream is enabled; streams and consumers are sealed at rest");
-    js
+    Ok(js)
 }
 
 fn setup_account(
@@ -583,7 +598,7 @@ pub(crate) fn ensure_jwt_account(
         None => {
             let acc = setup_account(shared, js, &account.name, Arc::clone(account), limits);
             if acc.limits().is_some() {
-                stream_thread::load_streams(js, &acc);
+                stream_worker::load_streams(js, &acc);
             }
         }
     }
@@ -609,7 +624,7 @@ pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String>
     if let Some(acc) = js.account(name) {
         for s in acc.streams.drain() {
             acc.unsubscribe_stream(&s.subs);
-            stream_thread::stop_and_wait(&s);
+            stream_worker::stop_and_wait(&s);
         }
     }
     let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
@@ -630,22 +645,23 @@ pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String>
     }
 }
 
-/// Stops every stream thread (each closes its store and persists its consumers) and waits
-/// for them.
+/// Stops every stream (each closes its store and persists its consumers), waits for them,
+/// then stops the store threads.
 pub(crate) fn stop(js: &JetStream) {
     js.stopping.store(true, Ordering::Relaxed);
     for acc in js.accounts() {
-        let mut threads = Vec::new();
+        let mut waiting = Vec::new();
         for s in acc.streams.all() {
-            let _ = s.tx.send(Cmd::Stop(None));
-            if let Some(t) = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                threads.push(t);
+            let (tx, rx) = mpsc::sync_channel(1);
+            if s.tx.send(Cmd::Stop(Some(tx))).is_ok() {
+                waiting.push(rx);
             }
         }
-        for t in threads {
-            let _ = t.join();
+        for rx in waiting {
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
         }
         *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
         acc.client.outbound.close();
     }
+    js.shards.stop();
 }

@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::Value;
@@ -22,23 +21,23 @@ use crate::jetstream::stream::Stream;
 use crate::server::account::Subscription;
 use crate::store::meta::StreamId;
 
-use super::cmd::Cmd;
+use super::shard::StreamTx;
 
 /// A stream as the dispatcher, the API thread and monitoring see it. Immutable once in the
-/// table: a config update inserts a new `StreamRef` sharing the thread's channels.
+/// table: a config update inserts a new `StreamRef` sharing the stream's queue.
 pub(crate) struct StreamRef {
-    pub(crate) tx: SyncSender<Cmd>,
-    /// The stream itself. Its thread holds the lock for a round (fsync included); every
-    /// other task may only `try_lock` it (`stream_thread::try_read`), never wait for it.
+    /// The stream's queue (its store thread is rung on every send).
+    pub(crate) tx: StreamTx,
+    /// The stream itself. Its store thread holds the lock for a round (fsync included); every
+    /// other task may only `try_lock` it (`stream_worker::try_read`), never wait for it.
     pub(crate) stream: Arc<Mutex<Stream>>,
     pub(crate) cfg: StreamConfig,
     pub(crate) id: Option<StreamId>,
     pub(crate) subs: Vec<Arc<Subscription>>,
     pub(crate) usage: Arc<Usage>,
     pub(crate) snapshot: Arc<SnapshotCell>,
-    /// What publishers have queued for the thread (bounded; see `server::backpressure`).
+    /// What publishers have queued for the stream (bounded; see `server::backpressure`).
     pub(crate) budget: Arc<crate::server::backpressure::Budget>,
-    pub(crate) thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl StreamRef {
@@ -53,12 +52,11 @@ impl StreamRef {
             usage: Arc::clone(&self.usage),
             snapshot: Arc::clone(&self.snapshot),
             budget: Arc::clone(&self.budget),
-            thread: Arc::clone(&self.thread),
         }
     }
 }
 
-/// Bytes, messages and consumers a stream holds (written by its thread after each round).
+/// Bytes, messages and consumers a stream holds (written by its worker after each round).
 #[derive(Default)]
 pub(crate) struct Usage {
     pub(crate) bytes: AtomicU64,
@@ -67,7 +65,7 @@ pub(crate) struct Usage {
 }
 
 /// Storage used by a set of streams (an account's, or the whole server's), by storage type:
-/// the sum of their [`Usage`], kept up to date by each stream thread with deltas so that a
+/// the sum of their [`Usage`], kept up to date by each stream's worker with deltas so that a
 /// quota check is two atomic loads, never a walk over other streams.
 #[derive(Default)]
 pub(crate) struct UsageTotals {

@@ -1,15 +1,15 @@
-//! The thread that owns one stream.
+//! What owns one stream: its [`Worker`], served by one store thread ([`shard`](super::shard)).
 //!
-//! It blocks on its command channel until something arrives or the stream's next deadline
-//! (redelivery, pull expiry, heartbeat, age expiry) is due, then takes everything queued —
-//! consecutive publishes become one group commit — and answers. Consumer changes and
-//! consumer state are persisted here too: an ack that asked for a reply is answered only
-//! after the consumer's state file is durable; other state is written at most once a second
-//! and when the stream stops.
+//! The shard serves a worker when a command arrives or the stream's next deadline
+//! (redelivery, pull expiry, heartbeat, age expiry, housekeeping) is due; the worker takes
+//! everything queued — consecutive publishes become one group commit — and answers. Consumer
+//! changes and consumer state are persisted here too: an ack that asked for a reply is
+//! answered only after the consumer's state file is durable; other state is written at most
+//! once a second and when the stream stops.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,10 +29,11 @@ use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::cmd::{cmd_size, Cmd};
+use super::shard::{Served, ShardTask, StreamQueue};
 use super::sink::RouterSink;
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
-use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES, STREAM_QUEUE_CAPACITY};
+use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
 use crate::server::NATS_COMPAT_VERSION;
 
 /// The envelope persisted in the catalog for streams and consumers.
@@ -214,7 +215,7 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
     }
 }
 
-/// Starts the thread of `stream` and registers it with the account.
+/// Hands `stream` to a store thread and registers it with the account.
 pub(crate) fn spawn(
     js: &Arc<JetStream>,
     acc: &Arc<AccountJs>,
@@ -222,18 +223,13 @@ pub(crate) fn spawn(
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
 ) {
-    // Bounded twice over: publishers wait on the intake budget (soft), and the queue refuses
-    // past STREAM_QUEUE_CAPACITY (hard); nobody ever blocks on it but control senders.
-    let (tx, rx) = std::sync::mpsc::sync_channel(STREAM_QUEUE_CAPACITY);
     let cfg = stream.cfg.clone();
-    let name = cfg.name.clone();
     let usage = Arc::new(Usage::default());
     let snapshot = Arc::new(SnapshotCell::default());
     snapshot.publish(published(&stream, now_nanos()));
     let stream = Arc::new(Mutex::new(stream));
     let budget = Budget::new(STREAM_INTAKE_BYTES);
-    let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
-    let mut worker = Worker {
+    let worker = Worker {
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
@@ -252,16 +248,8 @@ pub(crate) fn spawn(
         last_sync: now_nanos(),
         version: NATS_COMPAT_VERSION.to_owned(),
     };
-    let thread = std::thread::Builder::new()
-        .name(format!("js-{name}"))
-        .spawn(move || worker.run(&rx));
-    let thread = match thread {
-        Ok(t) => Some(t),
-        Err(e) => {
-            error!(stream = %name, error = %e, "could not start the stream thread");
-            None
-        }
-    };
+    let tx = js.shards.adopt(Box::new(worker));
+    let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
     acc.streams.insert(Arc::new(StreamRef {
         tx,
         stream,
@@ -271,7 +259,6 @@ pub(crate) fn spawn(
         usage,
         snapshot,
         budget,
-        thread: Arc::new(Mutex::new(thread)),
     }));
 }
 
@@ -293,11 +280,12 @@ const CHECKPOINT_EVERY_NS: i64 = 10_000_000_000;
 /// How often a stream that changed republishes its snapshot unasked.
 const SNAPSHOT_EVERY_NS: i64 = 1_000_000_000;
 
-struct Worker {
+/// One stream and everything its store thread needs to serve it.
+pub(crate) struct Worker {
     js: Arc<JetStream>,
     acc: Arc<AccountJs>,
     sink: RouterSink,
-    /// The stream; this thread holds the lock for a whole round. Readers on other tasks only
+    /// The stream; its store thread holds the lock for a whole round. Readers on other tasks only
     /// ever `try_lock` it (see [`try_read`]).
     stream: Arc<Mutex<Stream>>,
     id: Option<StreamId>,
@@ -365,47 +353,43 @@ const MAX_ROUND: usize = 8192;
 /// How often dirty consumer state is written when nobody waits for it.
 const PERSIST_EVERY_NS: i64 = 1_000_000_000;
 
-impl Worker {
-    fn run(&mut self, rx: &Receiver<Cmd>) {
+impl ShardTask for Worker {
+    fn serve(&mut self, queue: &StreamQueue) -> Served {
         let shared = Arc::clone(&self.stream);
-        loop {
-            let now = now_nanos();
-            // An idle stream sleeps until a command arrives: it wakes on its own only for a
-            // deadline (a timer of the engine's, or housekeeping that has something to do).
-            let deadline = self.next_wake(&lock(&shared));
-            let mut round = Vec::new();
-            let first = match deadline {
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(d) => {
-                    let ns = u64::try_from(d.saturating_sub(now).max(0)).unwrap_or(0);
-                    rx.recv_timeout(Duration::from_nanos(ns))
-                }
-            };
-            match first {
-                Ok(c) => round.push(c),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.shutdown(&mut lock(&shared));
-                    return;
-                }
-            }
-            while round.len() < MAX_ROUND {
-                match rx.try_recv() {
-                    Ok(c) => round.push(c),
-                    Err(_) => break,
-                }
-            }
-            if self.round(&mut lock(&shared), round) {
-                return;
-            }
+        let (round, disconnected) = queue.take(MAX_ROUND);
+        let full = round.len() == MAX_ROUND;
+        let mut st = lock(&shared);
+        if self.round(&mut st, round) {
+            return Served::Stopped;
+        }
+        if disconnected {
+            // Every sender is gone (the stream left the table without a stop).
+            self.shutdown(&mut st);
+            return Served::Stopped;
+        }
+        if full {
+            Served::More
+        } else {
+            Served::Idle
         }
     }
 
-    /// When the thread must wake without a command (unix nanos), or `None` to sleep until
+    fn next_wake(&self) -> Option<i64> {
+        self.next_wake_of(&lock(&self.stream))
+    }
+
+    fn close(&mut self) {
+        let shared = Arc::clone(&self.stream);
+        self.shutdown(&mut lock(&shared));
+    }
+}
+
+impl Worker {
+    /// When the stream must be served without a command (unix nanos), or `None` to wait until
     /// one arrives: the engine's next timer (redelivery, pull expiry, heartbeats, max_age,
     /// TTLs, inactive consumers) and housekeeping that is due only when something changed —
     /// dirty consumer state, a snapshot or checkpoint behind the stream, interval-mode syncs.
-    fn next_wake(&self, st: &Stream) -> Option<i64> {
+    fn next_wake_of(&self, st: &Stream) -> Option<i64> {
         let mut d = st.next_deadline();
         let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
         if let Some(iv) = self.js.sync_interval {
@@ -426,7 +410,7 @@ impl Worker {
         d
     }
 
-    /// Processes one round; returns true when the thread must stop.
+    /// Processes one round; returns true when the stream stopped.
     fn round(&mut self, st: &mut Stream, cmds: Vec<Cmd>) -> bool {
         let now = now_nanos();
         let mut publishes = Vec::new();
@@ -898,13 +882,11 @@ pub(crate) fn create(
     Ok(info)
 }
 
-/// Stops a stream's thread and waits for it (the store is closed when this returns).
+/// Stops a stream and waits until its store thread has closed it (store closed, consumers
+/// persisted).
 pub(crate) fn stop_and_wait(s: &StreamRef) {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let _ = s.tx.send(Cmd::Stop(Some(tx)));
-    let _ = rx.recv_timeout(Duration::from_secs(30));
-    let thread = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(t) = thread {
-        let _ = t.join();
+    if s.tx.send(Cmd::Stop(Some(tx))).is_ok() {
+        let _ = rx.recv_timeout(Duration::from_secs(30));
     }
 }

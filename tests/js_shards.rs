@@ -1,0 +1,115 @@
+//! Many streams on a fixed pool of store threads: a stream costs a map entry, not an OS thread.
+//! Hundreds of streams (file and memory, KV buckets among them) are served by the configured
+//! number of store threads, each answers publishes, pulls and info, and all of it survives a
+//! restart.
+//!
+//! sealstream only: `store_threads` is our addition (nats-server rejects the key).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::time::Duration;
+
+use support::js::{api_ok, create_stream, publish_seq, stream_info};
+use support::TestServer;
+
+/// Threads of a process (from /proc).
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+const STREAMS: usize = 300;
+
+#[tokio::test]
+async fn hundreds_of_streams_share_the_configured_store_threads() {
+    let mut s = TestServer::start_js_with(&[], Some("jetstream { store_threads: 2 }"));
+    if s.is_reference() {
+        return;
+    }
+    let before = threads(s.pid());
+    let c = async_nats::connect(s.url()).await.unwrap();
+    for i in 0..STREAMS {
+        let storage = if i % 3 == 0 { "memory" } else { "file" };
+        create_stream(
+            &c,
+            &format!(r#"{{"name":"S{i}","subjects":["s{i}.>"],"storage":"{storage}"}}"#),
+        )
+        .await;
+    }
+    // Each stream answers a publish with its own sequence, twice.
+    for round in 1..=2u64 {
+        for i in 0..STREAMS {
+            assert_eq!(publish_seq(&c, &format!("s{i}.x"), "m").await, round);
+        }
+    }
+    let after = threads(s.pid());
+    assert!(
+        after <= before + 2,
+        "{STREAMS} streams took {} threads more than none",
+        after - before
+    );
+    // A pull consumer on one of them still gets its messages (timers and pulls run on the
+    // shared thread too).
+    api_ok(
+        &c,
+        "CONSUMER.DURABLE.CREATE.S7.D",
+        r#"{"stream_name":"S7","config":{"durable_name":"D","ack_policy":"explicit"}}"#,
+    )
+    .await;
+    let inbox = c.new_inbox();
+    let mut sub = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish_with_reply(
+        "$JS.API.CONSUMER.MSG.NEXT.S7.D",
+        inbox,
+        r#"{"batch":2}"#.into(),
+    )
+    .await
+    .unwrap();
+    for _ in 0..2 {
+        let m = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut sub))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&m.payload[..], b"m");
+    }
+    drop(c);
+    // File streams come back after a restart, with their messages.
+    s.restart(true);
+    let c = async_nats::connect(s.url()).await.unwrap();
+    for i in (1..STREAMS).step_by(7).filter(|i| i % 3 != 0) {
+        let info = stream_info(&c, &format!("S{i}"), "").await;
+        assert_eq!(info["state"]["messages"], 2, "S{i}: {info}");
+    }
+    let names = api_ok(&c, "STREAM.NAMES", "").await;
+    assert_eq!(names["total"], STREAMS - STREAMS / 3);
+    assert!(threads(s.pid()) <= before + 2);
+}
+
+#[test]
+fn store_threads_out_of_range_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("bad.conf");
+    std::fs::write(&conf, "jetstream { store_threads: 0 }\n").unwrap();
+    let (bin, reference) = support::server_binary();
+    if reference {
+        return;
+    }
+    let out = std::process::Command::new(bin)
+        .arg("-t")
+        .arg("-c")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Expected store_threads between 1 and 256, got 0"),
+        "{text}"
+    );
+}
