@@ -5,8 +5,9 @@
    (1 ns); bytes the requester receives and server CPU seconds over 5 s.
 2. Idle sockets: 50 TCP connections that read INFO and never send CONNECT; how many are still
    open after 5 s.
-4. Many streams (`--streams N`, off by default): create N file streams with one message each;
-   create rate, server threads, peak RSS, and idle CPU over 5 s once settled (12 s later).
+4. Many streams (`--streams N`, off by default): create N file streams with one message each
+   (`--kv`: N KV buckets with one key each, as the clients create them); create rate, server
+   threads, peak RSS, and idle CPU over 5 s once settled (12 s later).
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -69,12 +70,19 @@ def client(port):
 SIDS = iter(range(100, 1 << 30))
 
 
-def request(s, subject, body, inbox):
+def request(s, subject, body, inbox, timeout=None):
+    """One request; with `timeout`, an unanswered one returns what arrived (b"" at worst)."""
     sid = next(SIDS)
     s.sendall(f"SUB {inbox} {sid}\r\nUNSUB {sid} 1\r\nPUB {subject} {inbox} {len(body)}\r\n{body}\r\n".encode())
     buf = b""
-    while not buf.endswith(b"}\r\n"):
-        buf += s.recv(65536)
+    s.settimeout(timeout)
+    try:
+        while not buf.endswith(b"}\r\n"):
+            buf += s.recv(65536)
+    except socket.timeout:
+        pass
+    finally:
+        s.settimeout(None)
     return buf
 
 
@@ -172,19 +180,43 @@ def proc_field(pid, name):
     return 0
 
 
-def many_streams(pid, port, n):
+def kv_config(bucket):
+    """A bucket's stream as the KV clients create it (history 1, rollups, direct gets)."""
+    return {
+        "name": f"KV_{bucket}",
+        "subjects": [f"$KV.{bucket}.>"],
+        "max_msgs_per_subject": 1,
+        "discard": "new",
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "allow_direct": True,
+        "max_msg_size": -1,
+        "num_replicas": 1,
+    }
+
+
+def many_streams(pid, port, n, kv=False):
     s = client(port)
     t0 = time.time()
+    failed = 0
     for i in range(n):
-        cfg = json.dumps({"name": f"S{i}", "subjects": [f"many.{i}"]})
-        request(s, f"$JS.API.STREAM.CREATE.S{i}", cfg, f"_INBOX.c{i}")
-        request(s, f"many.{i}", "x", f"_INBOX.p{i}")
+        if kv:
+            cfg = kv_config(f"B{i}")
+            r1 = request(s, f"$JS.API.STREAM.CREATE.KV_B{i}", json.dumps(cfg), f"_INBOX.c{i}", 10)
+            r2 = request(s, f"$KV.B{i}.key", "x", f"_INBOX.p{i}", 10)
+        else:
+            cfg = json.dumps({"name": f"S{i}", "subjects": [f"many.{i}"]})
+            r1 = request(s, f"$JS.API.STREAM.CREATE.S{i}", cfg, f"_INBOX.c{i}", 10)
+            r2 = request(s, f"many.{i}", "x", f"_INBOX.p{i}", 10)
+        failed += any(b'"error"' in r or not r.endswith(b"}\r\n") for r in (r1, r2))
     rate = n / (time.time() - t0)
     threads = proc_field(pid, "Threads")
     time.sleep(12)  # let one-time housekeeping (snapshots, checkpoints) settle
     cpu0 = cpu_seconds(pid)
     time.sleep(5)
     idle = cpu_seconds(pid) - cpu0
+    if failed:
+        print(f"  ({failed} of {n} creates or publishes answered with an error or not within 10 s)")
     return rate, threads, proc_field(pid, "VmHWM") / 1024, idle
 
 
@@ -192,18 +224,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sealstream", default="target/release/sealstream-server")
     ap.add_argument("--nats", default=".venv/bin/nats-server")
-    ap.add_argument("--streams", type=int, default=0, help="also run the many-streams scenario")
+    ap.add_argument("--streams", type=int, default=0, help="run the many-streams scenario")
+    ap.add_argument("--kv", action="store_true", help="many-streams: KV buckets, not plain streams")
     a = ap.parse_args()
     if a.streams:
         for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
             with tempfile.TemporaryDirectory() as d:
                 p, port = start(binary, d)
                 try:
-                    rate, threads, rss, idle = many_streams(p.pid, port, a.streams)
+                    rate, threads, rss, idle = many_streams(p.pid, port, a.streams, a.kv)
                 finally:
                     p.kill()
                     p.wait()
-            print(f"{name:12} {a.streams} streams: {rate:7.1f} creates/s, {threads} threads, peak RSS {rss:.0f} MiB, idle CPU {idle:.2f} s in 5 s")
+            what = "KV buckets" if a.kv else "streams"
+            print(f"{name:12} {a.streams} {what}: {rate:7.1f} creates/s, {threads} threads, peak RSS {rss:.0f} MiB, idle CPU {idle:.2f} s in 5 s")
         return
     rows = []
     for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):

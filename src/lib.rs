@@ -20,9 +20,10 @@
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
 //! - [`ctl`]: the `sealctl` admin and load tool; talks to a server as a NATS client.
+//! - [`timefmt`]: Go durations and RFC 3339 times as nats-server and its clients write them.
 //!
-//! Dependencies point downwards only: `proto`, `subject` and `config` use none of our other
-//! modules; `auth` uses `subject`; `server` uses everything.
+//! Dependencies point downwards only: `proto`, `subject` and `timefmt` use none of our other
+//! modules, `config` only `timefmt`; `auth` uses `subject`; `server` uses everything.
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
@@ -35,3 +36,4 @@ pub mod proto;
 pub mod server;
 pub mod store;
 pub mod subject;
+pub mod timefmt;

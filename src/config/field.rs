@@ -192,87 +192,16 @@ pub(super) fn seconds(entry: &Entry) -> Result<Duration, ConfigError> {
     }
 }
 
-/// Parses a Go duration string: `[-+]?(\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)` repeated,
-/// or `"0"`. Negative durations are refused because options hold `std::time::Duration`.
+/// Parses a Go duration string ([`crate::timefmt::go_duration`]'s grammar and error texts).
+/// Negative durations are refused because options hold `std::time::Duration`.
 ///
 /// # Errors
 /// A reason worded like Go's (`time: unknown unit "x" in duration "2x"`).
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("time: invalid duration \"{text}\"");
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let int_part = rest.get(..int_len).unwrap_or_default();
-        rest = rest.get(int_len..).unwrap_or_default();
-        let mut frac_part = "";
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let frac_len = after_dot.bytes().take_while(u8::is_ascii_digit).count();
-            frac_part = after_dot.get(..frac_len).unwrap_or_default();
-            rest = after_dot.get(frac_len..).unwrap_or_default();
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(invalid());
-        }
-        let unit_len: usize = rest
-            .chars()
-            .take_while(|c| *c != '.' && !c.is_ascii_digit())
-            .map(char::len_utf8)
-            .sum();
-        let unit = rest.get(..unit_len).unwrap_or_default();
-        rest = rest.get(unit_len..).unwrap_or_default();
-        if unit.is_empty() {
-            return Err(format!("time: missing unit in duration \"{text}\""));
-        }
-        let per: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(format!(
-                    "time: unknown unit \"{unit}\" in duration \"{text}\""
-                ))
-            }
-        };
-        let whole: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part.parse().map_err(|_| invalid())?
-        };
-        // Keep at most 18 fractional digits: more cannot change a nanosecond count.
-        let frac_digits = frac_part.get(..frac_part.len().min(18)).unwrap_or_default();
-        let frac_nanos: u128 = if frac_digits.is_empty() {
-            0
-        } else {
-            let numerator: u128 = frac_digits.parse().map_err(|_| invalid())?;
-            let scale = 10u128.pow(u32::try_from(frac_digits.len()).map_err(|_| invalid())?);
-            numerator.checked_mul(per).ok_or_else(invalid)? / scale
-        };
-        total = whole
-            .checked_mul(per)
-            .and_then(|w| w.checked_add(frac_nanos))
-            .and_then(|v| total.checked_add(v))
-            .filter(|t| *t <= i64::MAX as u128)
-            .ok_or_else(invalid)?;
-    }
-    if negative && total > 0 {
-        return Err(format!("negative duration \"{text}\" is not supported"));
-    }
-    Ok(Duration::from_nanos(
-        u64::try_from(total).map_err(|_| invalid())?,
-    ))
+    let nanos = crate::timefmt::go_duration(text)?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| format!("negative duration \"{text}\" is not supported"))
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@ use serde_json::{json, Value};
 
 use super::ack_subject::AckSubject;
 use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
-use super::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
 use super::Sink;
 use crate::store::{StoredMsg, StreamStore};
+use crate::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
 
 /// Bytes of outstanding push deliveries after which a flow-control request is sent.
 const FLOW_CONTROL_BYTES: u64 = 2 << 20;

@@ -13,7 +13,6 @@
 //! - [`stream`]: publish checks (dedupe, expected-* headers, rollup, TTL), limits, purge, get,
 //!   info, retention.
 //! - [`consumer`]: delivery cursor, pending acks, redelivery, pull requests, push delivery.
-//! - [`timefmt`]: RFC 3339 timestamps and Go durations as clients send and expect them.
 
 use bytes::Bytes;
 
@@ -23,7 +22,6 @@ pub mod config;
 pub mod consumer;
 mod dedupe;
 pub mod stream;
-pub mod timefmt;
 
 /// The JetStream API level this server implements (INFO `api_lvl`, account info `api.level`).
 pub const API_LEVEL: u32 = 5;

@@ -25,12 +25,12 @@ use super::config::{
 };
 use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
-use super::timefmt::{parse_msg_ttl, rfc3339_nanos};
 use super::Sink;
 use crate::proto::headers::HeaderMap;
 use crate::store::{
     AppendRejected, Discard, NewMsg, PurgeRequest, StoreError, StoreLimits, StreamStore,
 };
+use crate::timefmt::{parse_msg_ttl, rfc3339_nanos};
 
 /// A message published to one of the stream's subjects.
 #[derive(Debug, Clone)]

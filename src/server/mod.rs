@@ -367,11 +367,27 @@ impl Shared {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit, as nats-server's runtime does: every
+/// connection and every file stream's active segment holds a descriptor, and the soft default
+/// (often 1,024) would cap a server at that many streams. Best effort; logged.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!(from = soft, to = hard, "raised the open-file limit"),
+            Err(e) => warn!(soft, hard, error = %e, "could not raise the open-file limit"),
+        },
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "could not read the open-file limit"),
+    }
+}
+
 /// Runs the server until it is told to stop.
 ///
 /// # Errors
 /// [`ServerError`] when a listener cannot be bound or a startup file cannot be written.
 pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
+    raise_fd_limit();
     let store = open_store(&opts)?;
     for key in &opts.ignored {
         warn!("option {key:?} is not supported yet and is ignored");

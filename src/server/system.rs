@@ -47,12 +47,6 @@ pub(crate) struct System {
     route: Mutex<RouteCtx>,
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    time::OffsetDateTime::from(t)
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 impl System {
     /// Creates the internal client and its subscriptions in `account`.
     pub(crate) fn new(account: Arc<Account>) -> Arc<Self> {
@@ -124,7 +118,7 @@ impl System {
             "id": shared.server_id,
             "ver": NATS_COMPAT_VERSION,
             "jetstream": shared.jetstream.get().is_some(),
-            "time": rfc3339(SystemTime::now()),
+            "time": crate::timefmt::rfc3339_system(SystemTime::now()),
         })
     }
 
@@ -134,10 +128,10 @@ impl System {
         let kind = if connect { "CONNECT" } else { "DISCONNECT" };
         let body = json!({
             "type": if connect { "io.nats.server.advisory.v1.client_connect" } else { "io.nats.server.advisory.v1.client_disconnect" },
-            "timestamp": rfc3339(SystemTime::now()),
+            "timestamp": crate::timefmt::rfc3339_system(SystemTime::now()),
             "server": Self::server_block(shared),
             "client": {
-                "start": rfc3339(client.start),
+                "start": crate::timefmt::rfc3339_system(client.start),
                 "host": client.peer.ip().to_string(),
                 "id": client.cid,
                 "acc": m.account,
@@ -237,7 +231,7 @@ impl System {
                 json!({
                     "server": server,
                     "statsz": {
-                        "start": rfc3339(shared.start),
+                        "start": crate::timefmt::rfc3339_system(shared.start),
                         "connections": shared.num_clients(),
                         "total_connections": st.total_connections.load(Ordering::Relaxed),
                         "in_msgs": st.in_msgs.load(Ordering::Relaxed),

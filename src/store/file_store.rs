@@ -110,7 +110,8 @@ impl FileStoreConfig {
 struct SegInfo {
     path: PathBuf,
     header: SegmentHeader,
-    file: Box<dyn SegmentFile>,
+    /// Shared with the segment's writer while it is the active one: one descriptor each.
+    file: Arc<dyn SegmentFile>,
     sealer: super::block::Sealer,
     live: u64,
     len: u64,
@@ -297,10 +298,14 @@ impl FileStore {
             let Some(sealer) = s.take_sealer() else {
                 continue;
             };
-            let file = io.open(&s.path, false).map_err(io_err(&s.path, "open"))?;
+            let writable = Some(s.id) == last_id && !s.sealed && !inspect;
+            let file: Arc<dyn SegmentFile> = Arc::from(
+                io.open(&s.path, writable)
+                    .map_err(io_err(&s.path, "open"))?,
+            );
             let len = s.valid_end();
-            if Some(s.id) == last_id && !s.sealed && !inspect {
-                let wfile = io.open(&s.path, true).map_err(io_err(&s.path, "open"))?;
+            if writable {
+                let wfile = Arc::clone(&file);
                 let wsealer =
                     keys.sealer(s.id, header.dek_version)
                         .ok_or(StoreError::KeyUnavailable {
@@ -608,7 +613,7 @@ impl FileStore {
                     segment: header.segment_id,
                     version: header.dek_version,
                 })?;
-            let file = self.io.open(&path, false).map_err(io_err(&path, "open"))?;
+            let file = w.shared_file();
             self.segments.insert(
                 w.id,
                 SegInfo {

@@ -282,7 +282,7 @@ pub struct SegmentWriter {
     pub path: PathBuf,
     /// The segment header.
     pub header: SegmentHeader,
-    file: Box<dyn SegmentFile>,
+    file: std::sync::Arc<dyn SegmentFile>,
     sealer: Sealer,
     /// Index of the next block.
     pub next_index: u64,
@@ -312,7 +312,7 @@ impl SegmentWriter {
         sealer: Sealer,
     ) -> std::io::Result<SegmentWriter> {
         let path = dir.join(segment_file_name(header.segment_id));
-        let file = io.create_new(&path)?;
+        let file = std::sync::Arc::from(io.create_new(&path)?);
         let bytes = header.encode(&sealer);
         Ok(SegmentWriter {
             id: header.segment_id,
@@ -336,7 +336,7 @@ impl SegmentWriter {
         reason = "recovery hands over every piece of the segment's state"
     )]
     pub fn resume(
-        file: Box<dyn SegmentFile>,
+        file: std::sync::Arc<dyn SegmentFile>,
         path: PathBuf,
         header: SegmentHeader,
         sealer: Sealer,
@@ -376,6 +376,11 @@ impl SegmentWriter {
         self.file.as_ref()
     }
 
+    /// The same open file, for readers that outlive the writer (one descriptor per segment).
+    pub fn shared_file(&self) -> std::sync::Arc<dyn SegmentFile> {
+        std::sync::Arc::clone(&self.file)
+    }
+
     /// The place of the next block.
     pub fn place(&self) -> BlockPlace {
         BlockPlace {
@@ -405,7 +410,10 @@ impl SegmentWriter {
     }
 
     /// Reserves space for a block of `len` bytes (plus room for the seal), growing the
-    /// reservation in `chunk`s.
+    /// reservation ahead by as much as the segment already holds — at least
+    /// [`MIN_RESERVE_STEP`], at most `chunk` — so a quiet stream reserves kilobytes, not
+    /// `chunk` (10,000 KV buckets must not hold 40 GB of reservations), and a busy one soon
+    /// reserves a whole `chunk` at a time.
     ///
     /// # Errors
     /// [`WriteFail::NoSpace`] on `ENOSPC`; other errors as [`WriteFail::Io`].
@@ -414,7 +422,8 @@ impl SegmentWriter {
         if need <= self.reserved_end {
             return Ok(());
         }
-        let mut target = need.max(self.reserved_end + chunk);
+        let step = self.end.clamp(MIN_RESERVE_STEP.min(chunk), chunk);
+        let mut target = need.max(self.reserved_end + step);
         let mut res = self
             .file
             .reserve(self.reserved_end, target - self.reserved_end);
@@ -506,6 +515,9 @@ impl SegmentWriter {
 pub fn is_enospc(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(nix::libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull
 }
+
+/// The least a segment's reservation grows by (see [`SegmentWriter::reserve`]).
+pub const MIN_RESERVE_STEP: u64 = 64 << 10;
 
 /// Reads one whole block at `offset` of `file` (frame length checked before allocating).
 ///

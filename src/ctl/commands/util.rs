@@ -9,54 +9,16 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 
-/// Parses a Go-style duration (`1h30m`, `1.5s`, `500ms`, `7d`, `2w`, `0`).
+/// Parses a Go-style duration (`1h30m`, `1.5s`, `500ms`, `7d`, `2w`, `0`): the server's own
+/// grammar ([`crate::timefmt::cli_duration`]), surrounding blanks allowed, negatives refused.
 ///
 /// # Errors
-/// Empty input, a number without a unit, an unknown unit, overflow.
+/// Empty input, a number without a unit, an unknown unit, overflow, a negative duration.
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if t.is_empty() {
-        bail!("empty duration");
-    }
-    let mut total: f64 = 0.0;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| anyhow!("duration {s:?}: missing unit (e.g. 30s, 5m, 1h, 7d)"))?;
-        if num_len == 0 {
-            bail!("duration {s:?}: expected a number");
-        }
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| anyhow!("duration {s:?}: bad number"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let secs = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "d" => 86_400.0,
-            "w" => 604_800.0,
-            "y" => 31_536_000.0,
-            _ => bail!("duration {s:?}: unknown unit {unit:?}"),
-        };
-        total += n * secs;
-    }
-    if !total.is_finite() || total > 1e10 {
-        bail!("duration {s:?} is too large");
-    }
-    Ok(Duration::from_nanos((total * 1e9).round() as u64))
+    let nanos = crate::timefmt::cli_duration(s.trim()).map_err(|e| anyhow!(e))?;
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| anyhow!("duration {s:?} is negative"))
 }
 
 /// [`parse_duration`] in nanoseconds, as the JetStream API wants it.

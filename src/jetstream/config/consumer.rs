@@ -18,7 +18,7 @@ use super::{
     ReplayPolicy, Retention, StreamConfig,
 };
 use crate::jetstream::api::errors::ApiError;
-use crate::jetstream::timefmt::{format_go_duration, parse_rfc3339};
+use crate::timefmt::{format_go_duration, parse_rfc3339};
 
 const MILLIS_100: i64 = 100_000_000;
 /// Default `ack_wait`: 30 s.

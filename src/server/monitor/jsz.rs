@@ -14,9 +14,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{json, Value};
 
 use crate::jetstream::config::StorageType;
-use crate::jetstream::timefmt::rfc3339_nanos;
 use crate::server::jetstream::{AccountJs, Cmd, JetStream, Published, StreamRef};
 use crate::server::Shared;
+use crate::timefmt::rfc3339_nanos;
 
 fn now_string() -> String {
     rfc3339_nanos(

@@ -12,12 +12,6 @@ use serde_json::{json, Value};
 
 use super::super::{Shared, NATS_COMPAT_VERSION};
 
-fn rfc3339(t: SystemTime) -> String {
-    let dt = time::OffsetDateTime::from(t);
-    dt.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 /// A Go-style duration string as nats-server prints uptimes: `1d2h3m4s`, `1m23s`, `5s`.
 pub(crate) fn uptime_string(d: Duration) -> String {
     let s = d.as_secs();
@@ -107,8 +101,8 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "write_deadline": nanos(s.limits.write_deadline),
         "lame_duck_duration": nanos(o.lame_duck_duration),
         "lame_duck_grace_period": nanos(o.lame_duck_grace_period),
-        "start": rfc3339(s.start),
-        "now": rfc3339(now),
+        "start": crate::timefmt::rfc3339_system(s.start),
+        "now": crate::timefmt::rfc3339_system(now),
         "uptime": uptime_string(up),
         "mem": mem,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -126,7 +120,7 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "stale_connections": st.stale_connections.load(Ordering::Relaxed),
         "subscriptions": s.accounts.subscription_count(),
         "http_req_stats": http_stats,
-        "config_load_time": rfc3339(s.start),
+        "config_load_time": crate::timefmt::rfc3339_system(s.start),
         "system_account": o.system_account.clone().unwrap_or_else(|| "$SYS".to_owned()),
         "cluster": {},
         "gateway": {},
@@ -189,7 +183,7 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
                 "type": "nats",
                 "ip": c.peer.ip().to_string(),
                 "port": c.peer.port(),
-                "start": rfc3339(c.start),
+                "start": crate::timefmt::rfc3339_system(c.start),
                 "uptime": uptime_string(now.duration_since(c.start).unwrap_or_default()),
                 "pending_bytes": c.outbound.pending_bytes(),
                 "in_msgs": c.in_msgs.load(Ordering::Relaxed),
@@ -210,7 +204,7 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
         .collect();
     let mut v = json!({
         "server_id": s.server_id,
-        "now": rfc3339(now),
+        "now": crate::timefmt::rfc3339_system(now),
         "num_connections": conns.len(),
         "total": total,
         "offset": offset,
@@ -227,14 +221,14 @@ pub(crate) fn connz(s: &Shared, q: &HashMap<String, String>) -> Result<Value, St
 pub(crate) fn subsz(s: &Shared) -> Value {
     json!({
         "server_id": s.server_id,
-        "now": rfc3339(SystemTime::now()),
+        "now": crate::timefmt::rfc3339_system(SystemTime::now()),
         "num_subscriptions": s.accounts.subscription_count(),
     })
 }
 
 /// `/routez`: always empty, there is no clustering.
 pub(crate) fn routez(s: &Shared) -> Value {
-    json!({ "server_id": s.server_id, "now": rfc3339(SystemTime::now()), "num_routes": 0, "routes": [] })
+    json!({ "server_id": s.server_id, "now": crate::timefmt::rfc3339_system(SystemTime::now()), "num_routes": 0, "routes": [] })
 }
 
 /// `/healthz`: ok while the server runs; `js-enabled-only` reports 503 because this build has

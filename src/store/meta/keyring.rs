@@ -121,6 +121,27 @@ pub(crate) struct Keyring {
 }
 
 impl Keyring {
+    /// Whether every wrapped key of this generation is in `next` unchanged: replacing this
+    /// generation by `next` destroys no key (a stream or account was added, say), so the old
+    /// file need not be shredded — everything it holds lives on in `next`.
+    pub(crate) fn kept_by(&self, next: &Keyring) -> bool {
+        let streams_kept = |g: &AccountKeys, n: &AccountKeys| {
+            g.streams.iter().all(|(id, ks)| {
+                n.streams
+                    .get(id)
+                    .is_some_and(|nk| ks.keys.iter().all(|(v, k)| nk.keys.get(v) == Some(k)))
+            })
+        };
+        self.catalog_keys
+            .iter()
+            .all(|(v, k)| next.catalog_keys.get(v) == Some(k))
+            && self.accounts.iter().all(|(a, g)| {
+                next.accounts
+                    .get(a)
+                    .is_some_and(|n| n.version == g.version && n.key == g.key && streams_kept(g, n))
+            })
+    }
+
     /// The catalog key version in force.
     pub(crate) fn catalog_version(&self) -> Option<u32> {
         self.catalog_keys.keys().next_back().copied()
@@ -464,6 +485,47 @@ mod tests {
             assert!(Keyring::open(&b, &kek, &uuid, 5).is_err(), "bit {bit}");
         }
         assert!(Keyring::open(&bytes[..bytes.len() - 1], &kek, &uuid, 5).is_err());
+    }
+
+    #[test]
+    fn only_a_generation_that_drops_a_key_needs_shredding() {
+        let uuid = [1u8; 16];
+        let kek = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
+        let kr = sample(&kek);
+        // A stream added: nothing of the old generation is lost.
+        let mut added = kr.clone();
+        let (aid, _) = kr.accounts.iter().next().unwrap();
+        let sid = StreamId::random();
+        let mut keys = BTreeMap::new();
+        keys.insert(1, new_wrapped(&kek, &sid.0, 1).1);
+        added
+            .accounts
+            .get_mut(aid)
+            .unwrap()
+            .streams
+            .insert(sid, StreamKeys { current: 1, keys });
+        assert!(kr.kept_by(&added));
+        // A stream, a key version, an account, a catalog key dropped, or everything rewrapped:
+        // the old generation holds a key the new one does not.
+        assert!(!added.kept_by(&kr));
+        let mut dropped_version = kr.clone();
+        for g in dropped_version.accounts.values_mut() {
+            for k in g.streams.values_mut() {
+                k.keys.remove(&1);
+            }
+        }
+        assert!(!kr.kept_by(&dropped_version));
+        let mut no_account = kr.clone();
+        no_account.accounts.clear();
+        assert!(!kr.kept_by(&no_account));
+        let mut new_catalog = kr.clone();
+        new_catalog.catalog_keys.clear();
+        new_catalog
+            .catalog_keys
+            .insert(2, new_wrapped(&kek, &CATALOG_OWNER, 2).1);
+        assert!(!kr.kept_by(&new_catalog));
+        let other = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
+        assert!(!kr.kept_by(&kr.rewrap(&kek, &other).unwrap()));
     }
 
     #[test]

@@ -188,7 +188,8 @@ pub enum Step {
     InactiveSlotWritten,
     /// Master rotation: the active-slot byte now selects the new slot (the commit point).
     ActiveSlotFlipped,
-    /// The previous keyring generation is shredded.
+    /// The previous keyring generation is removed (shredded first when it held a key the new
+    /// one dropped).
     OldKeyringShredded,
     /// A new catalog generation is durable (not yet in force).
     CatalogGenerationWritten,

@@ -865,9 +865,18 @@ impl MetaStore {
         let mut h = self.header.clone();
         h.set_slot(active, slot);
         self.write_header(h)?;
+        // Shredding costs a write and an fsync of the whole keyring: only worth it when the
+        // old generation holds a key the new one dropped (erase, rotation), not when keys were
+        // only added (every stream create).
+        let destroys = !self.keyring.kept_by(&next);
         self.keyring = next;
         self.step(Step::StorePointerWritten)?;
-        tmp::shred_and_remove(&keyring::keyring_path(&self.root, old_gen))?;
+        let old = keyring::keyring_path(&self.root, old_gen);
+        if destroys {
+            tmp::shred_and_remove(&old)?;
+        } else {
+            tmp::remove_file_durable(&old)?;
+        }
         self.step(Step::OldKeyringShredded)
     }
 

@@ -1,4 +1,8 @@
-//! Time and duration text in the forms the JetStream API uses.
+//! Time and duration text in the forms nats-server and its clients use — the one home for both.
+//!
+//! A leaf: the config language (`2m`, `1h30m`), the JetStream engine, monitoring and `sealctl`
+//! all read and write durations and timestamps through it, so a rule (a unit, a limit, an
+//! error text) changes in one place.
 //!
 //! Timestamps go out as RFC 3339 UTC with up to nine fractional digits (trailing zeros trimmed)
 //! and `Z`, and "never" is the zero time `0001-01-01T00:00:00Z` (spec §1). Durations are
@@ -49,6 +53,11 @@ pub fn rfc3339_nanos(unix_nanos: i64) -> String {
     out
 }
 
+/// Formats a wall-clock time as RFC 3339 UTC (as `/varz` and `$SYS` events show times).
+pub fn rfc3339_system(t: std::time::SystemTime) -> String {
+    OffsetDateTime::from(t).format(&Rfc3339).unwrap_or_default()
+}
+
 /// Parses RFC 3339 text (any offset, optional fraction) to Unix nanoseconds. The zero time
 /// gives `0` (the inverse of [`rfc3339_nanos`]); other times outside the `i64` range give `None`.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
@@ -77,18 +86,49 @@ fn unit_nanos(unit: &str) -> Option<u64> {
 /// Parses Go duration text (`5s`, `1h30m`, `200ms`, `1.5s`, `300us`, `-2m`, `0`) to
 /// nanoseconds. Every number needs a unit except a lone `0`. Out-of-range values give `None`.
 pub fn parse_go_duration(s: &str) -> Option<i64> {
-    let (negative, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, s.get(1..)?),
-        Some(b'+') => (false, s.get(1..)?),
-        _ => (false, s),
+    go_duration(s).ok()
+}
+
+/// [`parse_go_duration`], with the reason worded as Go words it
+/// (`time: unknown unit "x" in duration "2x"`).
+///
+/// # Errors
+/// The reason.
+pub fn go_duration(text: &str) -> Result<i64, String> {
+    parse_duration(text, unit_nanos)
+}
+
+/// A duration as an operator types it on `sealctl`'s command line: Go's units plus `d` (24 h),
+/// `w` (7 d) and `y` (365 d), as the `nats` CLI accepts them (`7d`, `2w`).
+///
+/// # Errors
+/// The reason, worded as [`go_duration`] words it.
+pub fn cli_duration(text: &str) -> Result<i64, String> {
+    parse_duration(text, |unit| match unit {
+        "d" => Some(24 * NANOS_PER_HOUR),
+        "w" => Some(7 * 24 * NANOS_PER_HOUR),
+        "y" => Some(365 * 24 * NANOS_PER_HOUR),
+        _ => unit_nanos(unit),
+    })
+}
+
+/// The grammar Go's `time.ParseDuration` reads: `[-+]?` then `(\d+(\.\d*)?|\.\d+)unit`
+/// repeated, or a lone `0`; the magnitude at most 2^63 ns when negative, 2^63 - 1 otherwise.
+fn parse_duration(text: &str, units: impl Fn(&str) -> Option<u64>) -> Result<i64, String> {
+    let invalid = || format!("time: invalid duration \"{text}\"");
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, text.get(1..).unwrap_or_default()),
+        Some(b'+') => (false, text.get(1..).unwrap_or_default()),
+        _ => (false, text),
     };
     if rest == "0" {
-        return Some(0);
+        return Ok(0);
     }
     if rest.is_empty() {
-        return None;
+        return Err(invalid());
     }
     // Magnitude in nanoseconds; u128 so that sums of in-range parts cannot overflow.
+    let limit: u128 = if negative { 1 << 63 } else { (1 << 63) - 1 };
     let mut total: u128 = 0;
     while !rest.is_empty() {
         let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
@@ -101,22 +141,28 @@ pub fn parse_go_duration(s: &str) -> Option<i64> {
             None => ("", after_int),
         };
         if int_digits.is_empty() && frac_digits.is_empty() {
-            return None;
+            return Err(invalid());
         }
         let unit_len = after_num
             .find(|c: char| c == '.' || c.is_ascii_digit())
             .unwrap_or(after_num.len());
         let (unit, after_unit) = after_num.split_at(unit_len);
-        let per_unit = u128::from(unit_nanos(unit)?);
-
+        if unit.is_empty() {
+            return Err(format!("time: missing unit in duration \"{text}\""));
+        }
+        let per_unit = u128::from(
+            units(unit)
+                .ok_or_else(|| format!("time: unknown unit \"{unit}\" in duration \"{text}\""))?,
+        );
         let mut whole: u128 = 0;
         for d in int_digits.bytes() {
-            whole = whole.checked_mul(10)?.checked_add(u128::from(d - b'0'))?;
-            if whole > u128::from(u64::MAX) {
-                return None;
-            }
+            whole = whole
+                .checked_mul(10)
+                .and_then(|w| w.checked_add(u128::from(d - b'0')))
+                .filter(|w| *w <= u128::from(u64::MAX))
+                .ok_or_else(invalid)?;
         }
-        let mut part = whole.checked_mul(per_unit)?;
+        let mut part = whole.checked_mul(per_unit).ok_or_else(invalid)?;
         // The fraction: digits beyond what a nanosecond can resolve are dropped (truncation).
         let mut numerator: u128 = 0;
         let mut scale: u128 = 1;
@@ -124,19 +170,17 @@ pub fn parse_go_duration(s: &str) -> Option<i64> {
             numerator = numerator * 10 + u128::from(d - b'0');
             scale *= 10;
         }
-        part = part.checked_add(numerator * per_unit / scale)?;
-        total = total.checked_add(part)?;
-        if total > 1u128 << 63 {
-            return None;
-        }
+        part = part
+            .checked_add(numerator * per_unit / scale)
+            .ok_or_else(invalid)?;
+        total = total
+            .checked_add(part)
+            .filter(|t| *t <= limit)
+            .ok_or_else(invalid)?;
         rest = after_unit;
     }
-    if negative {
-        // -(2^63) is representable; anything larger in magnitude was refused above.
-        i64::try_from(-(total as i128)).ok()
-    } else {
-        i64::try_from(total).ok()
-    }
+    let signed = i128::try_from(total).map_err(|_| invalid())?;
+    i64::try_from(if negative { -signed } else { signed }).map_err(|_| invalid())
 }
 
 /// Appends `.ddd` for `frac` (a value below `10^digits`) with trailing zeros trimmed; nothing
@@ -292,6 +336,31 @@ mod tests {
         ] {
             assert_eq!(parse_go_duration(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn go_duration_errors_are_worded_as_go_words_them() {
+        assert_eq!(
+            go_duration("2x").unwrap_err(),
+            "time: unknown unit \"x\" in duration \"2x\""
+        );
+        assert_eq!(
+            go_duration("5").unwrap_err(),
+            "time: missing unit in duration \"5\""
+        );
+        assert_eq!(go_duration("").unwrap_err(), "time: invalid duration \"\"");
+        assert!(go_duration("99999999999h").is_err());
+    }
+
+    #[test]
+    fn cli_durations_add_days_weeks_and_years() {
+        assert_eq!(cli_duration("7d"), Ok(7 * 86_400_000_000_000));
+        assert_eq!(cli_duration("2w"), Ok(14 * 86_400_000_000_000));
+        assert_eq!(cli_duration("1y"), Ok(365 * 86_400_000_000_000));
+        assert_eq!(cli_duration("1d12h"), Ok(36 * 3_600_000_000_000));
+        assert_eq!(cli_duration("1.5s"), Ok(1_500_000_000));
+        assert!(go_duration("7d").is_err());
+        assert!(cli_duration("7q").is_err());
     }
 
     #[test]
