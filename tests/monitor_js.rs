@@ -7,6 +7,9 @@
 mod support;
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
 
 use support::js::{api_ok, create_stream, publish_ack};
 use support::{repo_path, TestServer};
@@ -94,6 +97,20 @@ async fn metrics_parse_as_prometheus_text() {
         r#"{"stream_name":"M","config":{"durable_name":"w","ack_policy":"explicit"}}"#,
     )
     .await;
+    // Five delivered and unacknowledged; the second request stays waiting for five more.
+    let inbox = c.new_inbox();
+    let mut sub = c.subscribe(inbox.clone()).await.unwrap();
+    for body in [r#"{"batch":2}"#, r#"{"batch":10,"expires":30000000000}"#] {
+        c.publish_with_reply("$JS.API.CONSUMER.MSG.NEXT.M.w", inbox.clone(), body.into())
+            .await
+            .unwrap();
+    }
+    for _ in 0..5 {
+        tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+    }
     let (code, body) = s.http_get("/metrics");
     assert_eq!(code, 200);
     let python = repo_path(".venv/bin/python");
@@ -113,7 +130,11 @@ def val(name, **labels):
 assert val("sealstream_jetstream_streams") == 1
 assert val("sealstream_jetstream_messages") == 5
 assert val("sealstream_stream_messages", stream="M") == 5
-assert val("sealstream_consumer_num_pending", stream="M", consumer="w") == 5
+assert val("sealstream_consumer_num_pending", stream="M", consumer="w") == 0
+assert val("sealstream_jetstream_ack_pending") == 5
+assert val("sealstream_jetstream_pull_requests_waiting") == 1
+assert val("sealstream_jetstream_api_pending_bytes") == 0
+assert val("sealstream_jetstream_intake_pending_bytes") == 0
 assert 0 < val("sealstream_stream_limit_usage_ratio", stream="M", limit="max_bytes") < 1
 assert fams["sealstream_store_fsync_seconds"].type == "histogram"
 count = [s.value for s in fams["sealstream_store_fsync_seconds"].samples if s.name.endswith("_count")][0]

@@ -21,6 +21,8 @@ pub mod api;
 pub mod config;
 pub mod consumer;
 mod dedupe;
+#[cfg(test)]
+mod engine_tests;
 pub mod stream;
 
 /// The JetStream API level this server implements (INFO `api_lvl`, account info `api.level`).

@@ -174,6 +174,11 @@ impl Service for Intake {
 }
 
 impl AccountJs {
+    /// Bytes of API calls queued for the API thread (bounded at `API_QUEUE_BYTES`).
+    pub(crate) fn api_pending(&self) -> usize {
+        self.api_budget.pending()
+    }
+
     /// The API thread finished a call of `size` bytes.
     pub(crate) fn api_done(&self, size: usize) {
         self.api_budget.give_back(size);

@@ -451,6 +451,33 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     let _ = writeln!(o, "sealstream_jetstream_intake_pending_bytes {intake}");
     metric(
         &mut o,
+        "sealstream_jetstream_api_pending_bytes",
+        "gauge",
+        "Bytes of API calls queued for the accounts' API threads (each account bounded at 4 MiB; publishers wait beyond).",
+    );
+    let api: usize = js.accounts().iter().map(|a| a.api_pending()).sum();
+    let _ = writeln!(o, "sealstream_jetstream_api_pending_bytes {api}");
+    let (mut ack_pending, mut waiting) = (0, 0);
+    for c in figures.iter().flat_map(|f| f.snapshot.consumers.iter()) {
+        ack_pending += u(c, &["num_ack_pending"]);
+        waiting += u(c, &["num_waiting"]);
+    }
+    metric(
+        &mut o,
+        "sealstream_jetstream_ack_pending",
+        "gauge",
+        "Messages delivered and not yet acknowledged, over all consumers (each bounded by its max_ack_pending).",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_ack_pending {ack_pending}");
+    metric(
+        &mut o,
+        "sealstream_jetstream_pull_requests_waiting",
+        "gauge",
+        "Pull requests waiting for messages, over all consumers (each bounded by its max_waiting).",
+    );
+    let _ = writeln!(o, "sealstream_jetstream_pull_requests_waiting {waiting}");
+    metric(
+        &mut o,
         "sealstream_jetstream_consumers",
         "gauge",
         "Consumers over all accounts.",

@@ -1,0 +1,380 @@
+//! The engine's decisions driven directly, with an injected clock: a stream over a memory
+//! store, commands in (publish, pull, ack, tick at a chosen time) — each followed by the
+//! round's closing tick, as the store thread runs them — and what it said through the
+//! [`Sink`] recorded and checked. The store stamps messages with its own clock, so the test
+//! clock drives it too. Ack wait, backoff, `max_deliver`, `max_ack_pending`,
+//! `inactive_threshold`, retention, dedupe windows, TTLs, `max_age` and purge take
+//! milliseconds of test time here; the black-box suites (`tests/js_*.rs`) check the same
+//! rules through real clients.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::ack_subject::AckSubject;
+use super::config::{parse_create_request, parse_stream_config};
+use super::stream::{store_limits, Incoming, Stream};
+use super::Sink;
+use crate::store::{MemStore, StreamStore};
+
+/// Test time zero (unix nanos): any fixed instant works, the engine reads no clock.
+const T0: i64 = 1_800_000_000_000_000_000;
+const MS: i64 = 1_000_000;
+const SEC: i64 = 1_000 * MS;
+
+/// One thing the engine said.
+#[derive(Debug, Clone)]
+struct Sent {
+    to: String,
+    subject: String,
+    reply: Option<String>,
+    headers: Option<Bytes>,
+    payload: Bytes,
+}
+
+/// A sink that records everything and reports one listener everywhere.
+#[derive(Default)]
+struct Recorder(Vec<Sent>);
+
+impl Sink for Recorder {
+    fn send(
+        &mut self,
+        to: &str,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> usize {
+        self.0.push(Sent {
+            to: to.to_owned(),
+            subject: subject.to_owned(),
+            reply: reply.map(str::to_owned),
+            headers: headers.cloned(),
+            payload: payload.clone(),
+        });
+        1
+    }
+}
+
+impl Recorder {
+    /// Messages delivered to `inbox` (status messages left out), taken from the record.
+    fn delivered(&mut self, inbox: &str) -> Vec<Sent> {
+        let (mine, rest): (Vec<Sent>, Vec<Sent>) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|s| s.to == inbox && s.reply.is_some());
+        self.0 = rest;
+        mine
+    }
+}
+
+struct Harness {
+    st: Stream,
+    out: Recorder,
+    /// The store's clock (message timestamps), set to each command's `now`.
+    clock: Arc<AtomicI64>,
+}
+
+impl Harness {
+    fn new(config: Value) -> Self {
+        let mut cfg = parse_stream_config(config.to_string().as_bytes()).unwrap();
+        cfg.normalize("2.11.0").unwrap();
+        let clock = Arc::new(AtomicI64::new(T0));
+        let read = Arc::clone(&clock);
+        let store: Box<dyn StreamStore> = Box::new(MemStore::with_clock(
+            store_limits(&cfg),
+            Arc::new(move || read.load(Ordering::Relaxed)),
+        ));
+        Harness {
+            st: Stream::new(cfg, T0, store, "test", T0),
+            out: Recorder::default(),
+            clock,
+        }
+    }
+
+    /// The store thread's round ends with a tick: timers, then delivery.
+    fn end_round(&mut self, now: i64) {
+        self.st.tick(&mut self.out, now);
+    }
+
+    /// Publishes with a reply and returns the pub-ack (or error) body.
+    fn publish(&mut self, subject: &str, headers: &[(&str, &str)], now: i64) -> Value {
+        let headers = (!headers.is_empty()).then(|| {
+            let mut h = String::from("NATS/1.0\r\n");
+            for (k, v) in headers {
+                h.push_str(&format!("{k}: {v}\r\n"));
+            }
+            h.push_str("\r\n");
+            Bytes::from(h)
+        });
+        let reply = format!("_INBOX.ack.{}", self.out.0.len());
+        let m = Incoming {
+            subject: subject.to_owned(),
+            reply: Some(reply.clone()),
+            headers,
+            payload: Bytes::from_static(b"data"),
+        };
+        self.clock.store(now, Ordering::Relaxed);
+        self.st.publish(vec![m], &mut self.out, now);
+        self.end_round(now);
+        let i = self
+            .out
+            .0
+            .iter()
+            .position(|s| s.to == reply)
+            .expect("a pub-ack");
+        let ack = self.out.0.remove(i);
+        serde_json::from_slice(&ack.payload).unwrap()
+    }
+
+    fn consumer(&mut self, name: &str, config: Value, now: i64) {
+        let body = json!({"stream_name": self.st.cfg.name, "config": config});
+        let req = parse_create_request(body.to_string().as_bytes()).unwrap();
+        self.st
+            .create_consumer(req, Some(name), None, false, "2.11.0", now)
+            .unwrap();
+    }
+
+    fn pull(&mut self, consumer: &str, body: Value, inbox: &str, now: i64) -> Vec<Sent> {
+        self.st.pull(
+            consumer,
+            body.to_string().as_bytes(),
+            inbox,
+            &mut self.out,
+            now,
+        );
+        self.end_round(now);
+        self.out.delivered(inbox)
+    }
+
+    fn ack(&mut self, msg: &Sent, body: &str, now: i64) {
+        let subject = msg.reply.clone().unwrap();
+        self.st
+            .ack(&subject, body.as_bytes(), None, &mut self.out, now);
+        self.end_round(now);
+    }
+
+    fn tick(&mut self, now: i64) {
+        self.clock.store(now, Ordering::Relaxed);
+        self.end_round(now);
+    }
+
+    fn messages(&self) -> u64 {
+        self.st.store().state().msgs
+    }
+}
+
+/// How many times a delivered message has been delivered (from its ack subject).
+fn delivery_count(m: &Sent) -> u64 {
+    AckSubject::parse(m.reply.as_deref().unwrap())
+        .unwrap()
+        .delivered
+}
+
+fn stream_seq(m: &Sent) -> u64 {
+    AckSubject::parse(m.reply.as_deref().unwrap())
+        .unwrap()
+        .stream_seq
+}
+
+fn long_pull(batch: u64) -> Value {
+    json!({"batch": batch, "expires": 3600 * SEC})
+}
+
+#[test]
+fn an_unacked_message_is_redelivered_once_ack_wait_has_passed_not_before() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    let first = h.pull("c", long_pull(1), "in.1", T0);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].subject, "s.1");
+    assert!(first[0].headers.is_none());
+    assert_eq!(delivery_count(&first[0]), 1);
+    h.pull("c", long_pull(1), "in.2", T0);
+    h.tick(T0 + SEC - MS);
+    assert!(h.out.delivered("in.2").is_empty(), "redelivered early");
+    h.tick(T0 + SEC + MS);
+    let again = h.out.delivered("in.2");
+    assert_eq!(again.len(), 1);
+    assert_eq!(stream_seq(&again[0]), 1);
+    assert_eq!(delivery_count(&again[0]), 2);
+    // Acked: never again.
+    h.ack(&again[0], "+ACK", T0 + SEC + 2 * MS);
+    h.pull("c", long_pull(1), "in.3", T0 + SEC + 2 * MS);
+    h.tick(T0 + 10 * SEC);
+    assert!(h.out.delivered("in.3").is_empty());
+}
+
+#[test]
+fn backoff_sets_each_redelivery_and_max_deliver_ends_them() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit",
+               "backoff": [SEC, 5 * SEC], "max_deliver": 3}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    assert_eq!(h.pull("c", long_pull(1), "in", T0).len(), 1);
+    // Second delivery after the first backoff step (1 s) ...
+    h.pull("c", long_pull(10), "in", T0);
+    h.tick(T0 + SEC - MS);
+    assert!(h.out.delivered("in").is_empty());
+    h.tick(T0 + SEC + MS);
+    let second = h.out.delivered("in");
+    assert_eq!(second.iter().map(delivery_count).collect::<Vec<_>>(), [2]);
+    // ... the third after the second step (5 s after the second delivery) ...
+    let t2 = T0 + SEC + MS;
+    h.tick(t2 + 5 * SEC - MS);
+    assert!(h.out.delivered("in").is_empty());
+    h.tick(t2 + 5 * SEC + MS);
+    let third = h.out.delivered("in");
+    assert_eq!(third.iter().map(delivery_count).collect::<Vec<_>>(), [3]);
+    // ... and max_deliver 3 means no fourth, however long we wait.
+    h.tick(t2 + 600 * SEC);
+    assert!(h.out.delivered("in").is_empty());
+}
+
+#[test]
+fn max_ack_pending_holds_delivery_until_an_ack_makes_room() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit", "max_ack_pending": 2}),
+        T0,
+    );
+    for i in 0..5 {
+        h.publish(&format!("s.{i}"), &[], T0);
+    }
+    let got = h.pull("c", long_pull(5), "in", T0);
+    assert_eq!(got.iter().map(stream_seq).collect::<Vec<_>>(), [1, 2]);
+    h.ack(&got[0], "+ACK", T0 + MS);
+    h.tick(T0 + MS);
+    let more = h.out.delivered("in");
+    assert_eq!(more.iter().map(stream_seq).collect::<Vec<_>>(), [3]);
+}
+
+#[test]
+fn an_idle_ephemeral_consumer_is_removed_after_inactive_threshold() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "eph",
+        json!({"ack_policy": "explicit", "inactive_threshold": 2 * SEC}),
+        T0,
+    );
+    assert!(h.st.consumers.contains_key("eph"));
+    h.tick(T0 + 2 * SEC - MS);
+    assert!(h.st.consumers.contains_key("eph"), "removed early");
+    h.tick(T0 + 2 * SEC + MS);
+    assert!(!h.st.consumers.contains_key("eph"));
+}
+
+#[test]
+fn workqueue_retention_removes_a_message_when_it_is_acked() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"], "retention": "workqueue"}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    h.publish("s.2", &[], T0);
+    let got = h.pull("c", long_pull(2), "in", T0);
+    assert_eq!(h.messages(), 2);
+    h.ack(&got[0], "+ACK", T0 + MS);
+    assert_eq!(h.messages(), 1);
+    h.ack(&got[1], "+ACK", T0 + MS);
+    assert_eq!(h.messages(), 0);
+}
+
+#[test]
+fn interest_retention_keeps_a_message_until_every_consumer_acked_it() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"], "retention": "interest"}));
+    h.consumer(
+        "a",
+        json!({"durable_name": "a", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.consumer(
+        "b",
+        json!({"durable_name": "b", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    let a = h.pull("a", long_pull(1), "in.a", T0);
+    let b = h.pull("b", long_pull(1), "in.b", T0);
+    h.ack(&a[0], "+ACK", T0 + MS);
+    assert_eq!(h.messages(), 1, "b has not acked yet");
+    h.ack(&b[0], "+ACK", T0 + MS);
+    assert_eq!(h.messages(), 0);
+}
+
+#[test]
+fn limits_retention_keeps_acked_messages_and_max_age_expires_them() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"], "max_age": 10 * SEC}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    let got = h.pull("c", long_pull(1), "in", T0);
+    h.ack(&got[0], "+ACK", T0 + MS);
+    assert_eq!(h.messages(), 1);
+    assert_eq!(h.st.next_deadline(), Some(T0 + 10 * SEC));
+    h.tick(T0 + 10 * SEC - MS);
+    assert_eq!(h.messages(), 1);
+    h.tick(T0 + 10 * SEC + MS);
+    assert_eq!(h.messages(), 0);
+}
+
+#[test]
+fn a_msg_id_is_a_duplicate_within_the_window_and_new_after_it() {
+    let mut h =
+        Harness::new(json!({"name": "S", "subjects": ["s.>"], "duplicate_window": 5 * SEC}));
+    let id = [("Nats-Msg-Id", "order-1")];
+    assert_eq!(h.publish("s.1", &id, T0)["seq"], 1);
+    let dup = h.publish("s.1", &id, T0 + 4 * SEC);
+    assert_eq!(dup["seq"], 1);
+    assert_eq!(dup["duplicate"], true);
+    assert_eq!(h.messages(), 1);
+    let later = h.publish("s.1", &id, T0 + 6 * SEC);
+    assert_eq!(later["seq"], 2);
+    assert!(later.get("duplicate").is_none());
+}
+
+#[test]
+fn a_message_ttl_removes_it_when_due() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"], "allow_msg_ttl": true}));
+    assert_eq!(h.publish("s.1", &[("Nats-TTL", "2s")], T0)["seq"], 1);
+    h.publish("s.2", &[], T0);
+    assert_eq!(h.st.next_deadline(), Some(T0 + 2 * SEC));
+    h.tick(T0 + 2 * SEC - MS);
+    assert_eq!(h.messages(), 2);
+    h.tick(T0 + 2 * SEC);
+    assert_eq!(h.messages(), 1);
+    // A TTL on a stream that does not allow them is refused.
+    let mut plain = Harness::new(json!({"name": "P", "subjects": ["p.>"]}));
+    assert!(plain.publish("p.1", &[("Nats-TTL", "2s")], T0)["error"].is_object());
+}
+
+#[test]
+fn purge_by_subject_and_keep() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    for s in ["s.a", "s.b", "s.a", "s.b", "s.a"] {
+        h.publish(s, &[], T0);
+    }
+    let r = h.st.purge(Some(&json!({"filter": "s.b"}))).unwrap();
+    assert_eq!(r["purged"], 2);
+    assert_eq!(h.messages(), 3);
+    let r = h.st.purge(Some(&json!({"keep": 1}))).unwrap();
+    assert_eq!(r["purged"], 2);
+    assert_eq!(h.messages(), 1);
+    assert_eq!(h.st.store().state().last_seq, 5);
+}
