@@ -28,6 +28,8 @@ fn info_carries_the_fields_clients_rely_on() {
     assert_eq!(parts[0], 2);
     assert!(parts[1] >= 11, "version {version}");
     assert_eq!(i["proto"], 1);
+    // nats-server's Go version; the newer Python clients read `go` before anything else.
+    assert!(!i["go"].as_str().unwrap().is_empty(), "go: {i}");
     assert_eq!(i["headers"], true);
     assert_eq!(i["max_payload"], 1048576);
     assert!(i["client_id"].as_u64().unwrap() > 0);

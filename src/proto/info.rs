@@ -24,6 +24,9 @@ pub struct ServerInfo {
     /// Build commit, informational.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_commit: Option<String>,
+    /// The runtime the server was built with (nats-server: its Go version). Always sent: the
+    /// newer Python clients read it unconditionally.
+    pub go: String,
     /// Listen host as configured.
     pub host: String,
     /// Listen port.

@@ -49,6 +49,10 @@ use self::client::ClientHandle;
 /// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.
 pub const NATS_COMPAT_VERSION: &str = "2.11.0";
 
+/// What INFO's and `/varz`'s `go` field say: nats-server puts its Go version there; ours is the
+/// language and this build's version. Clients read the field but do not interpret it.
+pub const RUNTIME_VERSION: &str = concat!("rust/sealstream-", env!("CARGO_PKG_VERSION"));
+
 /// Failed authentications from one address within [`AUTH_FAILURE_WINDOW`] before its new
 /// connections are delayed by [`AUTH_THROTTLE_DELAY`].
 pub(crate) const AUTH_FAILURE_THRESHOLD: u32 = 20;
@@ -334,6 +338,7 @@ impl Shared {
             version: NATS_COMPAT_VERSION.to_owned(),
             proto: 1,
             git_commit: None,
+            go: RUNTIME_VERSION.to_owned(),
             host: self.opts.host.clone(),
             port: u16::try_from(self.client_port.load(Ordering::Relaxed)).unwrap_or(0),
             headers: self.headers_supported,

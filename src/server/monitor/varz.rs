@@ -82,6 +82,7 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "server_name": s.server_name,
         "version": NATS_COMPAT_VERSION,
         "proto": 1,
+        "go": crate::server::RUNTIME_VERSION,
         "host": o.host,
         "port": s.client_port.load(Ordering::Relaxed),
         "auth_required": s.auth().required(),
