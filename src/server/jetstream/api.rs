@@ -5,7 +5,6 @@
 //! streams cannot race: the overlap check and the registration happen in one place.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +32,11 @@ pub(crate) struct ApiMsg {
     pub(crate) payload: Bytes,
 }
 
+/// The receiving end of an account's API queue. A bounded tokio channel: its slots are
+/// allocated as calls arrive, where a `sync_channel` of the same hard capacity would touch
+/// megabytes per account up front.
+pub(crate) type ApiReceiver = tokio::sync::mpsc::Receiver<ApiMsg>;
+
 impl ApiMsg {
     /// What the call counts against the account's API budget.
     pub(crate) fn size(&self) -> usize {
@@ -41,10 +45,10 @@ impl ApiMsg {
     }
 }
 
-/// Serves `rx` until the server stops.
-pub(crate) fn run(js: &Arc<JetStream>, acc: &Arc<AccountJs>, rx: &Receiver<ApiMsg>) {
+/// Serves `rx` until the server stops (this is a plain thread: `blocking_recv` parks it).
+pub(crate) fn run(js: &Arc<JetStream>, acc: &Arc<AccountJs>, mut rx: ApiReceiver) {
     let mut sink = RouterSink::new(Arc::clone(&acc.account), js.next_seed());
-    while let Ok(m) = rx.recv() {
+    while let Some(m) = rx.blocking_recv() {
         let size = m.size();
         handle(js, acc, &mut sink, m);
         sink.flush();

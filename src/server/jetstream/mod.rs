@@ -27,7 +27,7 @@ mod table;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -117,7 +117,7 @@ pub(crate) struct AccountJs {
     /// Storage and consumers used by the account's streams (account quota checks).
     pub(crate) used: UsageTotals,
     next_sid: AtomicU64,
-    api_tx: Mutex<Option<SyncSender<api::ApiMsg>>>,
+    api_tx: Mutex<Option<tokio::sync::mpsc::Sender<api::ApiMsg>>>,
     /// What is queued for the API thread (bounded; see `server::backpressure`).
     api_budget: Arc<Budget>,
     pub(crate) api_total: AtomicU64,
@@ -259,11 +259,11 @@ impl AccountJs {
         let over = self.api_budget.take(size);
         match tx.try_send(msg) {
             Ok(()) => over.then(|| Arc::clone(&self.api_budget)),
-            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
                 self.api_budget.give_back(size);
                 None
             }
-            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
                 self.api_budget.give_back(size);
                 cmd::refused("api");
                 Some(Arc::clone(&self.api_budget))
@@ -548,13 +548,13 @@ fn setup_account(
         );
     }
     // Bounded twice over, like a stream's queue: the API budget (soft), the capacity (hard).
-    let (tx, rx) = mpsc::sync_channel(API_QUEUE_BYTES / backpressure::MIN_COMMAND_COST * 2);
+    let (tx, rx) = tokio::sync::mpsc::channel(API_QUEUE_BYTES / backpressure::MIN_COMMAND_COST * 2);
     *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     let thread_js = Arc::clone(js);
     let thread_acc = Arc::clone(&acc);
     let spawned = std::thread::Builder::new()
         .name(format!("js-api-{name}"))
-        .spawn(move || api::run(&thread_js, &thread_acc, &rx));
+        .spawn(move || api::run(&thread_js, &thread_acc, rx));
     if let Err(e) = spawned {
         warn!(error = %e, "could not start the JetStream API thread");
     }
