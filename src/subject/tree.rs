@@ -185,6 +185,21 @@ impl<T: Clone + PartialEq> SubjectTree<T> {
         self.len != 0 && is_routable(subject) && self.root.any_match(subject)
     }
 
+    /// The subscriptions whose filter overlaps the filter `pattern`: some subject matches both
+    /// (agrees with [`super::subject::filters_overlap`]; property-tested below). Queue members
+    /// are listed with the plain ones. An invalid `pattern` overlaps nothing.
+    ///
+    /// This is how JetStream refuses a stream whose subjects collide with another stream's
+    /// without comparing against every stream: the walk visits only the branches the pattern
+    /// can reach (all of them below a `>`).
+    pub fn overlapping(&self, pattern: &[u8]) -> Vec<T> {
+        let mut out = Vec::new();
+        if self.len != 0 && is_valid_subscribe_subject(pattern) {
+            self.root.overlapping(pattern, &mut out);
+        }
+        out
+    }
+
     /// A counter bumped by every successful insert and remove, so that cached match results can
     /// be checked for staleness. It starts at 0 and only changes through this tree's methods.
     pub fn generation(&self) -> u64 {
@@ -273,6 +288,14 @@ impl<T: Clone + PartialEq> Subscribers<T> {
             self.queues.remove(at);
         }
         removed
+    }
+
+    /// Appends every one of these subscribers, plain and queued, to `out`.
+    fn append_all(&self, out: &mut Vec<T>) {
+        out.extend_from_slice(&self.plain);
+        for group in &self.queues {
+            out.extend_from_slice(&group.members);
+        }
     }
 
     /// Appends these subscribers to `out`, merging queue members into `out`'s group of the same
@@ -459,6 +482,54 @@ impl<T: Clone + PartialEq> Node<T> {
             };
             node = child;
             subject = rest;
+        }
+    }
+
+    /// Appends every subscription under this node whose filter overlaps `pattern` (the valid
+    /// rest of a filter).
+    fn overlapping(&self, pattern: &[u8], out: &mut Vec<T>) {
+        let (token, rest) = split_first_token(pattern);
+        // A `>` filter here takes this token and any after it.
+        if let Some(full) = &self.full {
+            full.append_all(out);
+        }
+        if token == FULL_WILDCARD {
+            // The pattern takes one or more tokens: every filter below this node overlaps.
+            for child in self.literals.values() {
+                child.append_subtree(out);
+            }
+            if let Some(star) = &self.star {
+                star.append_subtree(out);
+            }
+            return;
+        }
+        let mut visit = |child: &Node<T>| match rest {
+            None => child.here.append_all(out),
+            Some(rest) => child.overlapping(rest, out),
+        };
+        if let Some(star) = &self.star {
+            visit(star);
+        }
+        if token == SINGLE_WILDCARD {
+            for child in self.literals.values() {
+                visit(child);
+            }
+        } else if let Some(child) = self.literals.get(token) {
+            visit(child);
+        }
+    }
+
+    /// Appends every subscription of this node and below it.
+    fn append_subtree(&self, out: &mut Vec<T>) {
+        self.here.append_all(out);
+        if let Some(full) = &self.full {
+            full.append_all(out);
+        }
+        for child in self.literals.values() {
+            child.append_subtree(out);
+        }
+        if let Some(star) = &self.star {
+            star.append_subtree(out);
         }
     }
 
@@ -816,6 +887,28 @@ mod tests {
                     let got = tree.matches(s);
                     prop_assert_eq!(normalise(&got), brute(&live, s), "subject {:?}", s);
                     prop_assert_eq!(tree.has_interest(s), !got.is_empty(), "subject {:?}", s);
+                }
+            }
+
+            #[test]
+            fn overlapping_agrees_with_filters_overlap(
+                ops in prop::collection::vec(op(), 0..40),
+                patterns in prop::collection::vec(filter(), 1..12),
+            ) {
+                let (tree, live) = apply(&ops)?;
+                for p in &patterns {
+                    let mut got = tree.overlapping(p);
+                    got.sort_unstable();
+                    let mut want: Vec<u32> = if is_valid_subscribe_subject(p) {
+                        live.iter()
+                            .filter(|(_, f, _)| super::super::super::subject::filters_overlap(f, p))
+                            .map(|(id, _, _)| *id)
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    want.sort_unstable();
+                    prop_assert_eq!(got, want, "pattern {:?}", p);
                 }
             }
 

@@ -14,6 +14,7 @@ use super::{
     StorageType,
 };
 use crate::jetstream::api::errors::ApiError;
+use crate::subject::subject;
 
 const MILLIS_100: i64 = 100_000_000;
 const ONE_SECOND: i64 = 1_000_000_000;
@@ -572,20 +573,11 @@ pub fn valid_name(name: &str) -> bool {
             .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
 }
 
-/// Whether `s` is a valid subject or subject pattern: non-empty, no empty token, no whitespace,
-/// `>` only as the last token. `*` and `>` are wildcards only as whole tokens.
+/// Whether `s` is a valid subject or subject pattern: non-empty, no empty token, no whitespace
+/// (any Unicode whitespace, stricter than the core protocol), `>` only as the last token. `*`
+/// and `>` are wildcards only as whole tokens. The token rules are [`crate::subject`]'s.
 pub fn valid_subject_pattern(s: &str) -> bool {
-    if s.is_empty() || s.chars().any(char::is_whitespace) {
-        return false;
-    }
-    let mut seen_full = false;
-    for token in s.split('.') {
-        if token.is_empty() || seen_full {
-            return false;
-        }
-        seen_full = token == ">";
-    }
-    true
+    subject::is_valid_subscribe_subject(s.as_bytes()) && !s.chars().any(char::is_whitespace)
 }
 
 /// Whether `s` is a valid subject with no wildcard token (a publish subject).
@@ -596,69 +588,23 @@ pub fn valid_literal_subject(s: &str) -> bool {
 /// Whether `subject` matches `filter`: `*` matches one token, a trailing `>` one or more.
 /// Tokens of `subject` are literal. An invalid filter or subject matches nothing.
 pub fn subject_matches(subject: &str, filter: &str) -> bool {
-    if !valid_subject_pattern(filter) || subject.is_empty() {
-        return false;
-    }
-    let mut subject_tokens = subject.split('.');
-    for f in filter.split('.') {
-        let Some(s) = subject_tokens.next() else {
-            return false;
-        };
-        if s.is_empty() {
-            return false;
-        }
-        if f == ">" {
-            return subject_tokens.all(|t| !t.is_empty());
-        }
-        if f != "*" && f != s {
-            return false;
-        }
-    }
-    subject_tokens.next().is_none()
+    valid_subject_pattern(filter)
+        && subject::subject_matches_filter(subject.as_bytes(), filter.as_bytes())
 }
 
 /// Whether some subject matches both patterns: `orders.>` and `orders.x` collide, `a.*` and
 /// `a.b.c` do not. Symmetric; invalid patterns collide with nothing.
 pub fn subjects_collide(a: &str, b: &str) -> bool {
-    if !valid_subject_pattern(a) || !valid_subject_pattern(b) {
-        return false;
-    }
-    let mut at = a.split('.');
-    let mut bt = b.split('.');
-    loop {
-        match (at.next(), bt.next()) {
-            (None, None) => return true,
-            (None, Some(_)) | (Some(_), None) => return false,
-            (Some(x), Some(y)) => {
-                if x == ">" || y == ">" {
-                    return true;
-                }
-                if x != "*" && y != "*" && x != y {
-                    return false;
-                }
-            }
-        }
-    }
+    valid_subject_pattern(a)
+        && valid_subject_pattern(b)
+        && subject::filters_overlap(a.as_bytes(), b.as_bytes())
 }
 
 /// Whether every subject matched by `sub` is also matched by `of` (both patterns).
 pub fn subject_is_subset(sub: &str, of: &str) -> bool {
-    if !valid_subject_pattern(sub) || !valid_subject_pattern(of) {
-        return false;
-    }
-    let mut st = sub.split('.');
-    for o in of.split('.') {
-        let Some(s) = st.next() else {
-            return false;
-        };
-        if o == ">" {
-            return true;
-        }
-        if s == ">" || (o != "*" && (s == "*" || s != o)) {
-            return false;
-        }
-    }
-    st.next().is_none()
+    valid_subject_pattern(sub)
+        && valid_subject_pattern(of)
+        && subject::filter_is_subset_of(sub.as_bytes(), of.as_bytes())
 }
 
 #[cfg(test)]

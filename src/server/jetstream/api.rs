@@ -188,13 +188,7 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
 }
 
 fn overlap(acc: &AccountJs, name: &str, cfg: &StreamConfig) -> bool {
-    acc.streams.all().iter().any(|s| {
-        s.cfg.name != name
-            && s.cfg
-                .subjects
-                .iter()
-                .any(|a| cfg.subjects.iter().any(|b| subjects_collide(a, b)))
-    })
+    acc.streams.subjects_taken(name, &cfg.subjects)
 }
 
 /// The normalised config of a create or update request on `STREAM.<op>.<name>` (a missing

@@ -274,6 +274,8 @@ pub(crate) struct CatalogState {
     pub(crate) consumers: BTreeMap<ConsumerId, ConsumerEntry>,
     /// Consumer ids by (stream, name).
     pub(crate) consumer_by_name: BTreeMap<(StreamId, String), ConsumerId>,
+    /// Live streams that have a checkpoint (kept so that counting live records is O(1)).
+    checkpointed: usize,
 }
 
 impl CatalogState {
@@ -386,17 +388,27 @@ impl CatalogState {
                 self.consumer_by_name.remove(&(c.stream, c.name));
             }
             Record::StreamCheckpoint { id, data } => {
-                self.streams
+                let entry = self
+                    .streams
                     .get_mut(&id)
-                    .ok_or("checkpoint of an unknown stream")?
-                    .checkpoint = Some(data);
+                    .ok_or("checkpoint of an unknown stream")?;
+                if entry.checkpoint.replace(data).is_none() {
+                    self.checkpointed += 1;
+                }
             }
         }
         Ok(())
     }
 
+    /// The records a compacted generation of this state holds.
+    pub(crate) fn live_records(&self) -> u64 {
+        (self.accounts.len() + self.streams.len() + self.checkpointed + self.consumers.len())
+            as u64
+    }
+
     fn remove_stream(&mut self, id: StreamId) {
         if let Some(s) = self.streams.remove(&id) {
+            self.checkpointed -= usize::from(s.checkpoint.is_some());
             self.stream_by_name.remove(&(s.account, s.name));
         }
         let consumers: Vec<ConsumerId> = self

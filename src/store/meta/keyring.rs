@@ -5,7 +5,14 @@
 //!
 //! - the catalog's data keys (owner [`CATALOG_OWNER`]), one per catalog key version;
 //! - per account (random [`AccountId`], never a name): the account's own data key and, grouped
-//!   under it, every stream's data keys by version, with the stream's current version.
+//!   under it, every stream's data keys by version, with the stream's current version;
+//! - per account, a few **spare** stream keys: a random [`StreamId`] and its version-1 key,
+//!   made ahead of need. Creating a stream claims a spare by appending its catalog record —
+//!   no keyring generation is written (a generation is the whole keyring, O(streams), plus
+//!   five fsyncs; creates were dominated by it). A spare the catalog names is that stream's
+//!   key (`claim_spares` at open); an unclaimed spare never sealed anything. A generation is
+//!   written when an account's spares run out (refilled to [`SPARE_KEYS`]), and dropping an
+//!   account drops its spares with it.
 //!
 //! **Why grouped by account rather than an account key that wraps stream keys:** tenant erasure
 //! must be one atomic step. Grouping makes "drop the account" a single new generation without
@@ -59,6 +66,8 @@ const BODY_BUCKET: usize = 512;
 /// Largest keyring file accepted (checked before reading it whole).
 pub(crate) const MAX_KEYRING_FILE: u64 = 64 << 20;
 const VERSIONED_KEY_LEN: usize = 4 + WRAPPED_LEN;
+/// Spare stream keys an account's group is refilled to when a create finds none.
+pub(crate) const SPARE_KEYS: usize = 64;
 
 /// Path of generation `gen`.
 pub(crate) fn keyring_path(root: &Path, gen: u64) -> PathBuf {
@@ -93,6 +102,16 @@ pub(crate) struct StreamKeys {
     pub(crate) keys: BTreeMap<u32, WrappedKey>,
 }
 
+impl StreamKeys {
+    /// A new stream's keys: version 1 only.
+    pub(crate) fn first(wrapped: WrappedKey) -> Self {
+        StreamKeys {
+            current: 1,
+            keys: BTreeMap::from([(1, wrapped)]),
+        }
+    }
+}
+
 /// An account's group: its own key and its streams' keys.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct AccountKeys {
@@ -102,6 +121,29 @@ pub(crate) struct AccountKeys {
     pub(crate) key: WrappedKey,
     /// Streams of this account.
     pub(crate) streams: BTreeMap<StreamId, StreamKeys>,
+    /// Spare stream ids with their version-1 keys, wrapped (owner = the id), not yet claimed
+    /// by a catalog record.
+    pub(crate) spares: BTreeMap<StreamId, WrappedKey>,
+}
+
+impl AccountKeys {
+    /// A new group: the account key and no streams.
+    pub(crate) fn new(version: u32, key: WrappedKey) -> Self {
+        AccountKeys {
+            version,
+            key,
+            streams: BTreeMap::new(),
+            spares: BTreeMap::new(),
+        }
+    }
+
+    /// Adds spares until there are [`SPARE_KEYS`].
+    pub(crate) fn refill_spares(&mut self, kek: &Kek) {
+        while self.spares.len() < SPARE_KEYS {
+            let sid = StreamId::random();
+            self.spares.insert(sid, new_wrapped(kek, &sid.0, 1).1);
+        }
+    }
 }
 
 /// One keyring generation, decoded (keys still wrapped).
@@ -130,6 +172,9 @@ impl Keyring {
                 n.streams
                     .get(id)
                     .is_some_and(|nk| ks.keys.iter().all(|(v, k)| nk.keys.get(v) == Some(k)))
+            }) && g.spares.iter().all(|(id, k)| {
+                n.spares.get(id) == Some(k)
+                    || n.streams.get(id).is_some_and(|nk| nk.keys.get(&1) == Some(k))
             })
         };
         self.catalog_keys
@@ -154,11 +199,34 @@ impl Keyring {
             .find_map(|(a, g)| g.streams.get(id).map(|s| (a, s)))
     }
 
+    /// Whether this generation holds a key for `id`, as a stream's or as a spare.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, id: &StreamId) -> bool {
+        self.accounts
+            .values()
+            .any(|g| g.streams.contains_key(id) || g.spares.contains_key(id))
+    }
+
     /// A stream's keys, mutably.
     pub(crate) fn stream_mut(&mut self, id: &StreamId) -> Option<&mut StreamKeys> {
         self.accounts
             .values_mut()
             .find_map(|g| g.streams.get_mut(id))
+    }
+
+    /// Moves each spare that the catalog names as a stream of its account into that
+    /// account's streams (the catalog record is what claimed it).
+    pub(crate) fn claim_spares<'a>(
+        &mut self,
+        streams: impl IntoIterator<Item = (&'a AccountId, &'a StreamId)>,
+    ) {
+        for (aid, sid) in streams {
+            if let Some(g) = self.accounts.get_mut(aid) {
+                if let Some(w) = g.spares.remove(sid) {
+                    g.streams.insert(*sid, StreamKeys::first(w));
+                }
+            }
+        }
     }
 
     /// Removes a stream's keys; returns whether it was present.
@@ -188,6 +256,9 @@ impl Keyring {
                     *w = re(w, &sid.0, *v)?;
                 }
             }
+            for (sid, w) in g.spares.iter_mut() {
+                *w = re(w, &sid.0, 1)?;
+            }
         }
         Ok(out)
     }
@@ -210,6 +281,10 @@ impl Keyring {
                         .map_err(|_| format!("stream {sid} key v{v} does not unwrap"))?;
                 }
             }
+            for (sid, w) in &g.spares {
+                kek.unwrap(w, &sid.0, 1)
+                    .map_err(|_| format!("spare {sid} key does not unwrap"))?;
+            }
         }
         Ok(())
     }
@@ -229,6 +304,23 @@ impl Keyring {
                 b.extend_from_slice(&sid.0);
                 b.put_u32(s.current);
                 put_keys(&mut b, &s.keys);
+            }
+        }
+        // Spares follow the groups, so a generation without any reads as zero padding.
+        let with_spares: Vec<_> = self
+            .accounts
+            .iter()
+            .filter(|(_, g)| !g.spares.is_empty())
+            .collect();
+        if !with_spares.is_empty() {
+            b.put_u32(len_u32(with_spares.len()));
+            for (aid, g) in with_spares {
+                b.extend_from_slice(&aid.0);
+                b.put_u32(len_u32(g.spares.len()));
+                for (sid, w) in &g.spares {
+                    b.extend_from_slice(&sid.0);
+                    b.extend_from_slice(w);
+                }
             }
         }
         let padded = b.len().div_ceil(BODY_BUCKET).max(1) * BODY_BUCKET;
@@ -270,11 +362,28 @@ impl Keyring {
                         version,
                         key,
                         streams,
+                        spares: BTreeMap::new(),
                     },
                 )
                 .is_some()
             {
                 return Err("account listed twice");
+            }
+        }
+        let groups = if r.remaining() >= 4 { r.count(16 + 4)? } else { 0 };
+        for _ in 0..groups {
+            let aid = AccountId(r.array()?);
+            let n = r.count(16 + WRAPPED_LEN)?;
+            let g = accounts.get_mut(&aid).ok_or("spares of an unknown account")?;
+            if n == 0 || !g.spares.is_empty() {
+                return Err("spare group empty or listed twice");
+            }
+            for _ in 0..n {
+                let sid = StreamId(r.array()?);
+                if !seen.insert(sid) {
+                    return Err("spare listed twice or as a stream");
+                }
+                g.spares.insert(sid, r.array()?);
             }
         }
         r.finish_zero_padding()?;
@@ -451,14 +560,24 @@ mod tests {
         keys.insert(2, new_wrapped(kek, &sid.0, 2).1);
         let mut streams = BTreeMap::new();
         streams.insert(sid, StreamKeys { current: 2, keys });
+        let spares = (0..2)
+            .map(|_| {
+                let id = StreamId::random();
+                (id, new_wrapped(kek, &id.0, 1).1)
+            })
+            .collect();
         accounts.insert(
             aid,
             AccountKeys {
                 version: 1,
                 key: new_wrapped(kek, &aid.0, 1).1,
                 streams,
+                spares,
             },
         );
+        // A second group without spares: only groups with some are listed in the body.
+        let other = AccountId::random();
+        accounts.insert(other, AccountKeys::new(1, new_wrapped(kek, &other.0, 1).1));
         let mut catalog_keys = BTreeMap::new();
         catalog_keys.insert(1, new_wrapped(kek, &CATALOG_OWNER, 1).1);
         Keyring {
@@ -526,6 +645,50 @@ mod tests {
         assert!(!kr.kept_by(&new_catalog));
         let other = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
         assert!(!kr.kept_by(&kr.rewrap(&kek, &other).unwrap()));
+    }
+
+    #[test]
+    fn a_claimed_spare_is_kept_and_a_dropped_one_is_not() {
+        let uuid = [1u8; 16];
+        let kek = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
+        let kr = sample(&kek);
+        let (aid, g) = kr.accounts.iter().find(|(_, g)| !g.spares.is_empty()).unwrap();
+        let spare = *g.spares.keys().next().unwrap();
+        let mut claimed = kr.clone();
+        claimed.claim_spares([(aid, &spare)]);
+        let group = &claimed.accounts[aid];
+        assert!(!group.spares.contains_key(&spare));
+        assert_eq!(group.streams[&spare].keys[&1], g.spares[&spare]);
+        assert!(kr.kept_by(&claimed), "claiming moves a key, it destroys none");
+        // A claimed spare is a stream like any other: it opens, and dropping it destroys it.
+        let bytes = claimed.seal(&kek, &uuid);
+        assert_eq!(Keyring::open(&bytes, &kek, &uuid, 5).unwrap(), claimed);
+        let mut dropped = claimed.clone();
+        assert!(dropped.remove_stream(&spare));
+        assert!(!claimed.kept_by(&dropped));
+        let mut no_spares = kr.clone();
+        no_spares.accounts.get_mut(aid).unwrap().spares.clear();
+        assert!(!kr.kept_by(&no_spares));
+        // An account claiming another group's spare claims nothing.
+        let mut wrong = kr.clone();
+        wrong.claim_spares([(&AccountId::random(), &spare)]);
+        assert_eq!(wrong, kr);
+    }
+
+    #[test]
+    fn refill_tops_spares_up_and_every_spare_unwraps() {
+        let uuid = [1u8; 16];
+        let kek = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
+        let mut kr = sample(&kek);
+        for g in kr.accounts.values_mut() {
+            g.refill_spares(&kek);
+            assert_eq!(g.spares.len(), SPARE_KEYS);
+        }
+        kr.verify_all(&kek).unwrap();
+        let other = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
+        kr.rewrap(&kek, &other).unwrap().verify_all(&other).unwrap();
+        let bytes = kr.seal(&kek, &uuid);
+        assert_eq!(Keyring::open(&bytes, &kek, &uuid, 5).unwrap(), kr);
     }
 
     #[test]

@@ -445,7 +445,7 @@ impl MetaStore {
                 });
             }
         }
-        let keyring = load_keyring(&root, &kek, &uuid, slot.keyring_gen)?;
+        let mut keyring = load_keyring(&root, &kek, &uuid, slot.keyring_gen)?;
         let (cat_id, cat_path, cat_key) = catalog_key_of(&root, &kek, &keyring, &uuid)?;
         let loaded = catalog::load(&cat_path, &cat_id, &cat_key)?;
         if loaded.cursor.records < keyring.catalog_watermark {
@@ -460,6 +460,7 @@ impl MetaStore {
             });
         }
         let kr_path = keyring::keyring_path(&root, keyring.gen);
+        keyring.claim_spares(loaded.state.streams.iter().map(|(sid, s)| (&s.account, sid)));
         for (sid, s) in &loaded.state.streams {
             match keyring.stream(sid) {
                 Some((aid, _)) if *aid == s.account => {}

@@ -3,22 +3,21 @@
 //!
 //! Orders (each step durable before the next; see [`super::Step`]):
 //!
-//! - create: keyring generation with the new data key (and the account's key group if new)
-//!   → `STORE` points at it → old keyring shredded → `s/<id>/` and `s/<id>/c/` created →
-//!   catalog records appended (the commit point; before it, startup erases the orphan key and
-//!   removes the directory).
+//! - create: a spare key of the account is taken (when none is left: keyring generation with
+//!   the account's key group, new or refilled with spares → `STORE` points at it → old
+//!   keyring removed) → `s/<id>/` created → catalog records appended (the
+//!   commit point: the record claims the spare; before it, the spare stays a spare and
+//!   startup removes the directory).
 //! - delete stream / account: new catalog generation without it, under a new catalog key →
 //!   keyring generation without its data keys and with only the new catalog key → `STORE`
 //!   points at it (the commit point: keys and names gone together) → old keyring and old
 //!   catalog shredded → directories removed.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::crypto::DataKey;
 
 use super::catalog::{Record, MAX_CHECKPOINT_LEN, MAX_CONFIG_LEN, MAX_NAME_LEN};
-use super::consumer_state::CONSUMER_DIR;
 use super::ids::{AccountId, StreamId};
 use super::keyring::{self, AccountKeys, StreamKeys};
 use super::open::STREAMS_DIR;
@@ -99,31 +98,49 @@ impl MetaStore {
                 }
             }
             let aid = existing.unwrap_or_else(AccountId::random);
-            let sid = StreamId::random();
-            let mut kr = s.next_keyring();
-            if existing.is_none() {
-                let (_, wrapped) = keyring::new_wrapped(&s.kek, &aid.0, 1);
-                kr.accounts.insert(
-                    aid,
-                    AccountKeys {
-                        version: 1,
-                        key: wrapped,
-                        streams: BTreeMap::new(),
-                    },
-                );
-            }
-            let (dek, wrapped) = keyring::new_wrapped(&s.kek, &sid.0, 1);
-            let mut keys = BTreeMap::new();
-            keys.insert(1, wrapped);
-            kr.accounts
-                .get_mut(&aid)
-                .ok_or(MetaError::AccountNotFound)?
-                .streams
-                .insert(sid, StreamKeys { current: 1, keys });
-            s.commit_keyring(kr)?;
+            // A spare key of the account, if one is left: claimed by the catalog record below,
+            // so no keyring generation is written. Otherwise a generation with the account's
+            // group (new) refilled with spares, one of which this create takes.
+            let spare = s
+                .keyring
+                .accounts
+                .get(&aid)
+                .and_then(|g| g.spares.iter().next())
+                .map(|(sid, w)| (*sid, *w));
+            let (sid, wrapped) = match spare {
+                Some(found) => found,
+                None => {
+                    let mut kr = s.next_keyring();
+                    if existing.is_none() {
+                        let (_, wrapped) = keyring::new_wrapped(&s.kek, &aid.0, 1);
+                        kr.accounts.insert(aid, AccountKeys::new(1, wrapped));
+                    }
+                    let group = kr
+                        .accounts
+                        .get_mut(&aid)
+                        .ok_or(MetaError::AccountNotFound)?;
+                    group.refill_spares(&s.kek);
+                    let found = group
+                        .spares
+                        .iter()
+                        .next()
+                        .map(|(sid, w)| (*sid, *w))
+                        .ok_or(MetaError::AccountNotFound)?;
+                    s.commit_keyring(kr)?;
+                    found
+                }
+            };
+            let dek = s
+                .kek
+                .unwrap(&wrapped, &sid.0, 1)
+                .map_err(|_| MetaError::KeyringCorrupt {
+                    path: keyring::keyring_path(&s.root, s.keyring.gen),
+                    reason: format!("spare key {sid} does not unwrap"),
+                })?;
             let dir = s.stream_dir(&sid);
+            // `c/` waits for the first consumer state (`persist_consumer_state` creates it):
+            // most streams (every KV bucket) never have one, and it is an fsync.
             tmp::create_dir_durable(&dir)?;
-            tmp::create_dir_durable(&dir.join(CONSUMER_DIR))?;
             s.step(Step::StreamDirCreated)?;
             let mut records = Vec::with_capacity(2);
             if existing.is_none() {
@@ -139,6 +156,7 @@ impl MetaStore {
                 config: config.to_vec(),
             });
             s.append(records)?;
+            s.keyring.claim_spares([(&aid, &sid)]);
             Ok(StreamHandle {
                 stream_id: sid,
                 dir,
@@ -162,15 +180,7 @@ impl MetaStore {
                 })?;
         }
         self.step(Step::CatalogAppended)?;
-        let live = (self.state.accounts.len()
-            + self.state.streams.len()
-            + self
-                .state
-                .streams
-                .values()
-                .filter(|s| s.checkpoint.is_some())
-                .count()
-            + self.state.consumers.len()) as u64;
+        let live = self.state.live_records();
         if self.catalog.records() > live.saturating_mul(2).saturating_add(COMPACT_SLACK) {
             let state = self.state.clone();
             self.commit_catalog_and_keyring(state, |_| {})?;

@@ -646,7 +646,7 @@ fn delete_stream_erases_its_data_key_before_its_files_go() {
     let uuid = m.store_uuid();
     let dir = m.open_stream(p.s1).unwrap().dir;
     let old_kr = only_file(&f.store.join("keyring"));
-    assert!(current_keyring(&f, &uuid, &f.key).stream(&p.s1).is_some());
+    assert!(current_keyring(&f, &uuid, &f.key).holds(&p.s1));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let hook_seen = seen.clone();
     let dir2 = dir.clone();
@@ -679,8 +679,8 @@ fn delete_stream_erases_its_data_key_before_its_files_go() {
         .unwrap();
     assert!(commit < removed, "{steps:?}");
     let kr = current_keyring(&f, &uuid, &f.key);
-    assert!(kr.stream(&p.s1).is_none());
-    assert!(kr.stream(&p.s2).is_some());
+    assert!(!kr.holds(&p.s1));
+    assert!(kr.holds(&p.s2));
     assert!(matches!(
         m.open_stream(p.s1),
         Err(MetaError::StreamNotFound(_))
@@ -722,7 +722,7 @@ fn delete_crash_at_every_step_leaves_the_stream_whole_or_erased() {
             );
         }
         let m = open(&f);
-        let key_present = current_keyring(&f, &uuid, &f.key).stream(&p.s1).is_some();
+        let key_present = current_keyring(&f, &uuid, &f.key).holds(&p.s1);
         match m.stream_meta(p.s1) {
             Some(_) => {
                 assert!(key_present && !files_went);
@@ -745,29 +745,70 @@ fn delete_crash_at_every_step_leaves_the_stream_whole_or_erased() {
 
 #[test]
 fn create_crash_at_every_step_leaves_no_orphan_key_or_directory() {
-    for n in 0.. {
-        let f = fx();
-        let mut m = open(&f);
-        m.create_stream("A", "first", b"").unwrap();
-        let uuid = m.store_uuid();
-        m.set_step_hook(Some(crash_after(n, Arc::new(Mutex::new(Vec::new())))));
-        let done = m.create_stream("B", "second", b"").is_ok();
-        drop(m);
-        let m = open(&f);
-        let live = m.stream_by_name("B", "second").is_some();
-        assert_eq!(live, done || n >= 4, "n = {n}");
-        let kr = current_keyring(&f, &uuid, &f.key);
-        let keyed: usize = kr.accounts.values().map(|a| a.streams.len()).sum();
-        assert_eq!(keyed, 1 + usize::from(live));
-        assert_eq!(kr.accounts.len(), 1 + usize::from(live));
-        assert_eq!(
-            fs::read_dir(f.store.join("s")).unwrap().count(),
-            1 + usize::from(live)
-        );
-        if done {
-            break;
+    // "B": a new account (a keyring generation first); "A": a spare key of an existing one
+    // (the catalog record is the only step before the directory).
+    for (account, commit_step) in [("B", 4), ("A", 1)] {
+        for n in 0.. {
+            let f = fx();
+            let mut m = open(&f);
+            m.create_stream("A", "first", b"").unwrap();
+            m.set_step_hook(Some(crash_after(n, Arc::new(Mutex::new(Vec::new())))));
+            let done = m.create_stream(account, "second", b"").is_ok();
+            drop(m);
+            let m = open(&f);
+            let live = m.stream_by_name(account, "second").is_some();
+            assert_eq!(live, done || n >= commit_step, "{account}: n = {n}");
+            // On disk a new stream's key may still be filed as a spare: the catalog claims it.
+            let kr = &m.keyring;
+            let keyed: usize = kr.accounts.values().map(|a| a.streams.len()).sum();
+            assert_eq!(keyed, 1 + usize::from(live));
+            let accounts = if account == "A" { 1 } else { 1 + usize::from(live) };
+            assert_eq!(kr.accounts.len(), accounts);
+            assert_eq!(
+                fs::read_dir(f.store.join("s")).unwrap().count(),
+                1 + usize::from(live)
+            );
+            if done {
+                break;
+            }
         }
     }
+}
+
+#[test]
+fn creates_claim_spare_keys_and_write_a_keyring_only_when_they_run_out() {
+    let f = fx();
+    let mut m = open(&f);
+    let first = m.create_stream("A", "s0", b"").unwrap();
+    let blob = first
+        .dek
+        .segment_key(&first.stream_id.0, 1)
+        .seal(b"aad", b"sealed before the restart");
+    let gen = m.keyring.gen;
+    let ids: Vec<_> = (1..keyring::SPARE_KEYS)
+        .map(|i| m.create_stream("A", &format!("s{i}"), b"").unwrap().stream_id)
+        .collect();
+    assert_eq!(m.keyring.gen, gen, "spares are claimed by catalog records alone");
+    m.create_stream("A", "refill", b"").unwrap();
+    assert_eq!(m.keyring.gen, gen + 1, "no spare left: one generation refills them");
+    drop(m);
+    // On disk the first streams' keys are still filed as spares; the catalog claims them.
+    let mut m = open(&f);
+    assert_eq!(m.open_report().orphan_keys_erased, 0);
+    let again = m.open_stream(first.stream_id).unwrap();
+    let seg = again.dek.segment_key(&first.stream_id.0, 1);
+    assert_eq!(seg.open(b"aad", &blob).unwrap(), b"sealed before the restart");
+    for id in &ids {
+        m.open_stream(*id).unwrap();
+    }
+    // Deleting a stream whose key was a spare erases it from the keyring for good.
+    let uuid = m.store_uuid();
+    m.delete_stream(first.stream_id).unwrap();
+    assert!(!current_keyring(&f, &uuid, &f.key).holds(&first.stream_id));
+    drop(m);
+    let m = open(&f);
+    assert!(m.stream_meta(first.stream_id).is_none());
+    assert_eq!(m.list_streams("A").len(), keyring::SPARE_KEYS);
 }
 
 #[test]
@@ -798,7 +839,7 @@ fn delete_account_erases_every_stream_of_the_tenant_in_one_generation() {
     );
     assert!(dirs.iter().all(|d| !d.exists()));
     let kr = current_keyring(&f, &uuid, &f.key);
-    assert!(kr.stream(&p.s1).is_none() && kr.stream(&p.s2).is_none());
+    assert!(!kr.holds(&p.s1) && !kr.holds(&p.s2));
     assert_eq!(kr.accounts.len(), 1);
     assert!(m.list_streams("ACC-A").is_empty());
     assert!(matches!(
