@@ -774,7 +774,7 @@ impl FileStore {
         }
         // 2. Write every live message into new segments of one compaction run.
         let run_start = self.next_segment_id;
-        let seqs: Vec<u64> = self.index.iter().map(|(s, _)| *s).collect();
+        let seqs: Vec<u64> = self.index.iter().map(|(s, _)| s).collect();
         let mut new_locs: Vec<(u64, Loc)> = Vec::with_capacity(seqs.len());
         let mut written: Vec<u64> = Vec::new();
         let mut prev_out = 0u64;

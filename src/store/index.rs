@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::block::{record_size, BLOCK_OVERHEAD, BODY_HEADER_LEN, MAX_BLOCK_LEN};
+use super::seq_map::SeqMap;
 use super::subject::Filter;
 use super::{
     AppendRejected, Appended, Discard, NewMsg, PurgeRequest, StoreLimits, StreamState, SubjectState,
@@ -79,7 +80,7 @@ pub const MAX_RECORD_SIZE: u64 =
 /// The stream index.
 #[derive(Debug, Clone)]
 pub struct Index<L> {
-    msgs: BTreeMap<u64, Entry<L>>,
+    msgs: SeqMap<Entry<L>>,
     subjects: HashMap<Arc<str>, SubjInfo>,
     bytes: u64,
     last_seq: u64,
@@ -89,7 +90,7 @@ pub struct Index<L> {
 impl<L> Default for Index<L> {
     fn default() -> Self {
         Index {
-            msgs: BTreeMap::new(),
+            msgs: SeqMap::default(),
             subjects: HashMap::new(),
             bytes: 0,
             last_seq: 0,
@@ -106,16 +107,16 @@ impl<L: Clone> Index<L> {
 
     /// The entry at `seq`.
     pub fn get(&self, seq: u64) -> Option<&Entry<L>> {
-        self.msgs.get(&seq)
+        self.msgs.get(seq)
     }
 
     /// Mutable entry (the file store fixes locations after a write).
     pub fn get_mut(&mut self, seq: u64) -> Option<&mut Entry<L>> {
-        self.msgs.get_mut(&seq)
+        self.msgs.get_mut(seq)
     }
 
     /// All entries in sequence order.
-    pub fn iter(&self) -> impl Iterator<Item = (&u64, &Entry<L>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Entry<L>)> {
         self.msgs.iter()
     }
 
@@ -180,7 +181,7 @@ impl<L: Clone> Index<L> {
 
     /// Removes `seq`; returns its entry if it was stored.
     pub fn remove(&mut self, seq: u64) -> Option<Entry<L>> {
-        let e = self.msgs.remove(&seq)?;
+        let e = self.msgs.remove(seq)?;
         self.bytes -= u64::from(e.size);
         let gone = match self.subjects.get_mut(&e.subject) {
             Some(info) => {
@@ -204,7 +205,7 @@ impl<L: Clone> Index<L> {
     /// Removes every stored sequence in `[start, start + len)`; returns what was removed.
     pub fn remove_range(&mut self, start: u64, len: u64) -> Vec<(u64, Entry<L>)> {
         let end = start.saturating_add(len);
-        let seqs: Vec<u64> = self.msgs.range(start..end).map(|(s, _)| *s).collect();
+        let seqs: Vec<u64> = self.msgs.range(start..end).map(|(s, _)| s).collect();
         seqs.into_iter()
             .filter_map(|s| self.remove(s).map(|e| (s, e)))
             .collect()
@@ -212,8 +213,8 @@ impl<L: Clone> Index<L> {
 
     /// The stream state.
     pub fn state(&self) -> StreamState {
-        let (first_seq, first_ts) = match self.msgs.first_key_value() {
-            Some((s, e)) => (*s, e.ts),
+        let (first_seq, first_ts) = match self.msgs.first() {
+            Some((s, e)) => (s, e.ts),
             None => (self.last_seq + 1, 0),
         };
         let msgs = self.len();
@@ -238,7 +239,7 @@ impl<L: Clone> Index<L> {
         self.msgs
             .range(info.first..=info.last)
             .find(|(_, e)| Arc::ptr_eq(&e.subject, subject))
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
     }
 
     fn true_last(&self, subject: &Arc<str>, info: &SubjInfo) -> Option<u64> {
@@ -246,7 +247,7 @@ impl<L: Clone> Index<L> {
             .range(info.first..=info.last)
             .rev()
             .find(|(_, e)| Arc::ptr_eq(&e.subject, subject))
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
     }
 
     fn matching(&self, filter: &Filter<'_>) -> Vec<(&Arc<str>, &SubjInfo)> {
@@ -264,7 +265,7 @@ impl<L: Clone> Index<L> {
     pub fn last_by_subject(&self, filter: &str) -> Option<u64> {
         let f = Filter::parse(filter);
         if f == Filter::All {
-            return self.msgs.last_key_value().map(|(s, _)| *s);
+            return self.msgs.last().map(|(s, _)| s);
         }
         let m = self.matching(&f);
         if let [(s, info)] = m.as_slice() {
@@ -277,14 +278,14 @@ impl<L: Clone> Index<L> {
             .range(lo..=hi)
             .rev()
             .find(|(_, e)| set.contains(&e.subject.as_ptr()))
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
     }
 
     /// Sequence of the first message at or after `from` matching `filter`.
     pub fn next_by_subject(&self, from: u64, filter: &str) -> Option<u64> {
         let f = Filter::parse(filter);
         if f == Filter::All {
-            return self.msgs.range(from..).next().map(|(s, _)| *s);
+            return self.msgs.range(from..).next().map(|(s, _)| s);
         }
         let m = self.matching(&f);
         let hi = m.iter().map(|(_, i)| i.last).max()?;
@@ -297,13 +298,13 @@ impl<L: Clone> Index<L> {
                 .msgs
                 .range(lo..=hi)
                 .find(|(_, e)| Arc::ptr_eq(&e.subject, s))
-                .map(|(q, _)| *q);
+                .map(|(q, _)| q);
         }
         let set: HashSet<*const u8> = m.iter().map(|(s, _)| s.as_ptr()).collect();
         self.msgs
             .range(lo..=hi)
             .find(|(_, e)| set.contains(&e.subject.as_ptr()))
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
     }
 
     /// How many stored messages at or after `from` match `filter` (a consumer's pending
@@ -472,7 +473,7 @@ impl<L: Clone> Index<L> {
         while limits.max_msgs.is_some_and(|max| self.len() > max)
             || limits.max_bytes.is_some_and(|max| self.bytes > max)
         {
-            let Some(first) = self.msgs.first_key_value().map(|(s, _)| *s) else {
+            let Some(first) = self.msgs.first().map(|(s, _)| s) else {
                 break;
             };
             if let Some(e) = self.remove(first) {
@@ -511,8 +512,8 @@ impl<L: Clone> Index<L> {
                             break;
                         }
                         if Arc::ptr_eq(&e.subject, s) {
-                            out.push(*seq);
-                            gone.insert(*seq);
+                            out.push(seq);
+                            gone.insert(seq);
                             excess -= 1;
                         }
                     }
@@ -524,19 +525,19 @@ impl<L: Clone> Index<L> {
             let mut bytes = self.bytes
                 - gone
                     .iter()
-                    .filter_map(|s| self.msgs.get(s))
+                    .filter_map(|s| self.msgs.get(*s))
                     .map(|e| u64::from(e.size))
                     .sum::<u64>();
-            for (seq, e) in &self.msgs {
+            for (seq, e) in self.msgs.iter() {
                 let over = limits.max_msgs.is_some_and(|m| msgs > m)
                     || limits.max_bytes.is_some_and(|m| bytes > m);
                 if !over {
                     break;
                 }
-                if gone.contains(seq) {
+                if gone.contains(&seq) {
                     continue;
                 }
-                out.push(*seq);
+                out.push(seq);
                 msgs -= 1;
                 bytes -= u64::from(e.size);
             }
@@ -557,7 +558,7 @@ impl<L: Clone> Index<L> {
         let f = Filter::parse(req.filter.as_deref().unwrap_or(""));
         let up_to = req.up_to_seq.unwrap_or(u64::MAX);
         let matching: Vec<u64> = match &f {
-            Filter::All => self.msgs.range(..up_to).map(|(s, _)| *s).collect(),
+            Filter::All => self.msgs.range(..up_to).map(|(s, _)| s).collect(),
             _ => {
                 let m = self.matching(&f);
                 let set: HashSet<*const u8> = m.iter().map(|(s, _)| s.as_ptr()).collect();
@@ -574,7 +575,7 @@ impl<L: Clone> Index<L> {
                     self.msgs
                         .range(lo..=hi)
                         .filter(|(_, e)| set.contains(&e.subject.as_ptr()))
-                        .map(|(s, _)| *s)
+                        .map(|(s, _)| s)
                         .collect()
                 }
             }
@@ -598,7 +599,7 @@ impl<L: Clone> Index<L> {
         self.msgs
             .iter()
             .take_while(|(_, e)| e.ts <= cutoff)
-            .map(|(s, _)| *s)
+            .map(|(s, _)| s)
             .collect()
     }
 }

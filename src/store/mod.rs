@@ -43,6 +43,7 @@ pub mod meta;
 pub mod metrics;
 pub mod recovery;
 pub mod segment;
+pub mod seq_map;
 mod subject;
 #[cfg(test)]
 pub mod testing;

@@ -127,7 +127,9 @@ impl Table {
         for subject in &s.cfg.subjects {
             // A subject the config check let through is a valid filter; one that is not
             // (an older store's) cannot collide with anything anyway.
-            let _ = self.subjects.insert(subject.as_bytes(), None, Arc::clone(&name));
+            let _ = self
+                .subjects
+                .insert(subject.as_bytes(), None, Arc::clone(&name));
         }
     }
 }

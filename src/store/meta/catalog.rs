@@ -402,8 +402,7 @@ impl CatalogState {
 
     /// The records a compacted generation of this state holds.
     pub(crate) fn live_records(&self) -> u64 {
-        (self.accounts.len() + self.streams.len() + self.checkpointed + self.consumers.len())
-            as u64
+        (self.accounts.len() + self.streams.len() + self.checkpointed + self.consumers.len()) as u64
     }
 
     fn remove_stream(&mut self, id: StreamId) {

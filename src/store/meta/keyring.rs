@@ -174,7 +174,9 @@ impl Keyring {
                     .is_some_and(|nk| ks.keys.iter().all(|(v, k)| nk.keys.get(v) == Some(k)))
             }) && g.spares.iter().all(|(id, k)| {
                 n.spares.get(id) == Some(k)
-                    || n.streams.get(id).is_some_and(|nk| nk.keys.get(&1) == Some(k))
+                    || n.streams
+                        .get(id)
+                        .is_some_and(|nk| nk.keys.get(&1) == Some(k))
             })
         };
         self.catalog_keys
@@ -370,11 +372,17 @@ impl Keyring {
                 return Err("account listed twice");
             }
         }
-        let groups = if r.remaining() >= 4 { r.count(16 + 4)? } else { 0 };
+        let groups = if r.remaining() >= 4 {
+            r.count(16 + 4)?
+        } else {
+            0
+        };
         for _ in 0..groups {
             let aid = AccountId(r.array()?);
             let n = r.count(16 + WRAPPED_LEN)?;
-            let g = accounts.get_mut(&aid).ok_or("spares of an unknown account")?;
+            let g = accounts
+                .get_mut(&aid)
+                .ok_or("spares of an unknown account")?;
             if n == 0 || !g.spares.is_empty() {
                 return Err("spare group empty or listed twice");
             }
@@ -652,14 +660,21 @@ mod tests {
         let uuid = [1u8; 16];
         let kek = Kek::derive(&MasterKey::from_bytes(Secret::random()), &uuid);
         let kr = sample(&kek);
-        let (aid, g) = kr.accounts.iter().find(|(_, g)| !g.spares.is_empty()).unwrap();
+        let (aid, g) = kr
+            .accounts
+            .iter()
+            .find(|(_, g)| !g.spares.is_empty())
+            .unwrap();
         let spare = *g.spares.keys().next().unwrap();
         let mut claimed = kr.clone();
         claimed.claim_spares([(aid, &spare)]);
         let group = &claimed.accounts[aid];
         assert!(!group.spares.contains_key(&spare));
         assert_eq!(group.streams[&spare].keys[&1], g.spares[&spare]);
-        assert!(kr.kept_by(&claimed), "claiming moves a key, it destroys none");
+        assert!(
+            kr.kept_by(&claimed),
+            "claiming moves a key, it destroys none"
+        );
         // A claimed spare is a stream like any other: it opens, and dropping it destroys it.
         let bytes = claimed.seal(&kek, &uuid);
         assert_eq!(Keyring::open(&bytes, &kek, &uuid, 5).unwrap(), claimed);

@@ -460,7 +460,13 @@ impl MetaStore {
             });
         }
         let kr_path = keyring::keyring_path(&root, keyring.gen);
-        keyring.claim_spares(loaded.state.streams.iter().map(|(sid, s)| (&s.account, sid)));
+        keyring.claim_spares(
+            loaded
+                .state
+                .streams
+                .iter()
+                .map(|(sid, s)| (&s.account, sid)),
+        );
         for (sid, s) in &loaded.state.streams {
             match keyring.stream(sid) {
                 Some((aid, _)) if *aid == s.account => {}

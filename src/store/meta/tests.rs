@@ -762,7 +762,11 @@ fn create_crash_at_every_step_leaves_no_orphan_key_or_directory() {
             let kr = &m.keyring;
             let keyed: usize = kr.accounts.values().map(|a| a.streams.len()).sum();
             assert_eq!(keyed, 1 + usize::from(live));
-            let accounts = if account == "A" { 1 } else { 1 + usize::from(live) };
+            let accounts = if account == "A" {
+                1
+            } else {
+                1 + usize::from(live)
+            };
             assert_eq!(kr.accounts.len(), accounts);
             assert_eq!(
                 fs::read_dir(f.store.join("s")).unwrap().count(),
@@ -786,18 +790,32 @@ fn creates_claim_spare_keys_and_write_a_keyring_only_when_they_run_out() {
         .seal(b"aad", b"sealed before the restart");
     let gen = m.keyring.gen;
     let ids: Vec<_> = (1..keyring::SPARE_KEYS)
-        .map(|i| m.create_stream("A", &format!("s{i}"), b"").unwrap().stream_id)
+        .map(|i| {
+            m.create_stream("A", &format!("s{i}"), b"")
+                .unwrap()
+                .stream_id
+        })
         .collect();
-    assert_eq!(m.keyring.gen, gen, "spares are claimed by catalog records alone");
+    assert_eq!(
+        m.keyring.gen, gen,
+        "spares are claimed by catalog records alone"
+    );
     m.create_stream("A", "refill", b"").unwrap();
-    assert_eq!(m.keyring.gen, gen + 1, "no spare left: one generation refills them");
+    assert_eq!(
+        m.keyring.gen,
+        gen + 1,
+        "no spare left: one generation refills them"
+    );
     drop(m);
     // On disk the first streams' keys are still filed as spares; the catalog claims them.
     let mut m = open(&f);
     assert_eq!(m.open_report().orphan_keys_erased, 0);
     let again = m.open_stream(first.stream_id).unwrap();
     let seg = again.dek.segment_key(&first.stream_id.0, 1);
-    assert_eq!(seg.open(b"aad", &blob).unwrap(), b"sealed before the restart");
+    assert_eq!(
+        seg.open(b"aad", &blob).unwrap(),
+        b"sealed before the restart"
+    );
     for id in &ids {
         m.open_stream(*id).unwrap();
     }
