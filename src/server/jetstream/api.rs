@@ -350,11 +350,21 @@ fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, A
         let v: Vec<String> = page.map(|s| s.cfg.name.clone()).collect();
         return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
     }
+    // Ask every stream of the page first, then collect: the streams answer from their own
+    // store threads at once, so the page waits for its slowest stream rather than the sum of
+    // all their rounds (one of which may be another stream's fsync).
+    let asked: Vec<_> = page
+        .map(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let _ = s.tx.send(Cmd::Info(tx));
+            rx
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut infos = Vec::new();
-    for s in page {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let _ = s.tx.send(Cmd::Info(tx));
-        if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(10)) {
+    for rx in asked {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if let Ok(mut v) = rx.recv_timeout(left) {
             info_for_reply(&mut v, false);
             infos.push(v);
         }

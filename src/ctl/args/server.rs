@@ -1,0 +1,118 @@
+//! `sealctl server`, `audit` and `store`: what runs on the broker host.
+
+use super::tenant::KeysArg;
+use super::ConnArgs;
+use clap::{Args, Subcommand};
+
+/// `sealctl server ...`.
+#[derive(Debug, Subcommand)]
+pub enum ServerCmd {
+    /// Print the operator/resolver block to paste into the server config.
+    Config {
+        /// Use a directory resolver (accepts `sealctl account push`) instead of MEMORY.
+        #[arg(long)]
+        resolver_dir: Option<std::path::PathBuf>,
+        /// Keystore.
+        #[command(flatten)]
+        keys: KeysArg,
+    },
+    /// Show what the server announced in its INFO (name, version, JetStream, ...).
+    Info(ConnArgs),
+    /// Measure round-trip times (PING/PONG) to the server.
+    Ping {
+        /// How many round trips.
+        #[arg(long, short = 'c', default_value_t = 5)]
+        count: u32,
+        /// Connection options.
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+    /// Health checks with Nagios-style output and exit codes (0 OK, 1 WARNING, 2 CRITICAL).
+    Check {
+        /// What to check.
+        #[command(subcommand)]
+        cmd: CheckCmd,
+    },
+}
+
+/// `sealctl server check ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CheckCmd {
+    /// JetStream is enabled, answers `$JS.API.INFO`, and usage is under the thresholds.
+    #[command(alias = "js")]
+    Jetstream(CheckJsArgs),
+}
+
+/// `sealctl server check jetstream`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckJsArgs {
+    /// WARNING when memory use reaches this percentage of the account's memory limit.
+    #[arg(long, default_value_t = 75)]
+    pub mem_warn: u32,
+    /// CRITICAL when memory use reaches this percentage of the account's memory limit.
+    #[arg(long, default_value_t = 90)]
+    pub mem_crit: u32,
+    /// WARNING when storage use reaches this percentage of the account's storage limit.
+    #[arg(long, default_value_t = 75)]
+    pub store_warn: u32,
+    /// CRITICAL when storage use reaches this percentage of the account's storage limit.
+    #[arg(long, default_value_t = 90)]
+    pub store_crit: u32,
+    /// Also check this stream (must exist; thresholds below apply to it).
+    #[arg(long)]
+    pub stream: Option<String>,
+    /// WARNING when the stream holds at least this many messages.
+    #[arg(long, requires = "stream")]
+    pub msgs_warn: Option<u64>,
+    /// CRITICAL when the stream holds at least this many messages.
+    #[arg(long, requires = "stream")]
+    pub msgs_crit: Option<u64>,
+    /// Connection options.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// `sealctl audit`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// The store directory (`store_dir` or `store_dir/jetstream`).
+    pub store: std::path::PathBuf,
+    /// The store passphrase (or set SEALSTREAM_STORE_KEY).
+    #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// The store key file (default: `<store>.key` next to the store).
+    #[arg(long)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// Without a key: check structure and entropy only.
+    #[arg(long)]
+    pub no_key: bool,
+    /// A string that must not appear in any file or path (repeatable).
+    #[arg(long)]
+    pub canary: Vec<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `sealctl store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCmd {
+    /// Rewrap every data key under a new master key without rewriting data (crash-safe: the
+    /// store opens with the old or the new key at every step).
+    RotateMaster {
+        /// The store directory (`store_dir/jetstream`).
+        store: std::path::PathBuf,
+        /// The current passphrase.
+        #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// The current key file (default: `<store>.key`).
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
+        /// The new passphrase.
+        #[arg(long, env = "SEALSTREAM_NEW_STORE_KEY", hide_env_values = true)]
+        new_key: Option<String>,
+        /// The new key file (created 0600 when it does not exist).
+        #[arg(long)]
+        new_key_file: Option<std::path::PathBuf>,
+    },
+}
