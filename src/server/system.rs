@@ -259,14 +259,10 @@ impl System {
         match trust.push_account(token.trim(), id) {
             Ok(account) => {
                 info!(%account, "account JWT updated");
-                if let (Some(js), Some(claims)) = (shared.jetstream.get(), trust.account(&account))
+                if let (Some(a), Some(claims)) =
+                    (shared.accounts.get(&account), trust.account(&account))
                 {
-                    if let Some(acc) = js.account(&account) {
-                        super::jetstream::set_limits(
-                            &acc,
-                            super::jetstream::jwt_limits(&claims.nats.limits),
-                        );
-                    }
+                    shared.accounts.claims_applied(&a, &claims.nats, false);
                 }
                 super::auth_setup::reinstall_jwt_routes(trust, &shared.accounts);
                 let revoked = recheck_connections(shared, &account);

@@ -178,9 +178,23 @@ impl Account {
     }
 }
 
+/// Told when an account's JWT claims take effect: at the first login of one of its users
+/// (`first_login`) and after a claims update. JetStream registers one at startup, so that the
+/// connection code binds accounts without knowing JetStream exists.
+pub(crate) trait ClaimsHook: Send + Sync {
+    /// `account`'s claims are now `claims`.
+    fn claims_applied(
+        &self,
+        account: &Arc<Account>,
+        claims: &crate::auth::jwt::claims::AccountClaims,
+        first_login: bool,
+    );
+}
+
 /// All accounts known to the server.
 pub(crate) struct Registry {
     accounts: RwLock<HashMap<String, Arc<Account>>>,
+    claims_hooks: RwLock<Vec<Arc<dyn ClaimsHook>>>,
 }
 
 impl Registry {
@@ -193,6 +207,32 @@ impl Registry {
         );
         Registry {
             accounts: RwLock::new(m),
+            claims_hooks: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Registers a hook told of every account's claims (startup).
+    pub(crate) fn add_claims_hook(&self, hook: Arc<dyn ClaimsHook>) {
+        self.claims_hooks
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
+    }
+
+    /// Tells every hook that `account`'s claims took effect.
+    pub(crate) fn claims_applied(
+        &self,
+        account: &Arc<Account>,
+        claims: &crate::auth::jwt::claims::AccountClaims,
+        first_login: bool,
+    ) {
+        let hooks = self
+            .claims_hooks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for h in hooks {
+            h.claims_applied(account, claims, first_login);
         }
     }
 

@@ -430,15 +430,8 @@ impl Session {
                                 &self.shared.accounts,
                                 &a,
                             );
-                            if let (Some(js), Some(claims)) =
-                                (self.shared.jetstream.get(), trust.account(acc))
-                            {
-                                super::super::jetstream::ensure_jwt_account(
-                                    &self.shared,
-                                    js,
-                                    &a,
-                                    super::super::jetstream::jwt_limits(&claims.nats.limits),
-                                );
+                            if let Some(claims) = trust.account(acc) {
+                                self.shared.accounts.claims_applied(&a, &claims.nats, true);
                             }
                             Some(a)
                         } else {

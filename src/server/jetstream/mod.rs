@@ -446,6 +446,10 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         stopping: AtomicBool::new(false),
         shards,
     });
+    shared.accounts.add_claims_hook(Arc::new(JwtAccounts {
+        shared: Arc::downgrade(shared),
+        js: Arc::downgrade(&js),
+    }));
     // Which accounts have JetStream: those whose config enables it; the global account when
     // no account mentions JetStream at all.
     let mut enabled: Vec<(String, Option<AccountJetStream>)> = Vec::new();
@@ -584,9 +588,35 @@ pub(crate) fn jwt_limits(l: &crate::auth::jwt::claims::AccountLimits) -> Option<
     })
 }
 
+/// JetStream's side of account claims (registered with the account registry at startup):
+/// a first login sets the account up per its JWT, a claims update applies new limits.
+struct JwtAccounts {
+    shared: std::sync::Weak<Shared>,
+    js: std::sync::Weak<JetStream>,
+}
+
+impl super::account::ClaimsHook for JwtAccounts {
+    fn claims_applied(
+        &self,
+        account: &Arc<Account>,
+        claims: &crate::auth::jwt::claims::AccountClaims,
+        first_login: bool,
+    ) {
+        let (Some(shared), Some(js)) = (self.shared.upgrade(), self.js.upgrade()) else {
+            return;
+        };
+        let limits = jwt_limits(&claims.limits);
+        if first_login {
+            ensure_jwt_account(&shared, &js, account, limits);
+        } else if let Some(acc) = js.account(&account.name) {
+            set_limits(&acc, limits);
+        }
+    }
+}
+
 /// Operator mode: gives an account JetStream per its JWT the first time one of its users
 /// logs in (and loads its stored streams), or applies new limits to one that has it.
-pub(crate) fn ensure_jwt_account(
+fn ensure_jwt_account(
     shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     account: &Arc<Account>,
