@@ -513,3 +513,69 @@ async fn jwt_declared_exports_and_imports_cross_accounts() {
     let resp = cb.request("asvc.echo", "x".into()).await.unwrap();
     assert_eq!(resp.payload, "answer:svc.echo".as_bytes());
 }
+
+/// A version-1 token as the pre-2.2 tools wrote it: header `{"typ":"jwt","alg":"ed25519"}`,
+/// the claim type at the top level, the signature over the claims segment alone.
+fn v1_token(signer: &KeyPair, claims: serde_json::Value) -> String {
+    use data_encoding::BASE64URL_NOPAD as B64;
+    let h = B64.encode(br#"{"typ":"jwt","alg":"ed25519"}"#);
+    let c = B64.encode(claims.to_string().as_bytes());
+    let sig = B64.encode(&signer.sign(c.as_bytes()));
+    format!("{h}.{c}.{sig}")
+}
+
+#[tokio::test]
+async fn version_1_operator_account_and_user_tokens_still_work() {
+    let operator = KeyPair::generate(Role::Operator);
+    let account = KeyPair::generate(Role::Account);
+    let user = KeyPair::generate(Role::User);
+    let op_jwt = v1_token(
+        &operator,
+        serde_json::json!({"jti": "A", "iat": now(), "iss": operator.public_key(),
+            "name": "old_operator", "sub": operator.public_key(), "type": "operator"}),
+    );
+    let acc_jwt = v1_token(
+        &operator,
+        serde_json::json!({"jti": "B", "iat": now(), "iss": operator.public_key(), "name": "foo",
+            "sub": account.public_key(), "type": "account",
+            "nats": {"limits": {"subs": -1, "conn": -1, "imports": -1, "exports": -1,
+                "data": -1, "payload": -1, "wildcards": true}}}),
+    );
+    let user_claims = serde_json::json!({"jti": "C", "iat": now(), "iss": account.public_key(),
+        "name": "foo-user", "sub": user.public_key(), "type": "user",
+        "nats": {"pub": {}, "sub": {}}});
+    let conf = format!(
+        "operator: \"{op_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{acc_jwt}\"\n}}\n",
+        account.public_key()
+    );
+    let s = TestServer::with_config(&conf);
+    let creds =
+        sealstream::auth::creds::format_creds(&v1_token(&account, user_claims), &user.seed());
+    let client = async_nats::ConnectOptions::with_credentials(&creds)
+        .unwrap()
+        .connect(s.url())
+        .await
+        .unwrap();
+    // No user limits in version 1: several subscriptions are fine.
+    let mut subs = Vec::new();
+    for i in 0..5 {
+        subs.push(client.subscribe(format!("x.{i}")).await.unwrap());
+    }
+    client.publish("x.3", "hello".into()).await.unwrap();
+    use futures::StreamExt;
+    let m = tokio::time::timeout(T, subs[3].next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.payload, "hello".as_bytes());
+    // A version-1 user signed by another account is refused.
+    let stranger = KeyPair::generate(Role::Account);
+    let forged = v1_token(
+        &stranger,
+        serde_json::json!({"jti": "D", "iat": now(), "iss": stranger.public_key(),
+            "name": "x", "sub": user.public_key(), "type": "user", "nats": {}}),
+    );
+    let mut r = s.raw();
+    connect_jwt(&mut r, &forged, &user);
+    r.expect_line("-ERR 'Authorization Violation'");
+}

@@ -96,10 +96,24 @@ fn taken_port_is_named_in_the_error() {
     let port = a.port.to_string();
     let (code, out, err) = run(&["-a", "127.0.0.1", "-p", &port]);
     assert_ne!(code, 0);
+    let text = format!("{out}{err}");
+    assert!(text.contains(&port), "error names the port: {err}");
+    // The clients' launchers look for the word (nats.py's `nats-server` package does).
     assert!(
-        format!("{out}{err}").contains(&port),
-        "error names the port: {err}"
+        text.to_lowercase().contains("listening on port"),
+        "error says it could not listen on the port: {err}"
     );
+}
+
+#[test]
+fn a_json_config_file_is_read_like_nats_server_reads_it() {
+    // A JSON document is a config file; the harness's `-p -1` still overrides the port.
+    let s = TestServer::with_config(
+        "{\n  \"server_name\": \"from-json\",\n  \"max_payload\": 4096\n}\n",
+    );
+    let r = s.raw();
+    assert_eq!(r.info["server_name"], "from-json");
+    assert_eq!(r.info["max_payload"], 4096);
 }
 
 #[test]

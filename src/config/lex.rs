@@ -338,6 +338,13 @@ impl Lexer<'_> {
             self.bump();
             return Ok(());
         }
+        // A `{` where a top-level key is expected opens a block whose keys are top-level keys,
+        // as in nats-server: a JSON document (`{ "port": 4222 }`) is a config file. Its `}`
+        // is one of the stray ones ignored below and after values.
+        if self.ctx() == Ctx::Top && self.peek() == Some('{') {
+            self.bump();
+            return Ok(());
+        }
         if self.ctx() == Ctx::Top
             && self.peek() == Some('}')
             && self

@@ -68,7 +68,7 @@ const AUTH_FAILURE_TABLE: usize = 10_000;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The client or monitoring port could not be bound.
-    #[error("could not listen on {addr} ({what}): {source}")]
+    #[error("error listening on port: {addr} ({what}): {source}")]
     Bind {
         /// Which listener.
         what: &'static str,

@@ -8,6 +8,14 @@
 //! [`decode`] checks, in order: size cap, three segments, header, claim type and version,
 //! signature by `iss`, and the issuer's role for the claim type. Trust (is this issuer one we
 //! trust?) is decided by the caller.
+//!
+//! **Version 1 tokens** (the format before NATS 2.2, still in the clients' test suites and in
+//! older deployments) are read as nats-server reads them: header `alg` `ed25519` (or
+//! `ed25519-nkey`), the claim type at the top level instead of in `nats`, and the signature
+//! over the claims segment alone. They are rewritten into the version-2 shape before the
+//! typed parse ([`upgrade_v1`]): the type and the moved fields (`tags`, `issuer_account`) go
+//! into `nats`, and a user's absent `subs`/`data`/`payload` mean no limit, as they did in
+//! version 1. A version-1 user with the deprecated `max` limit is refused, as nats-server does.
 
 pub mod claims;
 
@@ -78,8 +86,8 @@ pub enum JwtError {
     /// Not three base64url segments of JSON.
     #[error("malformed token: {0}")]
     Malformed(&'static str),
-    /// Header is not `{"typ":"JWT","alg":"ed25519-nkey"}` (v1 tokens are refused).
-    #[error("unsupported token header (need typ JWT, alg ed25519-nkey)")]
+    /// Header is not `typ` JWT with `alg` `ed25519-nkey` (or version 1's `ed25519`).
+    #[error("unsupported token header (need typ JWT, alg ed25519-nkey or ed25519)")]
     Header,
     /// A different claim type than expected.
     #[error("token is a {found:?} token, expected {expected}")]
@@ -124,11 +132,18 @@ pub fn decode<T: DeserializeOwned>(token: &str, kind: ClaimType) -> Result<Claim
         .get("typ")
         .and_then(|v| v.as_str())
         .is_some_and(|t| t.eq_ignore_ascii_case("jwt"));
-    let alg_ok = header.get("alg").and_then(|v| v.as_str()) == Some("ed25519-nkey");
+    let alg_ok = header.get("alg").and_then(|v| v.as_str()).is_some_and(|a| {
+        a.eq_ignore_ascii_case("ed25519-nkey") || a.eq_ignore_ascii_case("ed25519")
+    });
     if !typ_ok || !alg_ok {
         return Err(JwtError::Header);
     }
-    let value = json_of(c, "claims")?;
+    let mut value = json_of(c, "claims")?;
+    // A claim type at the top level marks a version-1 token.
+    let v1 = value.get("type").is_some_and(serde_json::Value::is_string);
+    if v1 {
+        upgrade_v1(&mut value)?;
+    }
     let nats = value
         .get("nats")
         .ok_or(JwtError::Malformed("no nats claims"))?;
@@ -148,10 +163,14 @@ pub fn decode<T: DeserializeOwned>(token: &str, kind: ClaimType) -> Result<Claim
     let sig = BASE64URL_NOPAD
         .decode(s.trim_end_matches('=').as_bytes())
         .map_err(|_| JwtError::Malformed("signature encoding"))?;
-    let signing_input_len = h.len() + 1 + c.len();
-    let signing_input = token
-        .get(..signing_input_len)
-        .ok_or(JwtError::Malformed("segments"))?;
+    // Version 1 signed the claims segment; version 2 signs `header.claims`.
+    let signing_input = if v1 {
+        c
+    } else {
+        token
+            .get(..h.len() + 1 + c.len())
+            .ok_or(JwtError::Malformed("segments"))?
+    };
     nkeys::verify(
         &claims.iss,
         kind.issuer_roles(),
@@ -162,6 +181,47 @@ pub fn decode<T: DeserializeOwned>(token: &str, kind: ClaimType) -> Result<Claim
     nkeys::decode_public(&claims.sub, kind.subject_roles())
         .map_err(|e| JwtError::Signature(format!("sub: {e}")))?;
     Ok(claims)
+}
+
+/// Rewrites version-1 claims into the version-2 shape (see the module docs).
+///
+/// # Errors
+/// [`JwtError::Malformed`] for a `nats` that is not an object, or a user's deprecated `max`.
+fn upgrade_v1(value: &mut serde_json::Value) -> Result<(), JwtError> {
+    let top = value
+        .as_object_mut()
+        .ok_or(JwtError::Malformed("claims shape"))?;
+    let kind = top.remove("type").unwrap_or_default();
+    let moved: Vec<(String, serde_json::Value)> = ["tags", "issuer_account"]
+        .iter()
+        .filter_map(|k| top.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect();
+    let nats = top
+        .entry("nats")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
+        .as_object_mut()
+        .ok_or(JwtError::Malformed("nats claims"))?;
+    if kind == "user" {
+        if nats
+            .get("max")
+            .and_then(serde_json::Value::as_i64)
+            .is_some_and(|m| m != -1)
+        {
+            return Err(JwtError::Malformed(
+                "version-1 user limit max is not supported",
+            ));
+        }
+        nats.remove("max");
+        for limit in ["subs", "data", "payload"] {
+            nats.entry(limit).or_insert((-1).into());
+        }
+    }
+    for (k, v) in moved {
+        nats.entry(k).or_insert(v);
+    }
+    nats.insert("type".into(), kind);
+    nats.insert("version".into(), 1.into());
+    Ok(())
 }
 
 /// Signs `claims` with `signer`: sets `iss`, `iat` (when 0) and `jti` (SHA-512/256 of the claims
@@ -259,6 +319,89 @@ mod tests {
         ] {
             fuzz_decode(input);
         }
+    }
+
+    /// A version-1 token as the v1 libraries wrote it: lowercase `typ`, `alg` `ed25519`, the
+    /// type and tags at the top level, the signature over the claims segment only.
+    fn v1_token(issuer: &KeyPair, claims: serde_json::Value, sign_header_too: bool) -> String {
+        let h = BASE64URL_NOPAD.encode(br#"{"typ":"jwt","alg":"ed25519"}"#);
+        let c = BASE64URL_NOPAD.encode(claims.to_string().as_bytes());
+        let input = if sign_header_too {
+            format!("{h}.{c}")
+        } else {
+            c.clone()
+        };
+        let sig = BASE64URL_NOPAD.encode(&issuer.sign(input.as_bytes()));
+        format!("{h}.{c}.{sig}")
+    }
+
+    #[test]
+    fn version_1_tokens_read_as_nats_server_reads_them() {
+        let operator = KeyPair::generate(Role::Operator);
+        let account = KeyPair::generate(Role::Account);
+        let user = KeyPair::generate(Role::User);
+        let user_json = |nats: serde_json::Value| {
+            serde_json::json!({
+                "jti": "X", "iat": 1_553_840_944, "iss": account.public_key(),
+                "name": "foo-user", "sub": user.public_key(), "type": "user",
+                "tags": ["t"], "nats": nats,
+            })
+        };
+        let token = v1_token(
+            &account,
+            user_json(serde_json::json!({"pub":{},"sub":{"allow":["a.>"]}})),
+            false,
+        );
+        let u = decode::<UserClaims>(&token, ClaimType::User).unwrap();
+        assert_eq!((u.nats.kind.as_str(), u.nats.version), ("user", 1));
+        assert_eq!(u.nats.tags, ["t"]);
+        assert_eq!(u.nats.perms.subscribe.allow, ["a.>"]);
+        // Version 1 had no user limits: absent means none, not zero.
+        assert_eq!(
+            (u.nats.perms.subs, u.nats.perms.data, u.nats.perms.payload),
+            (-1, -1, -1)
+        );
+        // A signature over `header.claims` is a version-2 signature: refused for v1 claims.
+        let wrong = v1_token(&account, user_json(serde_json::json!({})), true);
+        assert!(matches!(
+            decode::<UserClaims>(&wrong, ClaimType::User),
+            Err(JwtError::Signature(_))
+        ));
+        // The deprecated `max` limit is refused rather than ignored.
+        let max = v1_token(&account, user_json(serde_json::json!({"max": 5})), false);
+        assert!(decode::<UserClaims>(&max, ClaimType::User).is_err());
+        // Another issuer's signature, or a changed claim, fails as for version 2.
+        let other = v1_token(
+            &KeyPair::generate(Role::Account),
+            user_json(serde_json::json!({})),
+            false,
+        );
+        let mut parts: Vec<&str> = other.split('.').collect();
+        let good: Vec<&str> = token.split('.').collect();
+        parts[2] = good[2];
+        assert!(decode::<UserClaims>(&parts.join("."), ClaimType::User).is_err());
+        // A version-1 operator has no `nats` object at all.
+        let op = serde_json::json!({
+            "jti": "Y", "iat": 1, "iss": operator.public_key(), "name": "test_operator",
+            "sub": operator.public_key(), "type": "operator",
+        });
+        let o =
+            decode::<OperatorClaims>(&v1_token(&operator, op, false), ClaimType::Operator).unwrap();
+        assert_eq!((o.nats.kind.as_str(), o.nats.version), ("operator", 1));
+        // A version-1 account keeps its limits.
+        let acc = serde_json::json!({
+            "jti": "Z", "iat": 1, "iss": operator.public_key(), "name": "foo",
+            "sub": account.public_key(), "type": "account",
+            "nats": {"limits": {"subs": 10, "conn": -1, "wildcards": true}},
+        });
+        let a =
+            decode::<AccountClaims>(&v1_token(&operator, acc, false), ClaimType::Account).unwrap();
+        assert_eq!(a.nats.limits.subs, 10);
+        // A user token presented as an account token is still the wrong type.
+        assert!(matches!(
+            decode::<AccountClaims>(&token, ClaimType::Account),
+            Err(JwtError::WrongType { .. })
+        ));
     }
 
     fn user_claims(sub: &str) -> Claims<UserClaims> {

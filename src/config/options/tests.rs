@@ -92,6 +92,17 @@ authorization { token: "s3cr3t", timeout: 3 }
 }
 
 #[test]
+fn a_json_document_is_a_config_file() {
+    let o = opts("{\n  \"port\": 4567\n}\n");
+    assert_eq!(o.port, 4567);
+    let o = opts("{\"port\": 4568, \"jetstream\": true}");
+    assert_eq!(o.port, 4568);
+    assert!(o.jetstream.enabled);
+    let o = opts("# a comment first\n{\n  \"jetstream\": {\"max_mem\": \"1G\"}\n}");
+    assert!(o.jetstream.enabled);
+}
+
+#[test]
 fn unquoted_2m_ping_interval_is_two_million_seconds_with_a_warning() {
     let o = opts("ping_interval: 2m");
     assert_eq!(o.ping_interval, Duration::from_secs(2_000_000));
