@@ -1339,3 +1339,88 @@ async fn accounting_and_edge_answers_match_the_reference() {
     assert_eq!(ci["num_pending"], 2, "{ci}");
     assert!(ci.get("push_bound").is_none(), "{ci}");
 }
+
+#[tokio::test]
+async fn republish_copies_each_stored_message_with_its_stream_headers() {
+    use futures::StreamExt;
+    let (_s, c) = js_server().await;
+    let info = create_stream(
+        &c,
+        r#"{"name":"RP","subjects":["rp.>"],"republish":{"src":"rp.>","dest":"copy.>"}}"#,
+    )
+    .await;
+    assert_eq!(info["config"]["republish"]["dest"], "copy.>");
+    let mut copies = c.subscribe("copy.>").await.unwrap();
+    c.flush().await.unwrap();
+    assert_eq!(publish_seq(&c, "rp.a", "one").await, 1);
+    assert_eq!(publish_seq(&c, "rp.b", "two").await, 2);
+    assert_eq!(publish_seq(&c, "rp.a", "three").await, 3);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let m = tokio::time::timeout(Duration::from_secs(5), copies.next())
+            .await
+            .unwrap()
+            .unwrap();
+        got.push((
+            m.subject.to_string(),
+            String::from_utf8_lossy(&m.payload).into_owned(),
+            header(&m, "Nats-Stream").unwrap_or_default().to_owned(),
+            header(&m, "Nats-Subject").unwrap_or_default().to_owned(),
+            header(&m, "Nats-Sequence").unwrap_or_default().to_owned(),
+            header(&m, "Nats-Last-Sequence")
+                .unwrap_or_default()
+                .to_owned(),
+        ));
+    }
+    let row = |a: &str, b: &str, c: &str, d: &str, e: &str, f: &str| {
+        (a.into(), b.into(), c.into(), d.into(), e.into(), f.into())
+    };
+    assert_eq!(
+        got,
+        vec![
+            row("copy.a", "one", "RP", "rp.a", "1", "0"),
+            row("copy.b", "two", "RP", "rp.b", "2", "0"),
+            row("copy.a", "three", "RP", "rp.a", "3", "1"),
+        ]
+    );
+    // Headers only: no payload, its size in Nats-Msg-Size.
+    create_stream(
+        &c,
+        r#"{"name":"RPH","subjects":["rph.>"],"republish":{"src":"rph.>","dest":"meta.>","headers_only":true}}"#,
+    )
+    .await;
+    let mut meta = c.subscribe("meta.>").await.unwrap();
+    c.flush().await.unwrap();
+    publish_seq(&c, "rph.x", "12345").await;
+    let m = tokio::time::timeout(Duration::from_secs(5), meta.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "meta.x");
+    assert!(m.payload.is_empty());
+    assert_eq!(header(&m, "Nats-Msg-Size"), Some("5"));
+    // A destination inside the stream's own subjects would loop: refused.
+    let v = api(
+        &c,
+        "STREAM.CREATE.LOOP",
+        r#"{"name":"LOOP","subjects":["loop.>"],"republish":{"src":">","dest":"loop.x.>"}}"#,
+    )
+    .await;
+    assert_error(&v, 500, 10052);
+    // A `*` in the destination is not a transform nats-server accepts (it wants `$1`).
+    let v = api(
+        &c,
+        "STREAM.CREATE.STAR",
+        r#"{"name":"STAR","subjects":["star.*"],"republish":{"src":"star.*","dest":"out.*"}}"#,
+    )
+    .await;
+    assert_error(&v, 500, 10052);
+    // The same name with a different republish is a different configuration.
+    let v = api(
+        &c,
+        "STREAM.CREATE.RP",
+        r#"{"name":"RP","subjects":["rp.>"],"republish":{"src":"rp.>","dest":"other.>"}}"#,
+    )
+    .await;
+    assert_error(&v, 400, 10058);
+}

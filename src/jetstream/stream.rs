@@ -443,6 +443,35 @@ impl Stream {
         }
     }
 
+    /// Sends the copy `republish` asks for of a message just stored as `seq` (`last`: the
+    /// subject's previous sequence, 0 for none). It goes out with the batch's pub-acks, after
+    /// the commit, like them.
+    fn republish(&self, sink: &mut dyn Sink, m: &NewMsg, seq: u64, ts: i64, last: u64) {
+        let Some(rp) = &self.cfg.republish else {
+            return;
+        };
+        let Some(to) = crate::subject::mapping::transform(m.subject.as_bytes(), &rp.src, &rp.dest)
+        else {
+            return;
+        };
+        let to = String::from_utf8_lossy(&to).into_owned();
+        let mut fields = vec![
+            ("Nats-Stream", self.cfg.name.clone()),
+            ("Nats-Subject", m.subject.clone()),
+            ("Nats-Sequence", seq.to_string()),
+            ("Nats-Time-Stamp", rfc3339_nanos(ts)),
+            ("Nats-Last-Sequence", last.to_string()),
+        ];
+        let payload = if rp.headers_only {
+            fields.push(("Nats-Msg-Size", m.payload.len().to_string()));
+            Bytes::new()
+        } else {
+            m.payload.clone()
+        };
+        let h = add_headers(m.headers.as_ref(), &fields);
+        sink.send(&to, &to, None, Some(&h), &payload);
+    }
+
     /// Appends the queued messages as one commit and answers them. Returns the (seq, ts) of
     /// each stored message.
     fn flush(&mut self, queue: &mut Vec<Queued>, sink: &mut dyn Sink, now: i64) -> Vec<(u64, i64)> {
@@ -450,6 +479,21 @@ impl Stream {
             return Vec::new();
         }
         let items = std::mem::take(queue);
+        // Republishing needs each subject's last sequence before this batch.
+        let mut last_of_subject: BTreeMap<String, u64> = BTreeMap::new();
+        if self.cfg.republish.is_some() {
+            for q in items.iter().filter(|q| q.dup_of.is_none()) {
+                if !last_of_subject.contains_key(&q.msg.subject) {
+                    let last = self
+                        .store
+                        .last_by_subject(&q.msg.subject)
+                        .ok()
+                        .flatten()
+                        .map_or(0, |m| m.seq);
+                    last_of_subject.insert(q.msg.subject.clone(), last);
+                }
+            }
+        }
         let (fresh_idx, msgs): (Vec<usize>, Vec<NewMsg>) = items
             .iter()
             .enumerate()
@@ -482,6 +526,10 @@ impl Stream {
                     }
                     stored.push((a.seq, a.ts));
                     self.answer(sink, q.reply.as_deref(), Ok(a.seq));
+                    if let Some(last) = last_of_subject.get_mut(&q.msg.subject) {
+                        self.republish(sink, &q.msg, a.seq, a.ts, *last);
+                        *last = a.seq;
+                    }
                 }
                 Err(rej) => self.answer(sink, q.reply.as_deref(), Err(rejected(rej))),
             }

@@ -107,6 +107,25 @@ pub struct StreamConfig {
     pub mirror: Option<serde_json::Value>,
     /// Sources as sent (refused by [`StreamConfig::normalize`]).
     pub sources: Option<serde_json::Value>,
+    /// Every stored message is also published to a subject mapped from its own.
+    pub republish: Option<RePublish>,
+}
+
+/// `republish`: after a message is stored, a copy goes to `dest` (mapped from the message's
+/// subject by `src` → `dest`, as a subject mapping), with `Nats-Stream`, `Nats-Subject`,
+/// `Nats-Sequence`, `Nats-Time-Stamp` and `Nats-Last-Sequence` headers; `headers_only` sends
+/// the headers and `Nats-Msg-Size` instead of the payload.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RePublish {
+    /// Which stored subjects are republished (`>`: all).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub src: String,
+    /// Where to (a mapping destination: the `*`/`>` of `src` fill its wildcards).
+    pub dest: String,
+    /// Headers only, no payload.
+    #[serde(skip_serializing_if = "is_false")]
+    pub headers_only: bool,
 }
 
 /// The request form of a stream configuration: every field optional, unknown fields ignored.
@@ -144,6 +163,7 @@ struct RawStreamConfig {
     metadata: Option<BTreeMap<String, String>>,
     mirror: Option<serde_json::Value>,
     sources: Option<serde_json::Value>,
+    republish: Option<RePublish>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -210,6 +230,7 @@ impl TryFrom<RawStreamConfig> for StreamConfig {
             sources: r
                 .sources
                 .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())),
+            republish: r.republish,
         })
     }
 }
@@ -273,6 +294,23 @@ impl StreamConfig {
         if self.mirror.is_some() || self.sources.is_some() {
             return invalid("mirrors and sources are not supported");
         }
+        if let Some(rp) = self.republish.as_mut() {
+            if rp.src.is_empty() {
+                rp.src = ">".to_owned();
+            }
+            // Only `>` carries over; a `*` in the destination (nats-server wants `$1` there,
+            // which we do not implement) and mapping functions are refused, not guessed at.
+            let ok = valid_subject_pattern(&rp.src)
+                && valid_subject_pattern(&rp.dest)
+                && !rp.dest.split('.').any(|t| t == "*")
+                && crate::subject::mapping::validate_mapping(&rp.src, &rp.dest).is_ok();
+            if !ok {
+                return invalid(&format!(
+                    "stream configuration for republish with transform from '{}' to '{}' not valid",
+                    rp.src, rp.dest
+                ));
+            }
+        }
 
         self.max_consumers = limit(self.max_consumers);
         self.max_msgs = limit(self.max_msgs);
@@ -324,6 +362,13 @@ impl StreamConfig {
 
         if self.subjects.is_empty() {
             self.subjects = vec![self.name.clone()];
+        }
+        if let Some(rp) = &self.republish {
+            // A republished copy landing in the stream again would be stored and republished
+            // without end.
+            if self.subjects.iter().any(|s| subjects_collide(s, &rp.dest)) {
+                return invalid("stream configuration for republish destination forms a cycle");
+            }
         }
         for (i, s) in self.subjects.iter().enumerate() {
             if !valid_subject_pattern(s) {
@@ -513,6 +558,8 @@ struct StreamConfigView<'a> {
     first_seq: Option<u64>,
     allow_direct: bool,
     mirror_direct: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    republish: Option<&'a RePublish>,
     sealed: bool,
     deny_delete: bool,
     deny_purge: bool,
@@ -550,6 +597,7 @@ impl Serialize for StreamConfig {
             first_seq: self.first_seq,
             allow_direct: self.allow_direct,
             mirror_direct: self.mirror_direct,
+            republish: self.republish.as_ref(),
             sealed: self.sealed,
             deny_delete: self.deny_delete,
             deny_purge: self.deny_purge,
