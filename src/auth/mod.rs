@@ -51,6 +51,27 @@ pub struct Credentials<'a> {
     /// Identities from a verified client certificate (SAN e-mails and DNS names, subject DN),
     /// for `verify_and_map`.
     pub cert_identities: &'a [String],
+    /// The client came in over WebSocket (connection type `WEBSOCKET`, else `STANDARD`).
+    pub websocket: bool,
+}
+
+impl Credentials<'_> {
+    /// The connection type `allowed_connection_types` lists are checked against.
+    pub fn connection_type(&self) -> &'static str {
+        if self.websocket {
+            "WEBSOCKET"
+        } else {
+            "STANDARD"
+        }
+    }
+
+    /// Whether a user restricted to `allowed` may connect this way (empty: any type).
+    pub fn type_allowed(&self, allowed: &[String]) -> bool {
+        allowed.is_empty()
+            || allowed
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(self.connection_type()))
+    }
 }
 
 impl Credentials<'_> {
@@ -76,6 +97,8 @@ pub struct UserEntry {
     pub account: Option<String>,
     /// Permissions; `None` = everything.
     pub permissions: Option<Arc<Permissions>>,
+    /// Connection types the user may use (`STANDARD`, `WEBSOCKET`, ...); empty = any.
+    pub allowed_connection_types: Vec<String>,
 }
 
 /// Who a client turned out to be, and what it may do.
@@ -89,6 +112,8 @@ pub struct Identity {
     pub permissions: Option<Arc<Permissions>>,
     /// Subscription limit from the user's claims; `None` = server limit only.
     pub max_subs: Option<u64>,
+    /// Authenticated over WebSocket (a claims recheck tests the connection type again).
+    pub websocket: bool,
     /// Payload limit from the user's claims.
     pub max_payload: Option<u64>,
     /// When the user's credentials expire (unix seconds).
@@ -141,6 +166,9 @@ pub enum AuthError {
     /// The account could not be resolved or is not trusted.
     #[error("account: {0}")]
     Account(String),
+    /// The user's `allowed_connection_types` exclude this connection's type.
+    #[error("connection type {0} not allowed")]
+    ConnectionType(&'static str),
 }
 
 enum Mode {
@@ -251,11 +279,17 @@ impl Authenticator {
             }
             Mode::Operator(trust) => trust.authenticate(c),
             Mode::Users(users) => {
-                let found = |u: &UserEntry| Identity {
-                    user: u.user.clone().or_else(|| u.nkey.clone()),
-                    account: u.account.clone(),
-                    permissions: u.permissions.clone(),
-                    ..Identity::default()
+                let found = |u: &UserEntry| {
+                    if !c.type_allowed(&u.allowed_connection_types) {
+                        return Err(AuthError::ConnectionType(c.connection_type()));
+                    }
+                    Ok(Identity {
+                        user: u.user.clone().or_else(|| u.nkey.clone()),
+                        account: u.account.clone(),
+                        permissions: u.permissions.clone(),
+                        websocket: c.websocket,
+                        ..Identity::default()
+                    })
                 };
                 if self.tls_map {
                     let u = users
@@ -270,7 +304,7 @@ impl Authenticator {
                                 c.cert_identities.first().cloned().unwrap_or_default(),
                             )
                         })?;
-                    return Ok(found(u));
+                    return found(u);
                 }
                 if c.is_empty() {
                     if let Some(name) = &self.no_auth_user {
@@ -278,7 +312,7 @@ impl Authenticator {
                             .iter()
                             .find(|u| u.user.as_deref() == Some(name.as_str()))
                             .ok_or_else(|| AuthError::UnknownUser(name.clone()))?;
-                        return Ok(found(u));
+                        return found(u);
                     }
                     return Err(AuthError::Missing);
                 }
@@ -289,7 +323,7 @@ impl Authenticator {
                         .ok_or_else(|| AuthError::UnknownUser(nkey.to_owned()))?;
                     let sig = c.sig.ok_or(AuthError::BadSignature)?;
                     trust::verify_nonce(nkey, &[nkeys::Role::User], c.nonce, sig)?;
-                    return Ok(found(u));
+                    return found(u);
                 }
                 let name = c.user.ok_or(AuthError::Missing)?;
                 let u = users
@@ -297,7 +331,7 @@ impl Authenticator {
                     .find(|u| u.user.as_deref() == Some(name))
                     .ok_or_else(|| AuthError::UnknownUser(name.to_owned()))?;
                 match &u.password {
-                    Some(pw) if secret_matches(c.pass.unwrap_or(""), pw) => Ok(found(u)),
+                    Some(pw) if secret_matches(c.pass.unwrap_or(""), pw) => found(u),
                     _ => Err(AuthError::BadPassword(name.to_owned())),
                 }
             }

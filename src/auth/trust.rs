@@ -311,6 +311,9 @@ impl Trust {
         let user: Claims<UserClaims> =
             jwt::decode(token, ClaimType::User).map_err(|e| AuthError::Jwt(e.to_string()))?;
         let (account, perms) = self.grant(&user)?;
+        if !c.type_allowed(&perms.allowed_connection_types) {
+            return Err(AuthError::ConnectionType(c.connection_type()));
+        }
         if perms.bearer_token {
             if !c.tls {
                 return Err(AuthError::Jwt(
@@ -326,7 +329,9 @@ impl Trust {
                 return Err(AuthError::Jwt("source address not allowed".into()));
             }
         }
-        Ok(identity(&user, &account, &perms))
+        let mut id = identity(&user, &account, &perms);
+        id.websocket = c.websocket;
+        Ok(id)
     }
 
     /// Checks a connected user's JWT again after its account's claims changed: what the
@@ -348,7 +353,15 @@ impl Trust {
         match self.grant(&user) {
             Err(_) => Recheck::Refused,
             Ok((account, perms)) => {
-                let now = identity(&user, &account, &perms);
+                let way = Credentials {
+                    websocket: current.websocket,
+                    ..Credentials::default()
+                };
+                if !way.type_allowed(&perms.allowed_connection_types) {
+                    return Recheck::Refused;
+                }
+                let mut now = identity(&user, &account, &perms);
+                now.websocket = current.websocket;
                 if now.same_grant(current) {
                     Recheck::Unchanged
                 } else {
@@ -444,16 +457,6 @@ impl Trust {
                 "bearer tokens are disallowed by the account".into(),
             ));
         }
-        if !perms.allowed_connection_types.is_empty()
-            && !perms
-                .allowed_connection_types
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case("STANDARD"))
-        {
-            return Err(AuthError::Jwt(
-                "connection type STANDARD not allowed".into(),
-            ));
-        }
         if self.is_revoked(&account_id, &user.sub, user.iat) {
             return Err(AuthError::Jwt("user JWT revoked".into()));
         }
@@ -516,6 +519,7 @@ fn identity(
         account_expires_at: (account.exp != 0).then_some(account.exp),
         account_conn_limit: limit(l.conn),
         user_key: Some((user.sub.clone(), user.iat)),
+        websocket: false,
     }
 }
 

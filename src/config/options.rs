@@ -120,6 +120,8 @@ pub struct ServerOptions {
     pub jetstream: JetStreamOptions,
     /// Client TLS settings.
     pub tls: Option<TlsOptions>,
+    /// The `websocket {}` listener, when configured.
+    pub websocket: Option<WebsocketOptions>,
     /// TLS optional for clients.
     pub allow_non_tls: bool,
     /// Operator JWTs, as paths or inline tokens (`operator`, `operators`, `root`, ...).
@@ -182,6 +184,7 @@ impl Default for ServerOptions {
             no_system_account: false,
             jetstream: JetStreamOptions::default(),
             tls: None,
+            websocket: None,
             allow_non_tls: false,
             operator: Vec::new(),
             trusted_keys: Vec::new(),
@@ -250,6 +253,42 @@ pub enum SyncInterval {
     Always,
     /// In the background at this period.
     Every(Duration),
+}
+
+/// The `websocket {}` block: a second client listener speaking NATS inside WebSocket frames.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebsocketOptions {
+    /// Interface to bind (default `0.0.0.0`).
+    pub host: String,
+    /// Port (`-1`: any free port).
+    pub port: i32,
+    /// Plain `ws://` (nats-server refuses a websocket block with neither TLS nor this).
+    pub no_tls: bool,
+    /// TLS for `wss://`.
+    pub tls: Option<TlsOptions>,
+    /// `permessage-deflate` was asked for; it is not negotiated (logged at startup).
+    pub compression: bool,
+    /// How long the HTTP upgrade may take.
+    pub handshake_timeout: Duration,
+    /// Refuse an `Origin` whose host differs from the request's `Host`.
+    pub same_origin: bool,
+    /// When not empty, only these origins (`scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for WebsocketOptions {
+    fn default() -> Self {
+        WebsocketOptions {
+            host: "0.0.0.0".into(),
+            port: 0,
+            no_tls: false,
+            tls: None,
+            compression: false,
+            handshake_timeout: Duration::from_secs(2),
+            same_origin: false,
+            allowed_origins: Vec::new(),
+        }
+    }
 }
 
 /// The client `tls` block.
@@ -378,8 +417,6 @@ const IGNORED_TOP_LEVEL: &[&str] = &[
     "gateway",
     "leafnodes",
     "leaf",
-    "websocket",
-    "ws",
     "mqtt",
     "server_tags",
     "server_metadata",
@@ -580,6 +617,7 @@ pub(super) fn map_document(value: &Value, check_files: bool) -> Result<ServerOpt
                 top_store_dir = Some(e);
             }
             "tls" => o.tls = Some(tls(e, check_files, &mut c)?),
+            "websocket" | "ws" => o.websocket = Some(websocket(e, check_files, &mut c)?),
             "allow_non_tls" => o.allow_non_tls = field::boolean(e)?,
             // Contents are not checked: sealstream does not act on these blocks, so only their
             // presence matters (the server logs them as unsupported).
@@ -859,6 +897,52 @@ const CURVES: &[&str] = &[
     "X25519",
     "X25519MLKEM768",
 ];
+
+fn websocket(
+    e: &Entry,
+    check_files: bool,
+    c: &mut Collected,
+) -> Result<WebsocketOptions, ConfigError> {
+    let m = field::map(e)?;
+    let mut w = WebsocketOptions::default();
+    for item in m.entries() {
+        match key(item).as_str() {
+            "listen" => {
+                let (host, port) = host_port(item)?;
+                if let Some(host) = host {
+                    w.host = host;
+                }
+                w.port = port;
+            }
+            "host" | "net" => w.host = field::string(item)?,
+            "port" => w.port = field::int32(item)?,
+            "no_tls" => w.no_tls = field::boolean(item)?,
+            "tls" => w.tls = Some(tls(item, check_files, c)?),
+            "compression" => w.compression = field::boolean(item)?,
+            "handshake_timeout" => w.handshake_timeout = field::seconds(item)?,
+            "same_origin" => w.same_origin = field::boolean(item)?,
+            "allowed_origins" => w.allowed_origins = field::string_list(item)?,
+            "advertise" => c.ignore("websocket.advertise"),
+            // Authentication of its own (cookies, a separate users list, no_auth_user) would
+            // change who may connect: refused until built, never ignored.
+            "authorization" | "no_auth_user" | "jwt_cookie" | "user_cookie" | "pass_cookie"
+            | "token_cookie" | "headers" | "no_masking" => {
+                return Err(field::invalid(
+                    item,
+                    format!("websocket option \"{}\" is not supported", item.key),
+                ))
+            }
+            _ => field::unknown_unless_variable(item)?,
+        }
+    }
+    if w.tls.is_none() && !w.no_tls {
+        return Err(field::invalid(
+            e,
+            "websocket requires TLS configuration (or no_tls: true)",
+        ));
+    }
+    Ok(w)
+}
 
 fn tls(e: &Entry, check_files: bool, c: &mut Collected) -> Result<TlsOptions, ConfigError> {
     let m = field::map(e)?;

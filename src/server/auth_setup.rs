@@ -39,6 +39,7 @@ fn entry(u: &UserConfig, account: Option<&str>) -> UserEntry {
         nkey: u.nkey.clone(),
         account: account.map(str::to_owned).or_else(|| u.account.clone()),
         permissions: permissions(&u.permissions),
+        allowed_connection_types: u.allowed_connection_types.clone(),
     }
 }
 

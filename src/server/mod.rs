@@ -28,6 +28,7 @@ mod shutdown;
 pub mod signal_command;
 pub(crate) mod system;
 pub(crate) mod tls;
+mod websocket;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -461,6 +462,32 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         "Listening for client connections on {}",
         display_addr(client_addr)
     );
+    let websocket = match &shared.opts.websocket {
+        Some(w) => {
+            let tls = match &w.tls {
+                Some(t) => Some(Arc::new(tls::TlsSetup::load(t)?)),
+                None => None,
+            };
+            let l = listener::bind(&w.host, w.port, "websocket connections").await?;
+            if let Ok(a) = l.local_addr() {
+                let scheme = if tls.is_some() { "wss" } else { "ws" };
+                info!(
+                    "Listening for websocket clients on {scheme}://{}",
+                    display_addr(a)
+                );
+            }
+            if w.compression {
+                warn!("websocket compression (permessage-deflate) is not supported: websocket connections are uncompressed");
+            }
+            Some(tokio::spawn(websocket::accept_loop(
+                l,
+                Arc::clone(&shared),
+                tls,
+                shutdown.token(),
+            )))
+        }
+        None => None,
+    };
     let files = startup_files(&shared, client_addr, monitor_addr)?;
     let signals = shutdown::Signals::install();
     info!("Server is ready");
@@ -476,6 +503,9 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
     shutdown::wait_for_signals(&shared, &shutdown, signals).await;
     shutdown.cancel();
     let _ = accept.await;
+    if let Some(ws) = websocket {
+        let _ = ws.await;
+    }
     shutdown::close_clients(&shared).await;
     if let Some(js) = shared.jetstream.get() {
         let js = Arc::clone(js);

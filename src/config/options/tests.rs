@@ -92,6 +92,21 @@ authorization { token: "s3cr3t", timeout: 3 }
 }
 
 #[test]
+fn websocket_block_needs_tls_or_no_tls_and_refuses_what_it_cannot_enforce() {
+    let o = opts("websocket { port: -1, no_tls: true, compression: true }");
+    let w = o.websocket.unwrap();
+    assert_eq!((w.port, w.no_tls, w.compression), (-1, true, true));
+    assert_eq!(w.host, "0.0.0.0");
+    let o = opts("ws { listen: \"127.0.0.1:8080\", no_tls: true, handshake_timeout: \"5s\" }");
+    let w = o.websocket.unwrap();
+    assert_eq!((w.host.as_str(), w.port), ("127.0.0.1", 8080));
+    assert_eq!(w.handshake_timeout, Duration::from_secs(5));
+    assert!(err("websocket { port: 8080 }").contains("websocket requires TLS"));
+    assert!(err("websocket { port: 1, no_tls: true, jwt_cookie: c }").contains("not supported"));
+    assert!(err("websocket { port: 1, no_tls: true, nonsense: 1 }").contains("nonsense"));
+}
+
+#[test]
 fn a_json_document_is_a_config_file() {
     let o = opts("{\n  \"port\": 4567\n}\n");
     assert_eq!(o.port, 4567);
@@ -346,14 +361,13 @@ fn top_level_store_dir_is_accepted_but_not_twice() {
 fn unsupported_keys_are_parsed_and_listed_as_ignored() {
     let o = opts(
         "cluster { name: c, listen: 0.0.0.0:6222, routes: [nats://a:6222] }\n\
-         gateway {}\nleafnodes {}\nwebsocket { port: 8080 }\nmqtt {}\nmappings { \"a.*\": \"b.$1\" }\n\
+         gateway {}\nleafnodes {}\nmqtt {}\nmappings { \"a.*\": \"b.$1\" }\n\
          server_tags: [az1]\njetstream { unique_tag: az, limits: { max_ack_pending: 1 }, max_concurrent_io: 16 }",
     );
     for path in [
         "cluster",
         "gateway",
         "leafnodes",
-        "websocket",
         "mqtt",
         "mappings",
         "server_tags",

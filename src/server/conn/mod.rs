@@ -34,6 +34,8 @@ pub(crate) struct Start {
     pub(crate) cert_identities: Vec<String>,
     /// The nonce INFO carries, when nkey/JWT auth is possible.
     pub(crate) nonce: Option<String>,
+    /// The client speaks through WebSocket frames (connection type `WEBSOCKET`).
+    pub(crate) websocket: bool,
 }
 
 /// Serves one accepted TCP connection until it closes.
@@ -57,6 +59,38 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
             }
             None => client.close(CloseReason::ProtocolViolation),
         }
+        shared.unregister(&client);
+        debug!(
+            reason = client.close_reason().map_or("", CloseReason::as_str),
+            "client connection closed"
+        );
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Serves one connection that arrives as a byte stream already past its transport's own
+/// handshake (a WebSocket's frames, unwrapped): INFO first, no TLS negotiation at this level.
+/// `tls`: the transport under it is TLS (`wss://`).
+pub(crate) async fn serve_stream<S>(shared: Arc<Shared>, stream: S, peer: SocketAddr, tls: bool)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let cid = shared.next_cid();
+    let client = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
+    let span = tracing::debug_span!("conn", cid, remote = %peer);
+    async move {
+        debug!("client connection created");
+        shared.register(Arc::clone(&client));
+        let start = Start {
+            info_sent: false,
+            tls,
+            cert_identities: vec![],
+            nonce: shared.auth().needs_nonce().then(reader::new_nonce),
+            websocket: true,
+        };
+        let (r, w) = tokio::io::split(stream);
+        run_halves(&shared, &client, r, w, start).await;
         shared.unregister(&client);
         debug!(
             reason = client.close_reason().map_or("", CloseReason::as_str),
@@ -118,6 +152,7 @@ async fn upgrade(
                 tls: false,
                 cert_identities: vec![],
                 nonce,
+                websocket: false,
             },
         )
     };
@@ -161,6 +196,7 @@ async fn upgrade(
                 tls: true,
                 cert_identities,
                 nonce,
+                websocket: false,
             };
             Some(Transport::Tls(Box::new(s), start))
         }

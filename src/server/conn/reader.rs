@@ -68,6 +68,8 @@ struct Session {
     nonce: Option<String>,
     /// The connection runs over TLS.
     tls: bool,
+    /// Came in over WebSocket (connection type `WEBSOCKET`).
+    websocket: bool,
     /// Identities from a verified client certificate.
     cert_identities: Vec<String>,
     permissions: Option<Arc<Permissions>>,
@@ -128,6 +130,7 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
         auth: shared.auth(),
         nonce: start.nonce.clone(),
         tls: start.tls,
+        websocket: start.websocket,
         cert_identities: start.cert_identities,
         permissions: None,
         pub_allowed: std::collections::HashMap::new(),
@@ -419,6 +422,7 @@ impl Session {
                 tls: self.tls,
                 ip: Some(self.client.peer.ip()),
                 cert_identities: &self.cert_identities,
+                websocket: self.websocket,
             };
             match self.auth.authenticate(&creds) {
                 Ok(id) => {
