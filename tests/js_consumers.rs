@@ -2088,3 +2088,83 @@ async fn tiny_pull_heartbeats_cannot_flood_the_requester() {
     assert!(heartbeats >= 4, "heartbeats still flow: {heartbeats}");
     assert!(heartbeats <= 100, "{heartbeats} heartbeats in {window:?}");
 }
+
+/// RFC 3339 for now + `d`.
+fn rfc3339_in(d: Duration) -> String {
+    let t = time::OffsetDateTime::now_utc() + d;
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_paused_consumer_delivers_after_its_pause_or_when_resumed() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "PZ", "subjects": ["pz"]})).await;
+    add_consumer(
+        &c,
+        "PZ",
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit"}),
+    )
+    .await;
+    for i in 0..3 {
+        publish(&c, "pz", format!("{i}").as_bytes()).await;
+    }
+    let v = api(
+        &c,
+        "$JS.API.CONSUMER.PAUSE.PZ.p",
+        json!({"pause_until": rfc3339_in(Duration::from_millis(1500))}),
+    )
+    .await;
+    assert_eq!(
+        v["type"],
+        "io.nats.jetstream.api.v1.consumer_pause_response"
+    );
+    assert_eq!(v["paused"], true, "{v}");
+    assert!(v["pause_remaining"].as_i64().unwrap() > 0, "{v}");
+    let info = consumer_info(&c, "PZ", "p").await;
+    assert_eq!(info["paused"], true, "{info}");
+    assert!(info["config"]["pause_until"].is_string(), "{info}");
+    // Nothing while paused: the request expires empty.
+    let got = pull(
+        &c,
+        "PZ",
+        "p",
+        json!({"batch": 3, "expires": 300_000_000}),
+        3,
+        Duration::from_secs(2),
+    )
+    .await;
+    assert!(got.msgs.is_empty());
+    // After the pause, delivery resumes on its own.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while consumer_info(&c, "PZ", "p").await["paused"] == true {
+        assert!(Instant::now() < deadline, "still paused");
+        support::spin_pause(Duration::from_millis(50));
+    }
+    let got = pull(
+        &c,
+        "PZ",
+        "p",
+        json!({"batch": 3, "expires": 2_000_000_000}),
+        3,
+        Duration::from_secs(3),
+    )
+    .await;
+    assert_eq!(got.stream_seqs(), [1, 2, 3]);
+    // Paused for an hour, then resumed by a pause request without a time.
+    let v = api(
+        &c,
+        "$JS.API.CONSUMER.PAUSE.PZ.p",
+        json!({"pause_until": rfc3339_in(Duration::from_secs(3600))}),
+    )
+    .await;
+    assert_eq!(v["paused"], true);
+    let v = api(&c, "$JS.API.CONSUMER.PAUSE.PZ.p", json!({})).await;
+    assert_eq!(v["paused"], false, "{v}");
+    assert_ne!(consumer_info(&c, "PZ", "p").await["paused"], true);
+    // An unknown consumer is an error.
+    let v = api(&c, "$JS.API.CONSUMER.PAUSE.PZ.nope", json!({})).await;
+    assert_eq!(v["error"]["err_code"], 10014, "{v}");
+}

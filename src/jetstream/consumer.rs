@@ -136,6 +136,8 @@ pub struct Consumer {
     pub generation: u64,
     /// Original pacing start (replay original): (first message ts, wall time then).
     replay_anchor: Option<(i64, i64)>,
+    /// `cfg.pause_until` in unix nanos: nothing is delivered before it.
+    pause_at: Option<i64>,
 }
 
 fn matches_any(filters: &[String], subject: &str) -> bool {
@@ -210,7 +212,9 @@ impl Consumer {
             dirty: true,
             generation: 0,
             replay_anchor: None,
+            pause_at: None,
         };
+        c.pause_at = c.cfg.pause_until.as_deref().and_then(parse_rfc3339);
         if c.cfg.is_push() {
             c.push = Some(PushState::default());
         }
@@ -370,6 +374,10 @@ impl Consumer {
         if self.push.as_ref().is_some_and(|p| p.bound) {
             v["push_bound"] = json!(true);
         }
+        if let Some(t) = self.paused(now) {
+            v["paused"] = json!(true);
+            v["pause_remaining"] = json!(t - now);
+        }
         v
     }
 
@@ -415,8 +423,23 @@ impl Consumer {
     /// Applies an updated (already validated) config.
     pub fn update_config(&mut self, cfg: ConsumerConfig) {
         self.filters = cfg.filters();
+        self.pause_at = cfg.pause_until.as_deref().and_then(parse_rfc3339);
         self.cfg = cfg;
         self.dirty = true;
+    }
+
+    /// Pauses delivery until `until` (unix nanos), or resumes it (`None`, or a time already
+    /// past). The config carries it, so a restart keeps the pause.
+    pub fn set_pause(&mut self, until: Option<i64>, now: i64) {
+        let until = until.filter(|t| *t > now);
+        self.pause_at = until;
+        self.cfg.pause_until = until.map(rfc3339_nanos);
+        self.dirty = true;
+    }
+
+    /// Whether delivery is paused at `now`, and until when.
+    pub fn paused(&self, now: i64) -> Option<i64> {
+        self.pause_at.filter(|t| *t > now)
     }
 
     // ---------------------------------------------------------------- pull requests
@@ -614,6 +637,10 @@ impl Consumer {
     pub fn next_deadline(&self) -> Option<i64> {
         let mut d: Option<i64> = None;
         let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
+        // The end of a pause: delivery starts again on its own.
+        if let Some(t) = self.pause_at {
+            take(t);
+        }
         for p in self.pending.values() {
             if p.deadline != i64::MAX {
                 take(p.deadline);
@@ -672,6 +699,10 @@ impl Consumer {
 
     /// Timers: redelivery due, pull expiries and heartbeats, push heartbeats.
     pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
+        // A pause that ended is no deadline any more (the config keeps its time, as echoed).
+        if self.pause_at.is_some_and(|t| t <= now) {
+            self.pause_at = None;
+        }
         let max_deliver = self.cfg.max_deliver;
         let mut due = Vec::new();
         let mut exhausted = Vec::new();
@@ -775,9 +806,10 @@ impl Consumer {
     ) -> Vec<u64> {
         let mut done = Vec::new();
         let mut budget = 10_000usize;
+        let paused = self.paused(now).is_some();
         loop {
             budget = budget.saturating_sub(1);
-            if budget == 0 {
+            if budget == 0 || paused {
                 break;
             }
             // Who receives?

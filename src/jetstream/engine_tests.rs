@@ -378,3 +378,63 @@ fn purge_by_subject_and_keep() {
     assert_eq!(h.messages(), 1);
     assert_eq!(h.st.store().state().last_seq, 5);
 }
+
+#[test]
+fn a_paused_consumer_delivers_nothing_until_its_pause_ends_or_it_is_resumed() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+        T0,
+    );
+    for i in 0..3 {
+        h.publish(&format!("s.{i}"), &[], T0);
+    }
+    let until = crate::timefmt::rfc3339_nanos(T0 + 2 * SEC);
+    let r =
+        h.st.consumer_pause("c", Some(&json!({ "pause_until": until })), T0)
+            .unwrap();
+    assert_eq!(r["paused"], true);
+    assert_eq!(r["pause_remaining"], 2 * SEC);
+    let info = h.st.consumer_info("c", T0 + SEC).unwrap();
+    assert_eq!(
+        (info["paused"].clone(), info["pause_remaining"].clone()),
+        (json!(true), json!(SEC))
+    );
+    assert_eq!(info["config"]["pause_until"], until.as_str());
+    // A waiting request gets nothing while paused ...
+    assert!(h.pull("c", long_pull(2), "in", T0 + SEC).is_empty());
+    // ... and its messages as soon as the pause is over: the pause end is a deadline.
+    assert_eq!(h.st.next_deadline(), Some(T0 + 2 * SEC));
+    h.tick(T0 + 2 * SEC + MS);
+    let got = h.out.delivered("in");
+    assert_eq!(got.iter().map(stream_seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(h
+        .st
+        .consumer_info("c", T0 + 3 * SEC)
+        .unwrap()
+        .get("paused")
+        .is_none());
+    // Paused far ahead, then resumed with an empty body: delivery goes on at once.
+    let far = crate::timefmt::rfc3339_nanos(T0 + 3600 * SEC);
+    h.st.consumer_pause("c", Some(&json!({ "pause_until": far })), T0 + 3 * SEC)
+        .unwrap();
+    assert!(h.pull("c", long_pull(1), "in2", T0 + 3 * SEC).is_empty());
+    let r = h.st.consumer_pause("c", None, T0 + 4 * SEC).unwrap();
+    assert_eq!(r["paused"], false);
+    h.tick(T0 + 4 * SEC);
+    assert_eq!(
+        h.out
+            .delivered("in2")
+            .iter()
+            .map(stream_seq)
+            .collect::<Vec<_>>(),
+        [3]
+    );
+    // Unknown consumer, bad time.
+    assert!(h.st.consumer_pause("nope", None, T0).is_err());
+    assert!(h
+        .st
+        .consumer_pause("c", Some(&json!({"pause_until": "soon"})), T0)
+        .is_err());
+}

@@ -1093,6 +1093,44 @@ impl Stream {
             .ok_or_else(ApiError::consumer_not_found)
     }
 
+    /// `CONSUMER.PAUSE`: `{"pause_until": "<RFC 3339>"}` pauses delivery until then; no
+    /// body, no `pause_until`, or a time already past resumes it.
+    ///
+    /// # Errors
+    /// Consumer not found; a body that is not JSON, or a `pause_until` that is not RFC 3339.
+    pub fn consumer_pause(
+        &mut self,
+        name: &str,
+        body: Option<&Value>,
+        now: i64,
+    ) -> Result<Value, ApiError> {
+        let until = match body.and_then(|b| b.get("pause_until")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) if t.is_empty() => None,
+            Some(Value::String(t)) => match crate::timefmt::parse_rfc3339(t) {
+                Some(n) => Some(n),
+                None => return Err(ApiError::bad_request()),
+            },
+            Some(_) => return Err(ApiError::bad_request()),
+        };
+        let c = self
+            .consumers
+            .get_mut(name)
+            .ok_or_else(ApiError::consumer_not_found)?;
+        c.set_pause(until, now);
+        let paused = c.paused(now);
+        self.changes.push(ConsumerChange::Upserted(name.to_owned()));
+        let mut v = json!({
+            "paused": paused.is_some(),
+            // nats-server sends Go's zero time when not paused.
+            "pause_until": paused.map_or_else(|| "0001-01-01T00:00:00Z".to_owned(), rfc3339_nanos),
+        });
+        if let Some(t) = paused {
+            v["pause_remaining"] = json!(t - now);
+        }
+        Ok(v)
+    }
+
     /// `CONSUMER.DELETE`.
     ///
     /// # Errors

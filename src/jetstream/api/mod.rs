@@ -51,6 +51,8 @@ pub enum ApiCall {
     ConsumerInfo(String, String),
     /// `CONSUMER.DELETE.<S>.<C>`.
     ConsumerDelete(String, String),
+    /// `CONSUMER.PAUSE.<S>.<C>`.
+    ConsumerPause(String, String),
     /// `CONSUMER.NAMES.<S>`.
     ConsumerNames(String),
     /// `CONSUMER.LIST.<S>`.
@@ -106,6 +108,7 @@ impl ApiCall {
             },
             ["CONSUMER", "INFO", n, c] => ApiCall::ConsumerInfo(s(n), s(c)),
             ["CONSUMER", "DELETE", n, c] => ApiCall::ConsumerDelete(s(n), s(c)),
+            ["CONSUMER", "PAUSE", n, c] => ApiCall::ConsumerPause(s(n), s(c)),
             ["CONSUMER", "NAMES", n] => ApiCall::ConsumerNames(s(n)),
             ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
             ["CONSUMER", "MSG", "NEXT", n, c] => ApiCall::MsgNext(s(n), s(c)),
@@ -125,6 +128,7 @@ impl ApiCall {
             | ApiCall::ConsumerCreate { stream: s, .. }
             | ApiCall::ConsumerInfo(s, _)
             | ApiCall::ConsumerDelete(s, _)
+            | ApiCall::ConsumerPause(s, _)
             | ApiCall::ConsumerNames(s)
             | ApiCall::ConsumerList(s)
             | ApiCall::MsgNext(s, _) => Some(s),
@@ -148,6 +152,7 @@ impl ApiCall {
             ApiCall::ConsumerCreate { .. } => "consumer_create",
             ApiCall::ConsumerInfo(..) => "consumer_info",
             ApiCall::ConsumerDelete(..) => "consumer_delete",
+            ApiCall::ConsumerPause(..) => "consumer_pause",
             ApiCall::ConsumerNames(_) => "consumer_names",
             ApiCall::ConsumerList(_) => "consumer_list",
             ApiCall::MsgNext(..) => "consumer_msg_next",

@@ -96,6 +96,8 @@ pub struct ConsumerConfig {
     pub mem_storage: bool,
     /// User metadata plus the server-owned `_nats.*` keys.
     pub metadata: BTreeMap<String, String>,
+    /// Paused until this time (RFC 3339 as given; `CONSUMER.PAUSE` sets and clears it).
+    pub pause_until: Option<String>,
 }
 
 /// The request form of a consumer configuration: every field optional, unknown fields ignored.
@@ -131,6 +133,7 @@ struct RawConsumerConfig {
     num_replicas: Option<i64>,
     mem_storage: Option<bool>,
     metadata: Option<BTreeMap<String, String>>,
+    pause_until: Option<String>,
 }
 
 impl TryFrom<RawConsumerConfig> for ConsumerConfig {
@@ -142,6 +145,14 @@ impl TryFrom<RawConsumerConfig> for ConsumerConfig {
             Some(t) => match parse_rfc3339(&t) {
                 None => return Err(format!("parsing time {t:?} as RFC 3339 failed")),
                 // The zero time is the clients' "unset".
+                Some(0) => None,
+                Some(_) => Some(t),
+            },
+        };
+        let pause_until = match non_empty(r.pause_until) {
+            None => None,
+            Some(t) => match parse_rfc3339(&t) {
+                None => return Err(format!("parsing time {t:?} as RFC 3339 failed")),
                 Some(0) => None,
                 Some(_) => Some(t),
             },
@@ -176,6 +187,7 @@ impl TryFrom<RawConsumerConfig> for ConsumerConfig {
             num_replicas: r.num_replicas.unwrap_or(0),
             mem_storage: r.mem_storage.unwrap_or(false),
             metadata: r.metadata.unwrap_or_default(),
+            pause_until,
         })
     }
 }
@@ -598,8 +610,9 @@ impl ConsumerConfig {
             return Err(ApiError::replicas_not_supported());
         }
 
-        // Level 0: the level-1 consumer features (pause, priority groups) are not supported.
-        set_server_metadata(&mut self.metadata, 0, server_version);
+        // Pausing is an API level 1 feature (priority groups, also level 1, are refused).
+        let level = u32::from(self.pause_until.is_some());
+        set_server_metadata(&mut self.metadata, level, server_version);
         if metadata_size(&self.metadata) > MAX_METADATA_SIZE {
             return policy("consumer metadata exceeds maximum size of 128 KiB".into());
         }
@@ -779,6 +792,8 @@ struct ConsumerConfigView<'a> {
     mem_storage: bool,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     metadata: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause_until: Option<&'a str>,
 }
 
 impl Serialize for ConsumerConfig {
@@ -813,6 +828,7 @@ impl Serialize for ConsumerConfig {
             num_replicas: self.num_replicas,
             mem_storage: self.mem_storage,
             metadata: &self.metadata,
+            pause_until: self.pause_until.as_deref(),
         }
         .serialize(s)
     }

@@ -838,6 +838,12 @@ impl Worker {
                 self.persist_changes(st);
                 r
             }
+            ApiCall::ConsumerPause(_, c) => {
+                let body = optional_body(payload)?;
+                let r = st.consumer_pause(c, body.as_ref(), now);
+                self.persist_changes(st);
+                r
+            }
             ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
                 let body = optional_body(payload)?;
                 let (offset, _) = paging(body.as_ref());
