@@ -2168,3 +2168,33 @@ async fn a_paused_consumer_delivers_after_its_pause_or_when_resumed() {
     let v = api(&c, "$JS.API.CONSUMER.PAUSE.PZ.nope", json!({})).await;
     assert_eq!(v["error"]["err_code"], 10014, "{v}");
 }
+
+#[tokio::test]
+async fn a_durable_can_be_updated_by_name_alone() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "UPD", "subjects": ["upd"]})).await;
+    add_consumer(
+        &c,
+        "UPD",
+        "d",
+        json!({"durable_name": "d", "name": "d", "ack_policy": "explicit", "max_deliver": 10}),
+    )
+    .await;
+    // The newer clients' update: `name` only, `action: update`.
+    let v = api(
+        &c,
+        "$JS.API.CONSUMER.CREATE.UPD.d",
+        json!({"stream_name": "UPD", "action": "update",
+               "config": {"name": "d", "ack_policy": "explicit", "max_deliver": 20}}),
+    )
+    .await;
+    assert!(v.get("error").is_none(), "{v}");
+    assert_eq!(v["config"]["max_deliver"], 20);
+    // (nats-server then echoes no durable_name; sealstream keeps the consumer durable and says
+    // so: docs/compatibility.md.)
+    assert_eq!(
+        consumer_info(&c, "UPD", "d").await["config"]["max_deliver"],
+        20
+    );
+}

@@ -1019,6 +1019,15 @@ impl Stream {
             legacy_durable,
         )?;
         let mut cfg = req.config;
+        // An update of a durable that names it only by `name` (the newer clients' update
+        // call) is the same durable, as nats-server takes it.
+        if cfg.durable_name.is_none() {
+            if let Some(existing) = self.consumers.get(&name) {
+                if existing.cfg.durable_name.as_deref() == Some(name.as_str()) {
+                    cfg.durable_name = Some(name.clone());
+                }
+            }
+        }
         cfg.normalize(&self.cfg, version)?;
         for f in cfg.filters() {
             if !self

@@ -41,12 +41,7 @@ pub(crate) struct Start {
 /// Serves one accepted TCP connection until it closes.
 pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
-    let cid = shared.next_cid();
-    let client = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
-    let span = tracing::debug_span!("conn", cid, remote = %peer);
-    async move {
-        debug!("client connection created");
-        shared.register(Arc::clone(&client));
+    registered(shared, peer, |shared, client| async move {
         let nonce = shared.auth().needs_nonce().then(reader::new_nonce);
         match upgrade(&shared, &client, stream, nonce).await {
             Some(Transport::Plain(stream, start)) => {
@@ -59,13 +54,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
             }
             None => client.close(CloseReason::ProtocolViolation),
         }
-        shared.unregister(&client);
-        debug!(
-            reason = client.close_reason().map_or("", CloseReason::as_str),
-            "client connection closed"
-        );
-    }
-    .instrument(span)
+    })
     .await;
 }
 
@@ -76,12 +65,7 @@ pub(crate) async fn serve_stream<S>(shared: Arc<Shared>, stream: S, peer: Socket
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
-    let cid = shared.next_cid();
-    let client = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
-    let span = tracing::debug_span!("conn", cid, remote = %peer);
-    async move {
-        debug!("client connection created");
-        shared.register(Arc::clone(&client));
+    registered(shared, peer, |shared, client| async move {
         let start = Start {
             info_sent: false,
             tls,
@@ -91,6 +75,24 @@ where
         };
         let (r, w) = tokio::io::split(stream);
         run_halves(&shared, &client, r, w, start).await;
+    })
+    .await;
+}
+
+/// A connection's life around `body`: a new client handle for `peer`, registered with the
+/// server for as long as `body` runs, inside the connection's log span.
+async fn registered<F, Fut>(shared: Arc<Shared>, peer: SocketAddr, body: F)
+where
+    F: FnOnce(Arc<Shared>, Arc<ClientHandle>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let cid = shared.next_cid();
+    let client = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
+    let span = tracing::debug_span!("conn", cid, remote = %peer);
+    async move {
+        debug!("client connection created");
+        shared.register(Arc::clone(&client));
+        body(Arc::clone(&shared), Arc::clone(&client)).await;
         shared.unregister(&client);
         debug!(
             reason = client.close_reason().map_or("", CloseReason::as_str),
