@@ -534,12 +534,18 @@ impl Consumer {
             }
             "-NAK" => {
                 let delay = parse_nak_delay(rest);
+                let max_deliver = self.cfg.max_deliver;
                 if let Some(p) = self.pending.get_mut(&sseq) {
                     match delay {
                         Some(d) if d > 0 => p.deadline = now.saturating_add(d),
+                        _ if max_deliver <= 0 || p.deliveries < max_deliver as u64 => {
+                            // Redelivered next, before anything new: a pull taken in the
+                            // same round as this NAK must see it (as `tick` would queue it).
+                            p.deadline = i64::MAX;
+                            self.redeliver.insert(sseq);
+                        }
                         _ => {
-                            // Due now; `tick` redelivers it, or drops it from pending when its
-                            // deliveries are used up.
+                            // Deliveries used up: `tick` drops it from pending.
                             p.deadline = now;
                         }
                     }

@@ -438,3 +438,32 @@ fn a_paused_consumer_delivers_nothing_until_its_pause_ends_or_it_is_resumed() {
         .consumer_pause("c", Some(&json!({"pause_until": "soon"})), T0)
         .is_err());
 }
+
+#[test]
+fn a_nak_takes_effect_at_once_and_its_message_goes_out_before_new_ones() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    h.publish("s.2", &[], T0);
+    let first = h.pull("c", long_pull(1), "in.1", T0);
+    assert_eq!(stream_seq(&first[0]), 1);
+    // A NAK takes effect at once, not at the next timer pass: delivery right after it
+    // (no consumer tick between) redelivers the NAKed message before anything new.
+    let subject = first[0].reply.clone().unwrap();
+    h.st.ack(&subject, b"-NAK", None, &mut h.out, T0 + MS);
+    h.st.pull(
+        "c",
+        long_pull(1).to_string().as_bytes(),
+        "in.2",
+        &mut h.out,
+        T0 + MS,
+    );
+    h.st.run_consumers(&mut h.out, T0 + MS);
+    let again = h.out.delivered("in.2");
+    assert_eq!(again.len(), 1);
+    assert_eq!((stream_seq(&again[0]), delivery_count(&again[0])), (1, 2));
+}
