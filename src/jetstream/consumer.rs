@@ -288,13 +288,20 @@ impl Consumer {
     }
 
     fn next_matching(&self, store: &dyn StreamStore, from: u64) -> Option<StoredMsg> {
+        let next = |f: &str| match store.next_by_subject(from, f) {
+            Ok(m) => m,
+            Err(e) => {
+                // Logged: a failed read looks like "nothing new" to the caller.
+                tracing::warn!(consumer = %self.name, from, error = %e, "delivery read failed");
+                None
+            }
+        };
         if self.filters.len() <= 1 {
-            let f = self.filters.first().map_or(">", String::as_str);
-            return store.next_by_subject(from, f).ok().flatten();
+            return next(self.filters.first().map_or(">", String::as_str));
         }
         self.filters
             .iter()
-            .filter_map(|f| store.next_by_subject(from, f).ok().flatten())
+            .filter_map(|f| next(f))
             .min_by_key(|m| m.seq)
     }
 
@@ -1030,20 +1037,30 @@ impl Consumer {
     /// the next new matching message.
     fn pick(&mut self, store: &dyn StreamStore) -> Option<(StoredMsg, bool)> {
         while let Some(seq) = self.redeliver.iter().next().copied() {
-            match store.get(seq).ok().flatten() {
-                Some(m) => return Some((m, true)),
-                None => {
+            match store.get(seq) {
+                Ok(Some(m)) => return Some((m, true)),
+                Ok(None) => {
                     // Removed from the stream meanwhile: nothing left to redeliver.
                     self.redeliver.remove(&seq);
                     self.pending.remove(&seq);
                 }
+                // A read that failed is not a removal: the message stays pending and is
+                // tried again on the next round.
+                Err(e) => {
+                    tracing::warn!(consumer = %self.name, seq, error = %e, "redelivery read failed");
+                    return None;
+                }
             }
         }
         while let Some(seq) = self.lps.front().copied() {
-            match store.get(seq).ok().flatten() {
-                Some(m) => return Some((m, false)),
-                None => {
+            match store.get(seq) {
+                Ok(Some(m)) => return Some((m, false)),
+                Ok(None) => {
                     self.lps.pop_front();
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = %self.name, seq, error = %e, "delivery read failed");
+                    return None;
                 }
             }
         }
