@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
@@ -67,12 +67,32 @@ pub(crate) async fn bind_clients(shared: &Shared) -> Result<TcpListener, ServerE
     bind(&shared.opts.host, shared.opts.port, "client connections").await
 }
 
-/// Accepts clients until `stop` is cancelled.
+/// Accepts clients until `stop` is cancelled and hands each to `serve` on its own task.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     stop: CancellationToken,
 ) {
+    accept_with(listener, shared, stop, true, |shared, stream, peer| {
+        conn::serve(shared, stream, peer)
+    })
+    .await;
+}
+
+/// The accept loop every client listener runs: `max_connections` is checked before anything
+/// else (a refused client gets `-ERR 'maximum connections exceeded'` when `refuse_in_band`,
+/// otherwise the socket is just closed — a WebSocket peer expects HTTP, not protocol text),
+/// throttled addresses wait, and accept errors back off instead of spinning.
+pub(crate) async fn accept_with<F, Fut>(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    refuse_in_band: bool,
+    serve: F,
+) where
+    F: Fn(Arc<Shared>, TcpStream, SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let mut backoff = Duration::from_millis(5);
     loop {
         let accepted = tokio::select! {
@@ -84,20 +104,23 @@ pub(crate) async fn accept_loop(
                 backoff = Duration::from_millis(5);
                 if shared.num_clients() >= shared.limits.max_connections {
                     warn!(remote = %peer, "maximum connections exceeded, refusing client");
-                    tokio::spawn(async move {
-                        let msg = format!("-ERR '{}'\r\n", perr::MAX_CONNECTIONS_EXCEEDED);
-                        let _ = stream.write_all(msg.as_bytes()).await;
-                        let _ = stream.shutdown().await;
-                    });
+                    if refuse_in_band {
+                        tokio::spawn(async move {
+                            let msg = format!("-ERR '{}'\r\n", perr::MAX_CONNECTIONS_EXCEEDED);
+                            let _ = stream.write_all(msg.as_bytes()).await;
+                            let _ = stream.shutdown().await;
+                        });
+                    }
                     continue;
                 }
                 debug!(remote = %peer, "accepted client");
-                let shared = Arc::clone(&shared);
+                let throttled = shared.auth_throttled(peer.ip());
+                let task = serve(Arc::clone(&shared), stream, peer);
                 tokio::spawn(async move {
-                    if shared.auth_throttled(peer.ip()) {
+                    if throttled {
                         tokio::time::sleep(super::AUTH_THROTTLE_DELAY).await;
                     }
-                    conn::serve(shared, stream, peer).await;
+                    task.await;
                 });
             }
             Err(e) => {

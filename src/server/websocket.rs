@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::debug;
 
 use crate::config::options::WebsocketOptions;
 
@@ -54,43 +54,25 @@ const CLOSE_PROTOCOL: u16 = 1002;
 /// Close status: normal.
 const CLOSE_NORMAL: u16 = 1000;
 
-/// Accepts WebSocket clients until `stop` is cancelled.
+/// Accepts WebSocket clients until `stop` is cancelled (the client port's accept loop, with a
+/// refused peer's socket simply closed).
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     tls: Option<Arc<TlsSetup>>,
     stop: CancellationToken,
 ) {
-    let mut backoff = std::time::Duration::from_millis(5);
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                backoff = std::time::Duration::from_millis(5);
-                if shared.num_clients() >= shared.limits.max_connections {
-                    warn!(remote = %peer, "maximum connections exceeded, refusing websocket client");
-                    continue;
-                }
-                let _ = stream.set_nodelay(true);
-                let shared = Arc::clone(&shared);
-                let tls = tls.clone();
-                tokio::spawn(async move {
-                    if shared.auth_throttled(peer.ip()) {
-                        tokio::time::sleep(super::AUTH_THROTTLE_DELAY).await;
-                    }
-                    serve(shared, stream, peer, tls).await;
-                });
-            }
-            Err(e) => {
-                error!(error = %e, "websocket accept failed; backing off {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
-            }
-        }
-    }
+    super::listener::accept_with(
+        listener,
+        shared,
+        stop,
+        false,
+        move |shared, stream, peer| {
+            let _ = stream.set_nodelay(true);
+            serve(shared, stream, peer, tls.clone())
+        },
+    )
+    .await;
 }
 
 async fn serve(
