@@ -13,6 +13,10 @@ use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 const NAME: &str = "sealstream-server";
 
+/// mimalloc instead of glibc malloc: see `Cargo.toml` and docs/PERFORMANCE.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match CliArgs::parse(std::env::args().skip(1)) {
         Ok(a) => a,

@@ -14,8 +14,10 @@
 //!   connection. Stream threads and the API thread route into streams too (a PubAck sent to a
 //!   subject that is itself a stream's): they never wait, so no thread waits on itself.
 //! - **Core fan-out (producer stall).** A delivery that leaves a subscriber's outbound queue
-//!   above its high-water mark (half of `max_pending`) reports the subscriber; the reader waits
-//!   up to [`STALL_MAX`] for that queue to drain below the mark before reading on. A receiver
+//!   above its high-water mark (half of `max_pending`, at most 1 MiB) reports the subscriber;
+//!   the reader waits up to [`STALL_MAX`] for that queue to drain below the mark before
+//!   reading on (the writer reports progress per system call, so it resumes as soon as the
+//!   queue dips below the mark). A receiver
 //!   that keeps reading paces the publisher; one that stops reading fills to `max_pending` and
 //!   is cut as a slow consumer, as before.
 

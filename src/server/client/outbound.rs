@@ -30,12 +30,21 @@ pub(crate) const ZERO_COPY_THRESHOLD: usize = 16 * 1024;
 /// the doubling-and-copying of one ever-growing buffer.
 const TAIL_CHUNK: usize = 64 * 1024;
 
+/// The high-water mark is half of `max_pending`, but never more than this. A publisher that
+/// outruns a reading subscriber is paced once about this much is queued for it, so the
+/// backlog stays small enough to be written from cache: with the mark at half of the default
+/// 64 MiB `max_pending`, 1→4 fan-out of 1 KiB messages ran at 0.6–0.75× of the rate it reaches
+/// with 1 MiB, and every subscriber held 32 MiB (docs/PERFORMANCE.md, stop 13). A subscriber
+/// that stops reading is still cut at `max_pending` or by `write_deadline`, as before.
+pub(crate) const HIGH_WATER_MAX: usize = 1 << 20;
+
 /// A push that was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pushed {
     /// The caller must [`Outbound::wake`] the writer (first push of a dirty period).
     pub(crate) wake: bool,
-    /// The queue is now above its high-water mark (half of `max_pending`): the publisher
+    /// The queue is now above its high-water mark (half of `max_pending`, at most
+    /// [`HIGH_WATER_MAX`]): the publisher
     /// should stall briefly (see `server::backpressure`).
     pub(crate) above_high_water: bool,
 }
@@ -107,7 +116,7 @@ impl Outbound {
     }
 
     fn high_water(&self) -> usize {
-        self.max_pending / 2
+        (self.max_pending / 2).min(HIGH_WATER_MAX)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

@@ -28,9 +28,12 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
     loop {
         let batch = client.outbound.take();
         if batch.bytes > 0 && (!batch.closed || flush_on_close(&client)) {
-            let n = batch.bytes;
-            match tokio::time::timeout(deadline, write_all(&mut w, batch.chunks)).await {
-                Ok(Ok(())) => client.outbound.written(n),
+            // Progress is reported per system call, not per batch: a publisher stalled on this
+            // queue's high-water mark (server/backpressure.rs) resumes as soon as the queue
+            // drains below it, not only after the whole batch is on the socket.
+            let written = |n| client.outbound.written(n);
+            match tokio::time::timeout(deadline, write_all(&mut w, batch.chunks, written)).await {
+                Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     debug!(error = %e, "write failed");
                     client.close(CloseReason::IoError);
@@ -53,10 +56,12 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
     let _ = tokio::time::timeout(deadline, w.shutdown()).await;
 }
 
-/// Writes every chunk, coping with partial vectored writes.
+/// Writes every chunk, coping with partial vectored writes; `written` hears each system
+/// call's byte count.
 async fn write_all<W: AsyncWrite + Unpin>(
     w: &mut W,
     mut chunks: Vec<Bytes>,
+    written: impl Fn(usize),
 ) -> std::io::Result<()> {
     let mut start = 0;
     while start < chunks.len() {
@@ -71,6 +76,7 @@ async fn write_all<W: AsyncWrite + Unpin>(
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
+        written(n);
         while n > 0 {
             let Some(c) = chunks.get_mut(start) else {
                 break;

@@ -285,7 +285,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         (
             "sealstream_producer_stalls_total",
             "counter",
-            "Read batches after which a publisher waited (at most 50 ms) for a subscriber above half of max_pending to drain.",
+            "Read batches after which a publisher waited (at most 50 ms) for a subscriber above its high-water mark (half of max_pending, at most 1 MiB) to drain.",
             crate::server::backpressure::PRODUCER_STALLS.load(Ordering::Relaxed),
         ),
         (
