@@ -89,7 +89,8 @@ async fn metrics_parse_as_prometheus_text() {
     let c = async_nats::connect(s.url()).await.unwrap();
     create_stream(&c, r#"{"name":"M","subjects":["m.>"],"max_bytes":1000000}"#).await;
     for i in 0..5 {
-        publish_ack(&c, &format!("m.{i}"), &[], "payload").await;
+        let id = format!("id-{i}");
+        publish_ack(&c, &format!("m.{i}"), &[("Nats-Msg-Id", &id)], "payload").await;
     }
     api_ok(
         &c,
@@ -133,6 +134,8 @@ assert val("sealstream_stream_messages", stream="M") == 5
 assert val("sealstream_consumer_num_pending", stream="M", consumer="w") == 0
 assert val("sealstream_jetstream_ack_pending") == 5
 assert val("sealstream_jetstream_pull_requests_waiting") == 1
+assert val("sealstream_jetstream_dedupe_ids") == 5
+assert [s.value for f in fams.values() for s in f.samples if s.name == "sealstream_jetstream_dedupe_early_evictions_total"] == [0]
 assert val("sealstream_jetstream_api_pending_bytes") == 0
 assert val("sealstream_jetstream_intake_pending_bytes") == 0
 assert 0 < val("sealstream_stream_limit_usage_ratio", stream="M", limit="max_bytes") < 1

@@ -29,6 +29,22 @@ const FLOW_CONTROL_BYTES: u64 = 2 << 20;
 /// How often a push consumer without interest checks again.
 const INTEREST_POLL_NS: i64 = 100_000_000;
 
+/// The most messages one consumer holds delivered and unacknowledged, whatever its
+/// `max_ack_pending` says (`-1`, unlimited, included): each costs a pending entry (~80 bytes),
+/// so a consumer's pending state stays under ~80 MiB. At the ceiling delivery waits for acks,
+/// exactly as at a configured `max_ack_pending`; nothing is dropped. `/metrics` counts what
+/// is pending (`sealstream_jetstream_ack_pending`).
+pub const ACK_PENDING_CEILING: i64 = 1_000_000;
+
+/// The pending limit a consumer configured with `max_ack_pending` runs under.
+fn ack_pending_limit(max_ack_pending: i64) -> i64 {
+    if max_ack_pending > 0 {
+        max_ack_pending.min(ACK_PENDING_CEILING)
+    } else {
+        ACK_PENDING_CEILING
+    }
+}
+
 /// One delivery waiting for its ack.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 struct Pending {
@@ -317,6 +333,11 @@ impl Consumer {
 
     fn acks(&self) -> bool {
         self.cfg.ack_policy != AckPolicy::None
+    }
+
+    /// `max_ack_pending`, or [`ACK_PENDING_CEILING`] when that is lower or unlimited.
+    fn ack_pending_limit(&self) -> i64 {
+        ack_pending_limit(self.cfg.max_ack_pending)
     }
 
     /// Matching messages not yet delivered.
@@ -844,8 +865,7 @@ impl Consumer {
                 }
             };
             if self.acks()
-                && self.cfg.max_ack_pending > 0
-                && self.pending.len() as i64 >= self.cfg.max_ack_pending
+                && self.pending.len() as i64 >= self.ack_pending_limit()
                 && self.redeliver.is_empty()
             {
                 break;
@@ -1128,6 +1148,14 @@ mod tests {
         assert_eq!(pull_heartbeat(0), 0);
         assert_eq!(pull_heartbeat(1), MIN_PULL_HEARTBEAT_NS);
         assert_eq!(pull_heartbeat(5_000_000_000), 5_000_000_000);
+    }
+
+    #[test]
+    fn unlimited_ack_pending_runs_under_the_ceiling() {
+        assert_eq!(ack_pending_limit(-1), ACK_PENDING_CEILING);
+        assert_eq!(ack_pending_limit(0), ACK_PENDING_CEILING);
+        assert_eq!(ack_pending_limit(20), 20);
+        assert_eq!(ack_pending_limit(i64::MAX), ACK_PENDING_CEILING);
     }
 
     #[test]

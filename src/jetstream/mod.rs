@@ -20,7 +20,7 @@ pub mod ack_subject;
 pub mod api;
 pub mod config;
 pub mod consumer;
-mod dedupe;
+pub mod dedupe;
 #[cfg(test)]
 mod engine_tests;
 pub mod stream;
