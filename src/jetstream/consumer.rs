@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::ack_subject::AckSubject;
+use super::api::types::{ConsumerInfo, SequenceInfo};
 use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
 use super::Sink;
 use crate::store::{StoredMsg, StreamStore};
@@ -375,38 +376,34 @@ impl Consumer {
     }
 
     /// The consumer info reply body (without `type`).
-    pub fn info(&self, stream: &str, store: &dyn StreamStore, now: i64) -> Value {
+    pub fn info(&self, stream: &str, store: &dyn StreamStore, now: i64) -> ConsumerInfo {
         let (fc, fs) = self.ack_floor();
-        let mut delivered = json!({"consumer_seq": self.cseq, "stream_seq": self.delivered_sseq});
-        if let Some(t) = self.last_delivery_active {
-            delivered["last_active"] = json!(rfc3339_nanos(t));
-        }
-        let mut ack_floor = json!({"consumer_seq": fc, "stream_seq": fs});
-        if let Some(t) = self.last_ack_active {
-            ack_floor["last_active"] = json!(rfc3339_nanos(t));
-        }
-        let mut v = json!({
-            "stream_name": stream,
-            "name": self.name,
-            "created": rfc3339_nanos(self.created),
-            "config": self.cfg,
-            "delivered": delivered,
-            "ack_floor": ack_floor,
-            "num_ack_pending": self.pending.len(),
-            "num_redelivered": self.pending.values().filter(|p| p.deliveries > 1).count()
+        let paused = self.paused(now);
+        ConsumerInfo {
+            stream_name: stream.to_owned(),
+            name: self.name.clone(),
+            created: rfc3339_nanos(self.created),
+            config: self.cfg.clone(),
+            delivered: SequenceInfo {
+                consumer_seq: self.cseq,
+                stream_seq: self.delivered_sseq,
+                last_active: self.last_delivery_active.map(rfc3339_nanos),
+            },
+            ack_floor: SequenceInfo {
+                consumer_seq: fc,
+                stream_seq: fs,
+                last_active: self.last_ack_active.map(rfc3339_nanos),
+            },
+            num_ack_pending: self.pending.len(),
+            num_redelivered: self.pending.values().filter(|p| p.deliveries > 1).count()
                 + self.exhausted.len(),
-            "num_waiting": self.waiting.len(),
-            "num_pending": self.num_pending(store),
-            "ts": rfc3339_nanos(now),
-        });
-        if self.push.as_ref().is_some_and(|p| p.bound) {
-            v["push_bound"] = json!(true);
+            num_waiting: self.waiting.len(),
+            num_pending: self.num_pending(store),
+            ts: rfc3339_nanos(now),
+            push_bound: self.push.as_ref().is_some_and(|p| p.bound),
+            paused: paused.is_some(),
+            pause_remaining: paused.map(|t| t - now),
         }
-        if let Some(t) = self.paused(now) {
-            v["paused"] = json!(true);
-            v["pause_remaining"] = json!(t - now);
-        }
-        v
     }
 
     // ---------------------------------------------------------------- persistence

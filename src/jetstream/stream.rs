@@ -18,6 +18,9 @@ use data_encoding::BASE64;
 use serde_json::{json, Value};
 
 use super::ack_subject::AckSubject;
+use super::api::types::{
+    ClusterInfo, ConsumerInfo, MsgGetRequest, StreamInfo, StreamInfoRequest, StreamState,
+};
 use super::api::ApiError;
 use super::config::{
     parse_pull_request, resolve_consumer_name, Action, CreateConsumerRequest, DiscardPolicy,
@@ -744,58 +747,49 @@ impl Stream {
     // ------------------------------------------------------------------ stream API
 
     /// The stream info body (`config`, `created`, `state`, ...). `req` may ask for
-    /// `subjects_filter` and `deleted_details`.
-    pub fn info(&self, req: Option<&Value>, now: i64) -> Value {
+    /// `subjects_filter` and `deleted_details`. `cluster` is set: `STREAM.INFO` sends it, the
+    /// other replies clear it.
+    pub fn info(&self, req: &StreamInfoRequest, now: i64) -> StreamInfo {
         let st = self.store.state();
         let first_seq = if st.msgs == 0 && st.last_seq == 0 {
             0
         } else {
             st.first_seq
         };
-        let mut state = json!({
-            "messages": st.msgs,
-            "bytes": st.bytes,
-            "first_seq": first_seq,
-            "first_ts": rfc3339_nanos(if st.msgs == 0 { 0 } else { st.first_ts }),
-            "last_seq": st.last_seq,
-            "last_ts": rfc3339_nanos(st.last_ts),
-            "consumer_count": self.consumers.len(),
-        });
-        if st.num_subjects > 0 {
-            state["num_subjects"] = json!(st.num_subjects);
-        }
-        if st.num_deleted > 0 {
-            state["num_deleted"] = json!(st.num_deleted);
-        }
-        if let Some(f) = req
-            .and_then(|r| r.get("subjects_filter"))
-            .and_then(Value::as_str)
+        let subjects = req
+            .subjects_filter
+            .as_deref()
             .filter(|f| !f.is_empty())
-        {
-            let subjects: serde_json::Map<String, Value> = self
-                .store
-                .subjects_state(f)
-                .into_iter()
-                .map(|(s, ss)| (s, json!(ss.msgs)))
-                .collect();
-            state["subjects"] = Value::Object(subjects);
+            .map(|f| {
+                self.store
+                    .subjects_state(f)
+                    .into_iter()
+                    .map(|(s, ss)| (s, ss.msgs))
+                    .collect()
+            });
+        let deleted = (req.deleted_details && st.num_deleted > 0).then(|| self.deleted_seqs());
+        StreamInfo {
+            config: self.cfg.clone(),
+            created: rfc3339_nanos(self.created),
+            state: StreamState {
+                messages: st.msgs,
+                bytes: st.bytes,
+                first_seq,
+                first_ts: rfc3339_nanos(if st.msgs == 0 { 0 } else { st.first_ts }),
+                last_seq: st.last_seq,
+                last_ts: rfc3339_nanos(st.last_ts),
+                consumer_count: self.consumers.len(),
+                num_subjects: st.num_subjects,
+                num_deleted: st.num_deleted,
+                subjects,
+                deleted,
+            },
+            cluster: Some(ClusterInfo {
+                leader: self.server_name.clone(),
+            }),
+            ts: rfc3339_nanos(now),
+            did_create: false,
         }
-        if req
-            .and_then(|r| r.get("deleted_details"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            && st.num_deleted > 0
-        {
-            state["deleted"] = json!(self.deleted_seqs());
-        }
-        json!({
-            "total": 0, "offset": 0, "limit": 0,
-            "config": self.cfg,
-            "created": rfc3339_nanos(self.created),
-            "state": state,
-            "cluster": {"leader": self.server_name},
-            "ts": rfc3339_nanos(now),
-        })
     }
 
     fn deleted_seqs(&self) -> Vec<u64> {
@@ -850,17 +844,18 @@ impl Stream {
     }
 
     fn find(&self, body: Option<&Value>) -> Result<crate::store::StoredMsg, ApiError> {
-        let Some(b) = body else {
-            return Err(ApiError::bad_request());
-        };
-        let seq = b.get("seq").and_then(Value::as_u64);
-        let last = b.get("last_by_subj").and_then(Value::as_str);
-        let next = b.get("next_by_subj").and_then(Value::as_str);
-        let r = match (seq, last, next) {
-            (_, Some(s), None) if !s.is_empty() => self.store.last_by_subject(s),
-            (from, None, Some(s)) if !s.is_empty() => {
-                self.store.next_by_subject(from.unwrap_or(0).max(1), s)
-            }
+        let req: MsgGetRequest = body
+            .map(|b| serde_json::from_value(b.clone()))
+            .transpose()
+            .map_err(|_| ApiError::bad_request())?
+            .ok_or_else(ApiError::bad_request)?;
+        let r = match (
+            req.seq,
+            req.last_by_subj.filter(|s| !s.is_empty()),
+            req.next_by_subj.filter(|s| !s.is_empty()),
+        ) {
+            (_, Some(s), None) => self.store.last_by_subject(&s),
+            (from, None, Some(s)) => self.store.next_by_subject(from.unwrap_or(0).max(1), &s),
             (Some(seq), None, None) => self.store.get(seq),
             _ => return Err(ApiError::bad_request()),
         };
@@ -1008,7 +1003,7 @@ impl Stream {
         legacy_durable: bool,
         version: &str,
         now: i64,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ConsumerInfo, ApiError> {
         if !req.stream_name.is_empty() && req.stream_name != self.cfg.name {
             return Err(ApiError::stream_not_found());
         }
@@ -1095,7 +1090,7 @@ impl Stream {
     ///
     /// # Errors
     /// Consumer not found.
-    pub fn consumer_info(&self, name: &str, now: i64) -> Result<Value, ApiError> {
+    pub fn consumer_info(&self, name: &str, now: i64) -> Result<ConsumerInfo, ApiError> {
         self.consumers
             .get(name)
             .map(|c| c.info(&self.cfg.name, self.store.as_ref(), now))
@@ -1158,20 +1153,16 @@ impl Stream {
     pub fn consumer_page(&self, offset: usize, list: bool, now: i64) -> Value {
         let total = self.consumers.len();
         let limit = if list { 256 } else { 1024 };
-        let page: Vec<Value> = self
-            .consumers
-            .values()
-            .skip(offset)
-            .take(limit)
-            .map(|c| {
-                if list {
-                    c.info(&self.cfg.name, self.store.as_ref(), now)
-                } else {
-                    json!(c.name)
-                }
-            })
-            .collect();
-        json!({"total": total, "offset": offset, "limit": limit, "consumers": page})
+        let page = self.consumers.values().skip(offset).take(limit);
+        let consumers: Value = if list {
+            let infos: Vec<ConsumerInfo> = page
+                .map(|c| c.info(&self.cfg.name, self.store.as_ref(), now))
+                .collect();
+            serde_json::to_value(infos).unwrap_or(Value::Null)
+        } else {
+            page.map(|c| Value::String(c.name.clone())).collect()
+        };
+        json!({"total": total, "offset": offset, "limit": limit, "consumers": consumers})
     }
 
     /// Bytes and messages stored (account usage).

@@ -5,6 +5,7 @@
 //! of a result when the call fails. Error codes come from [`errors`] only.
 
 pub mod errors;
+pub mod types;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -190,6 +191,22 @@ pub fn ok_reply(call: &ApiCall, body: Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// A typed reply body as the JSON object [`ok_reply`] frames.
+pub fn body<T: serde::Serialize>(body: &T) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
+
+/// A typed request body; a missing or empty one is the default request. A body that does
+/// not fit the type is read as the default too: nats-server ignores fields it cannot use.
+///
+/// # Errors
+/// [`ApiError::invalid_json`] for a body that is not JSON.
+pub fn request<T: serde::de::DeserializeOwned + Default>(payload: &[u8]) -> Result<T, ApiError> {
+    Ok(optional_body(payload)?
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default())
+}
+
 /// An error reply for `call`.
 pub fn err_reply(call: &ApiCall, e: &ApiError) -> Bytes {
     let mut body = json!({ "error": e.to_json() });
@@ -221,16 +238,22 @@ pub fn optional_body(payload: &[u8]) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// Turns a `STREAM.INFO` body into the shape create/update/list replies carry: no paging keys
-/// and no `cluster` (nats-server sends those only for `STREAM.INFO`); `did_create` when asked.
-pub fn info_for_reply(info: &mut Value, did_create: bool) {
-    if let Value::Object(m) = info {
-        for k in ["total", "offset", "limit", "cluster"] {
-            m.remove(k);
-        }
-        if did_create {
-            m.insert("did_create".into(), Value::Bool(true));
-        }
+/// Turns stream info into the shape create/update/list replies carry: no `cluster`
+/// (nats-server sends it, and the paging keys, only for `STREAM.INFO`); `did_create` when
+/// asked.
+pub fn info_for_reply(info: &mut types::StreamInfo, did_create: bool) {
+    info.cluster = None;
+    info.did_create = did_create;
+}
+
+/// The `STREAM.INFO` reply body: the info with the (always zero) paging keys nats-server
+/// sends with it.
+pub fn stream_info_reply(info: types::StreamInfo) -> types::Paged<types::StreamInfo> {
+    types::Paged {
+        total: 0,
+        offset: 0,
+        limit: 0,
+        body: info,
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::jetstream::api::{
-    err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
+    body, err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
 use crate::jetstream::{Sink, API_LEVEL};
@@ -222,7 +222,7 @@ fn create(
             .recv_timeout(Duration::from_secs(10))
             .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
         info_for_reply(&mut info, true);
-        return Ok(info);
+        return Ok(body(&info));
     }
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
@@ -235,7 +235,7 @@ fn create(
     check_reservation(js, acc, &cfg)?;
     let info = stream_worker::create(js, acc, cfg)?;
     info!(account = %acc.name, stream = %name, "stream created");
-    Ok(info)
+    Ok(body(&info))
 }
 
 /// Refuses a stream whose `max_bytes` cannot fit the account's or the server's storage
@@ -295,7 +295,7 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
     acc.streams.insert(Arc::new(cur.updated(cfg, subs)));
     let mut info = info;
     info_for_reply(&mut info, false);
-    Ok(info)
+    Ok(body(&info))
 }
 
 fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value, ApiError> {

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
 
 use bytes::Bytes;
-use serde_json::Value;
 
+use crate::jetstream::api::types::StreamInfo;
 use crate::jetstream::api::{ApiCall, ApiError};
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::stream::Incoming;
@@ -33,9 +33,9 @@ pub(crate) enum Cmd {
     /// A flow-control reply.
     FlowControl { subject: String },
     /// Stream info for `STREAM.LIST` / create replies.
-    Info(SyncSender<Value>),
+    Info(SyncSender<StreamInfo>),
     /// A validated config update; answers with the info or the error.
-    Update(Box<StreamConfig>, SyncSender<Result<Value, ApiError>>),
+    Update(Box<StreamConfig>, SyncSender<Result<StreamInfo, ApiError>>),
     /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
     Snapshot(std::sync::mpsc::SyncSender<()>),
     /// Stop: close the store, persist consumers; signal when done.

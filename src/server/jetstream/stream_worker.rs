@@ -17,8 +17,10 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
+use crate::jetstream::api::types::{StreamInfo, StreamInfoRequest};
 use crate::jetstream::api::{
-    err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
+    body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, stream_info_reply,
+    ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
@@ -265,7 +267,7 @@ pub(crate) fn spawn(
 /// The stream's view for monitoring.
 fn published(st: &Stream, now: i64) -> Published {
     Published {
-        info: st.info(None, now),
+        info: st.info(&StreamInfoRequest::default(), now),
         consumers: st
             .consumers
             .values()
@@ -447,10 +449,12 @@ impl Worker {
                 }
                 Cmd::FlowControl { subject } => st.flow_control(&subject),
                 Cmd::Info(tx) => {
-                    let _ = tx.send(st.info(None, now));
+                    let _ = tx.send(st.info(&StreamInfoRequest::default(), now));
                 }
                 Cmd::Update(cfg, tx) => {
-                    let r = st.update(*cfg).map(|()| st.info(None, now));
+                    let r = st
+                        .update(*cfg)
+                        .map(|()| st.info(&StreamInfoRequest::default(), now));
                     if r.is_ok() {
                         self.persist_stream_config(st);
                     }
@@ -784,8 +788,8 @@ impl Worker {
     ) -> Result<Value, ApiError> {
         match call {
             ApiCall::StreamInfo(_) => {
-                let body = optional_body(payload)?;
-                Ok(st.info(body.as_ref(), now))
+                let req: StreamInfoRequest = request(payload)?;
+                Ok(body(&stream_info_reply(st.info(&req, now))))
             }
             ApiCall::StreamPurge(_) => {
                 let body = optional_body(payload)?;
@@ -827,12 +831,10 @@ impl Worker {
                 self.persist_changes(st);
                 let (bytes, msgs) = st.usage();
                 self.set_usage(bytes, msgs, st.consumers.len() as u64);
-                if let Value::Object(m) = &mut info {
-                    m.remove("push_bound");
-                }
-                Ok(info)
+                info.push_bound = false;
+                Ok(body(&info))
             }
-            ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now),
+            ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now).map(|i| body(&i)),
             ApiCall::ConsumerDelete(_, c) => {
                 let r = st.consumer_delete(c, &mut self.sink);
                 self.persist_changes(st);
@@ -862,7 +864,7 @@ pub(crate) fn create(
     js: &Arc<JetStream>,
     acc: &Arc<AccountJs>,
     cfg: StreamConfig,
-) -> Result<Value, ApiError> {
+) -> Result<StreamInfo, ApiError> {
     let now = now_nanos();
     let (store, id): (Box<dyn StreamStore>, Option<StreamId>) = match cfg.storage {
         StorageType::Memory => (mem_store(&cfg), None),
@@ -882,7 +884,7 @@ pub(crate) fn create(
         }
     };
     let stream = Stream::new(cfg, now, store, &js.server_name, now);
-    let mut info = stream.info(None, now);
+    let mut info = stream.info(&StreamInfoRequest::default(), now);
     spawn(js, acc, stream, id, HashMap::new());
     info_for_reply(&mut info, true);
     Ok(info)

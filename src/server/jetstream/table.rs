@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
-use serde_json::Value;
-
+use crate::jetstream::api::types::{ConsumerInfo, StreamInfo};
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::stream::Stream;
 use crate::server::account::Subscription;
@@ -79,9 +78,9 @@ pub(crate) struct UsageTotals {
 #[derive(Default)]
 pub(crate) struct Published {
     /// Stream info (`config`, `created`, `state`, `cluster`), as `STREAM.INFO` gives it.
-    pub(crate) info: Value,
+    pub(crate) info: StreamInfo,
     /// Each consumer's info.
-    pub(crate) consumers: Vec<Value>,
+    pub(crate) consumers: Vec<ConsumerInfo>,
 }
 
 /// The last [`Published`] view of one stream. Its lock is a leaf held for one `Arc` swap.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
+use crate::jetstream::api::types::{ConsumerInfo, StreamInfo, StreamState};
 use crate::jetstream::config::StorageType;
 use crate::server::jetstream::{AccountJs, Cmd, JetStream, Published, StreamRef};
 use crate::server::Shared;
@@ -27,6 +28,9 @@ fn now_string() -> String {
     )
 }
 
+/// A per-consumer gauge: its name, how to read it off the consumer's info, its help text.
+type ConsumerFigure = (&'static str, fn(&ConsumerInfo) -> u64, &'static str);
+
 /// One stream's figures, from the snapshot it published.
 struct StreamFigures {
     account: String,
@@ -38,8 +42,12 @@ struct StreamFigures {
 }
 
 impl StreamFigures {
-    fn info(&self) -> &Value {
+    fn info(&self) -> &StreamInfo {
         &self.snapshot.info
+    }
+
+    fn state(&self) -> &StreamState {
+        &self.snapshot.info.state
     }
 }
 
@@ -89,14 +97,6 @@ fn collect(js: &JetStream) -> Vec<StreamFigures> {
     out
 }
 
-fn u(v: &Value, path: &[&str]) -> u64 {
-    let mut cur = v;
-    for p in path {
-        cur = &cur[*p];
-    }
-    cur.as_u64().unwrap_or(0)
-}
-
 fn account_usage(acc: &AccountJs) -> (u64, u64, usize, u64) {
     (
         acc.used.memory.load(Ordering::Relaxed),
@@ -123,14 +123,14 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
     let figures = collect(js);
     let (mut memory, mut storage, mut messages, mut bytes, mut consumers) = (0, 0, 0, 0, 0);
     for f in &figures {
-        let b = u(f.info(), &["state", "bytes"]);
+        let b = f.state().bytes;
         match f.storage {
             StorageType::Memory => memory += b,
             StorageType::File => storage += b,
         }
-        messages += u(f.info(), &["state", "messages"]);
+        messages += f.state().messages;
         bytes += b;
-        consumers += u(f.info(), &["state", "consumer_count"]);
+        consumers += f.state().consumer_count as u64;
     }
     let accounts = js.accounts();
     let enabled: Vec<_> = accounts.iter().filter(|a| a.limits().is_some()).collect();
@@ -190,12 +190,12 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
                     .map(|f| {
                         let mut s = json!({
                             "name": f.name,
-                            "created": f.info()["created"],
-                            "cluster": f.info()["cluster"],
-                            "state": f.info()["state"],
+                            "created": f.info().created,
+                            "cluster": f.info().cluster,
+                            "state": f.state(),
                         });
                         if flag("config") {
-                            s["config"] = f.info()["config"].clone();
+                            s["config"] = json!(f.info().config);
                         }
                         if want_consumers {
                             s["consumer_detail"] = json!(f.snapshot.consumers);
@@ -421,13 +421,13 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     let figures = collect(js);
     let (mut file, mut mem, mut msgs, mut consumers) = (0, 0, 0, 0);
     for f in &figures {
-        let b = u(f.info(), &["state", "bytes"]);
+        let b = f.state().bytes;
         match f.storage {
             StorageType::File => file += b,
             StorageType::Memory => mem += b,
         }
-        msgs += u(f.info(), &["state", "messages"]);
-        consumers += u(f.info(), &["state", "consumer_count"]);
+        msgs += f.state().messages;
+        consumers += f.state().consumer_count as u64;
     }
     metric(
         &mut o,
@@ -459,8 +459,8 @@ pub(crate) fn metrics(shared: &Shared) -> String {
     let _ = writeln!(o, "sealstream_jetstream_api_pending_bytes {api}");
     let (mut ack_pending, mut waiting) = (0, 0);
     for c in figures.iter().flat_map(|f| f.snapshot.consumers.iter()) {
-        ack_pending += u(c, &["num_ack_pending"]);
-        waiting += u(c, &["num_waiting"]);
+        ack_pending += c.num_ack_pending;
+        waiting += c.num_waiting;
     }
     metric(
         &mut o,
@@ -557,7 +557,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
             "sealstream_stream_messages{{account=\"{}\",stream=\"{}\"}} {}",
             label(&f.account),
             label(&f.name),
-            u(f.info(), &["state", "messages"])
+            f.state().messages
         );
     }
     metric(
@@ -572,7 +572,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
             "sealstream_stream_bytes{{account=\"{}\",stream=\"{}\"}} {}",
             label(&f.account),
             label(&f.name),
-            u(f.info(), &["state", "bytes"])
+            f.state().bytes
         );
     }
     metric(
@@ -582,10 +582,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         "Share of a stream limit in use (streams with that limit only).",
     );
     for f in &figures {
-        let (m, b) = (
-            u(f.info(), &["state", "messages"]),
-            u(f.info(), &["state", "bytes"]),
-        );
+        let (m, b) = (f.state().messages, f.state().bytes);
         if f.max_msgs > 0 {
             let _ = writeln!(o, "sealstream_stream_limit_usage_ratio{{account=\"{}\",stream=\"{}\",limit=\"max_msgs\"}} {}", label(&f.account), label(&f.name), m as f64 / f.max_msgs as f64);
         }
@@ -593,28 +590,29 @@ pub(crate) fn metrics(shared: &Shared) -> String {
             let _ = writeln!(o, "sealstream_stream_limit_usage_ratio{{account=\"{}\",stream=\"{}\",limit=\"max_bytes\"}} {}", label(&f.account), label(&f.name), b as f64 / f.max_bytes as f64);
         }
     }
-    for (name, key, help) in [
+    let figure: [ConsumerFigure; 4] = [
         (
             "sealstream_consumer_num_pending",
-            "num_pending",
+            |c| c.num_pending,
             "Matching messages not yet delivered.",
         ),
         (
             "sealstream_consumer_num_ack_pending",
-            "num_ack_pending",
+            |c| c.num_ack_pending as u64,
             "Delivered messages waiting for an ack.",
         ),
         (
             "sealstream_consumer_num_redelivered",
-            "num_redelivered",
+            |c| c.num_redelivered as u64,
             "Pending messages delivered more than once.",
         ),
         (
             "sealstream_consumer_num_waiting",
-            "num_waiting",
+            |c| c.num_waiting as u64,
             "Queued pull requests.",
         ),
-    ] {
+    ];
+    for (name, key, help) in figure {
         metric(&mut o, name, "gauge", help);
         for f in &figures {
             for c in &f.snapshot.consumers {
@@ -623,8 +621,8 @@ pub(crate) fn metrics(shared: &Shared) -> String {
                     "{name}{{account=\"{}\",stream=\"{}\",consumer=\"{}\"}} {}",
                     label(&f.account),
                     label(&f.name),
-                    label(c["name"].as_str().unwrap_or("")),
-                    c[key].as_u64().unwrap_or(0)
+                    label(&c.name),
+                    key(c)
                 );
             }
         }

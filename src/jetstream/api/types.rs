@@ -1,0 +1,209 @@
+//! The JetStream API's request and response bodies as serde types, field names as the
+//! clients read and write them.
+//!
+//! The engine answers with these ([`StreamInfo`], [`ConsumerInfo`], ...) and reads requests
+//! into them ([`StreamInfoRequest`], [`MsgGetRequest`]); the server serializes a reply once,
+//! at the edge ([`super::ok_reply_typed`]), and monitoring reads the same values from the
+//! snapshots streams publish — no JSON paths, no `serde_json::Value` walked by hand.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::config::{ConsumerConfig, StreamConfig};
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A stream's state (`state` in stream info).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StreamState {
+    /// Messages stored.
+    pub messages: u64,
+    /// Bytes stored (nats-server's accounting of subject, headers and payload).
+    pub bytes: u64,
+    /// First sequence held (0 for a stream that never stored anything).
+    pub first_seq: u64,
+    /// Time of the first message, RFC 3339 with nanoseconds (the zero time when empty).
+    pub first_ts: String,
+    /// Last sequence assigned.
+    pub last_seq: u64,
+    /// Time of the last message.
+    pub last_ts: String,
+    /// Consumers on the stream.
+    pub consumer_count: usize,
+    /// Distinct subjects held (left out when 0, as nats-server does).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub num_subjects: u64,
+    /// Sequences inside the range that were deleted (left out when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub num_deleted: u64,
+    /// Messages per subject, when the request asked with `subjects_filter`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subjects: Option<BTreeMap<String, u64>>,
+    /// Deleted sequences inside the stream's range, when asked with `deleted_details`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<Vec<u64>>,
+}
+
+/// Who leads a stream (`cluster` in `STREAM.INFO`; a single node leads its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ClusterInfo {
+    /// The leader's server name.
+    pub leader: String,
+}
+
+/// Stream info, as create, update, info and list replies carry it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamInfo {
+    /// The configuration in force (normalised, defaults filled in).
+    pub config: StreamConfig,
+    /// When the stream was created.
+    pub created: String,
+    /// What it holds now.
+    pub state: StreamState,
+    /// Sent by `STREAM.INFO` only (nats-server leaves it out of create, update and list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterInfo>,
+    /// When this info was taken.
+    pub ts: String,
+    /// Set on the reply of a create that made the stream.
+    #[serde(skip_serializing_if = "is_false")]
+    pub did_create: bool,
+}
+
+/// A reply body with the paging keys nats-server puts on `STREAM.INFO` and the list calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paged<T> {
+    /// Items in all pages.
+    pub total: usize,
+    /// Index of this page's first item.
+    pub offset: usize,
+    /// Most items a page holds.
+    pub limit: usize,
+    /// The body the keys go with.
+    #[serde(flatten)]
+    pub body: T,
+}
+
+/// `STREAM.INFO`'s optional request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct StreamInfoRequest {
+    /// Subjects to count messages for (`state.subjects`); empty = none.
+    pub subjects_filter: Option<String>,
+    /// List the deleted sequences (`state.deleted`).
+    pub deleted_details: bool,
+}
+
+/// `STREAM.MSG.GET`'s request: one of `seq`, `last_by_subj`, or `next_by_subj` (from `seq`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct MsgGetRequest {
+    /// The message at this sequence (or, with `next_by_subj`, where the search starts).
+    pub seq: Option<u64>,
+    /// The last message on this subject (wildcards allowed).
+    pub last_by_subj: Option<String>,
+    /// The first message at or after `seq` on this subject.
+    pub next_by_subj: Option<String>,
+}
+
+/// A consumer's position (`delivered`, `ack_floor` in consumer info).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SequenceInfo {
+    /// Consumer sequence.
+    pub consumer_seq: u64,
+    /// Stream sequence.
+    pub stream_seq: u64,
+    /// RFC 3339 with nanoseconds; absent until something was delivered (or acked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_active: Option<String>,
+}
+
+/// Consumer info, as create, info and list replies carry it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerInfo {
+    /// The stream the consumer reads.
+    pub stream_name: String,
+    /// The consumer's name.
+    pub name: String,
+    /// When it was created.
+    pub created: String,
+    /// The configuration in force.
+    pub config: ConsumerConfig,
+    /// The last delivery.
+    pub delivered: SequenceInfo,
+    /// Everything at or below this is acknowledged.
+    pub ack_floor: SequenceInfo,
+    /// Delivered and not yet acknowledged.
+    pub num_ack_pending: usize,
+    /// Pending messages delivered more than once (and those whose deliveries ran out).
+    pub num_redelivered: usize,
+    /// Pull requests waiting.
+    pub num_waiting: usize,
+    /// Matching messages not yet delivered.
+    pub num_pending: u64,
+    /// When this info was taken.
+    pub ts: String,
+    /// A push consumer with a subscriber on its deliver subject (left out of create replies).
+    #[serde(skip_serializing_if = "is_false")]
+    pub push_bound: bool,
+    /// Delivery is paused (`CONSUMER.PAUSE`).
+    #[serde(skip_serializing_if = "is_false")]
+    pub paused: bool,
+    /// Nanoseconds until a paused consumer resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_remaining: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn stream_info_shapes() {
+        let mut info = StreamInfo {
+            cluster: Some(ClusterInfo {
+                leader: "n1".into(),
+            }),
+            ..StreamInfo::default()
+        };
+        let v = serde_json::to_value(Paged {
+            total: 0,
+            offset: 0,
+            limit: 0,
+            body: info.clone(),
+        })
+        .unwrap();
+        assert_eq!(v["total"], 0);
+        assert_eq!(v["cluster"]["leader"], "n1");
+        assert!(v.get("did_create").is_none());
+        assert!(v["state"].get("num_deleted").is_none());
+        assert!(v["state"].get("subjects").is_none());
+        info.cluster = None;
+        info.did_create = true;
+        info.state.num_deleted = 2;
+        let v = serde_json::to_value(&info).unwrap();
+        assert!(v.get("cluster").is_none() && v.get("total").is_none());
+        assert_eq!(v["did_create"], true);
+        assert_eq!(v["state"]["num_deleted"], 2);
+    }
+
+    #[test]
+    fn requests_read_what_clients_send() {
+        let r: MsgGetRequest = serde_json::from_str(r#"{"last_by_subj":"a.b"}"#).unwrap();
+        assert_eq!(r.last_by_subj.as_deref(), Some("a.b"));
+        assert_eq!(r.seq, None);
+        let r: StreamInfoRequest =
+            serde_json::from_str(r#"{"subjects_filter":">","deleted_details":true,"offset":0}"#)
+                .unwrap();
+        assert_eq!(r.subjects_filter.as_deref(), Some(">"));
+        assert!(r.deleted_details);
+    }
+}
