@@ -388,11 +388,51 @@ fn raise_fd_limit() {
     }
 }
 
-/// Runs the server until it is told to stop.
+/// Listeners a caller bound itself, handed to [`run_with`]; what is `None` is bound from the
+/// options as usual.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// The client listener (its address wins over `host`/`port`).
+    pub client: Option<std::net::TcpListener>,
+}
+
+/// Runs the server until a signal tells it to stop (SIGTERM, SIGINT, or lame duck on
+/// SIGUSR2); SIGHUP reloads.
 ///
 /// # Errors
 /// [`ServerError`] when a listener cannot be bound or a startup file cannot be written.
 pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
+    run_inner(opts, Listeners::default(), Stop::Signals).await
+}
+
+/// Runs the server on `listeners` until `shutdown` completes, then stops it as a SIGTERM
+/// would (clients closed, JetStream persisted). Signals are left to the caller: this is how a
+/// test or an embedding program drives a server in its own process.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with<F>(
+    opts: ServerOptions,
+    listeners: Listeners,
+    shutdown: F,
+) -> Result<(), ServerError>
+where
+    F: std::future::Future<Output = ()> + Send,
+{
+    run_inner(opts, listeners, Stop::When(Box::pin(shutdown))).await
+}
+
+/// What stops [`run_inner`].
+enum Stop<'a> {
+    Signals,
+    When(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>),
+}
+
+async fn run_inner(
+    opts: ServerOptions,
+    listeners: Listeners,
+    stop: Stop<'_>,
+) -> Result<(), ServerError> {
     raise_fd_limit();
     let store = open_store(&opts)?;
     for key in &opts.ignored {
@@ -403,7 +443,19 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         let js = jetstream::start(&shared, opened).map_err(ServerError::Threads)?;
         let _ = shared.jetstream.set(js);
     }
-    let client_listener = listener::bind_clients(&shared).await?;
+    let client_listener = match listeners.client {
+        Some(l) => {
+            let bound = l
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(l));
+            bound.map_err(|e| ServerError::Bind {
+                what: "client",
+                addr: shared.opts.host.clone(),
+                source: e,
+            })?
+        }
+        None => listener::bind_clients(&shared).await?,
+    };
     let client_addr = client_listener
         .local_addr()
         .map_err(|e| ServerError::Bind {
@@ -489,7 +541,10 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         None => None,
     };
     let files = startup_files(&shared, client_addr, monitor_addr)?;
-    let signals = shutdown::Signals::install();
+    let signals = match &stop {
+        Stop::Signals => shutdown::Signals::install(),
+        Stop::When(_) => None,
+    };
     info!("Server is ready");
 
     if let Some(sys) = &shared.system {
@@ -500,7 +555,10 @@ pub async fn run(opts: ServerOptions) -> Result<(), ServerError> {
         Arc::clone(&shared),
         shutdown.token(),
     ));
-    shutdown::wait_for_signals(&shared, &shutdown, signals).await;
+    match stop {
+        Stop::Signals => shutdown::wait_for_signals(&shared, &shutdown, signals).await,
+        Stop::When(f) => f.await,
+    }
     shutdown.cancel();
     let _ = accept.await;
     if let Some(ws) = websocket {

@@ -699,4 +699,7 @@ pub(crate) fn stop(js: &JetStream) {
         acc.client.outbound.close();
     }
     js.shards.stop();
+    // Release the store: what still holds `js` (a task not yet gone) can no longer write,
+    // and the store can be opened again at once (a server restarted in the same process).
+    js.meta.lock().unwrap_or_else(|p| p.into_inner()).close();
 }

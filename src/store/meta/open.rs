@@ -768,6 +768,14 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Closes this handle at shutdown: the lock is released (another server, or this one
+    /// started again in the same process, may open the store), and the handle refuses any
+    /// further write as a poisoned one does.
+    pub fn close(&mut self) {
+        self.poisoned = true;
+        self._lock = None;
+    }
+
     /// The store's id.
     pub fn store_uuid(&self) -> [u8; 16] {
         self.header.store_uuid
