@@ -23,6 +23,15 @@ fn threads(pid: u32) -> usize {
         .unwrap()
 }
 
+/// Threads of a process whose name starts with `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
 const STREAMS: usize = 300;
 
 #[tokio::test]
@@ -47,7 +56,8 @@ async fn hundreds_of_streams_share_the_configured_store_threads() {
             assert_eq!(publish_seq(&c, &format!("s{i}.x"), "m").await, round);
         }
     }
-    let after = threads(s.pid());
+    // The account's API thread started with the first call; it is not a store thread.
+    let after = threads(s.pid()) - threads_named(s.pid(), "js-api-");
     assert!(
         after <= before + 2,
         "{STREAMS} streams took {} threads more than none",
@@ -87,7 +97,33 @@ async fn hundreds_of_streams_share_the_configured_store_threads() {
     }
     let names = api_ok(&c, "STREAM.NAMES", "").await;
     assert_eq!(names["total"], STREAMS - STREAMS / 3);
-    assert!(threads(s.pid()) <= before + 2);
+    assert!(threads(s.pid()) - threads_named(s.pid(), "js-api-") <= before + 2);
+}
+
+const ACCOUNTS: &str = r#"
+accounts {
+  A: { jetstream: enabled, users: [{user: a, password: a}] }
+  B: { jetstream: enabled, users: [{user: b, password: b}] }
+  C: { jetstream: enabled, users: [{user: c, password: c}] }
+}
+"#;
+
+#[tokio::test]
+async fn an_account_gets_an_api_thread_only_once_it_calls_the_api() {
+    let s = TestServer::start_js_with(&[], Some(ACCOUNTS));
+    if s.is_reference() {
+        return;
+    }
+    assert_eq!(threads_named(s.pid(), "js-api-"), 0);
+    let a = async_nats::ConnectOptions::with_user_and_password("a".into(), "a".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    create_stream(&a, r#"{"name":"S","subjects":["s.>"]}"#).await;
+    assert_eq!(publish_seq(&a, "s.1", "m").await, 1);
+    let info = stream_info(&a, "S", "").await;
+    assert_eq!(info["state"]["messages"], 1);
+    assert_eq!(threads_named(s.pid(), "js-api-"), 1);
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::jetstream::{Sink, API_LEVEL};
 use super::cmd::Cmd;
 use super::sink::RouterSink;
 use super::stream_worker;
-use super::{AccountJs, JetStream};
+use super::{AccountJs, JetStream, API_IDLE};
 use crate::server::NATS_COMPAT_VERSION;
 
 /// A request for the API thread.
@@ -48,9 +48,21 @@ impl ApiMsg {
 /// Serves `rx` until the server stops (this is a plain thread: `blocking_recv` parks it).
 pub(crate) fn run(js: &Arc<JetStream>, acc: &Arc<AccountJs>, mut rx: ApiReceiver) {
     let mut sink = RouterSink::new(Arc::clone(&acc.account), js.next_seed());
-    while let Some(m) = rx.blocking_recv() {
-        let size = m.size();
-        handle(js, acc, &mut sink, m);
+    loop {
+        // The timer is made inside `block_on`, where the runtime's context is entered.
+        let wait = js
+            .runtime
+            .block_on(async { tokio::time::timeout(API_IDLE, rx.recv()).await });
+        let next = match wait {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(_) => match acc.retire_api_thread(&mut rx) {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let size = next.size();
+        handle(js, acc, &mut sink, next);
         sink.flush();
         acc.api_done(size);
     }

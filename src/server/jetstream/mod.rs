@@ -48,6 +48,10 @@ pub(crate) use table::{Published, StreamRef, StreamTable, Usage, UsageTotals};
 /// Bytes of API calls an account may have queued for its API thread before publishers wait.
 const API_QUEUE_BYTES: usize = 4 << 20;
 
+/// An account's API thread ends after this long without a call (the next call starts it
+/// again).
+pub(crate) const API_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Queue limit of an internal JetStream client (its subscriptions are served by [`Intake`],
 /// so the queue stays empty; the limit only guards against a runaway).
 const INTERNAL_MAX_PENDING: usize = 1 << 30;
@@ -103,6 +107,8 @@ pub(crate) struct JetStream {
     stopping: AtomicBool,
     /// The store threads every stream is served by.
     shards: shard::ShardPool,
+    /// The server's runtime: API threads wait on it for calls (with an idle timeout).
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 /// One account's JetStream.
@@ -117,7 +123,13 @@ pub(crate) struct AccountJs {
     /// Storage and consumers used by the account's streams (account quota checks).
     pub(crate) used: UsageTotals,
     next_sid: AtomicU64,
+    /// The queue into the account's API thread, `None` while no thread runs: the thread is
+    /// started by the first call and ends after [`API_IDLE`] without one, so an account
+    /// costs no thread while it does not use the API. Sends happen under this lock, and the
+    /// thread retires under it, so no call is queued into a thread that is leaving.
     api_tx: Mutex<Option<tokio::sync::mpsc::Sender<api::ApiMsg>>>,
+    /// The server's JetStream (to start the API thread on demand).
+    js: std::sync::Weak<JetStream>,
     /// What is queued for the API thread (bounded; see `server::backpressure`).
     api_budget: Arc<Budget>,
     pub(crate) api_total: AtomicU64,
@@ -249,12 +261,15 @@ impl AccountJs {
 
     /// Queues a call for the API thread, counted against the account's API budget; returns
     /// the budget when it is over its bound (the caller's publisher waits for room).
-    fn send_api(&self, msg: api::ApiMsg) -> Option<Arc<Budget>> {
-        let tx = self
-            .api_tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()?;
+    fn send_api(self: &Arc<Self>, msg: api::ApiMsg) -> Option<Arc<Budget>> {
+        let mut line = self.api_tx.lock().unwrap_or_else(|p| p.into_inner());
+        if line
+            .as_ref()
+            .is_none_or(tokio::sync::mpsc::Sender::is_closed)
+        {
+            *line = self.start_api_thread();
+        }
+        let tx = line.as_ref()?;
         let size = msg.size();
         let over = self.api_budget.take(size);
         match tx.try_send(msg) {
@@ -271,11 +286,52 @@ impl AccountJs {
         }
     }
 
+    /// Starts the API thread (not while JetStream stops); its queue, or `None` when no thread
+    /// could start.
+    fn start_api_thread(self: &Arc<Self>) -> Option<tokio::sync::mpsc::Sender<api::ApiMsg>> {
+        let js = self.js.upgrade()?;
+        if js.stopping.load(Ordering::Relaxed) {
+            return None;
+        }
+        // Bounded twice over, like a stream's queue: the API budget (soft), the capacity
+        // (hard). The channel allocates its slots as calls arrive.
+        let (tx, rx) =
+            tokio::sync::mpsc::channel(API_QUEUE_BYTES / backpressure::MIN_COMMAND_COST * 2);
+        let acc = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("js-api-{}", self.name))
+            .spawn(move || api::run(&js, &acc, rx));
+        match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                warn!(error = %e, "could not start the JetStream API thread");
+                None
+            }
+        }
+    }
+
+    /// Called by the API thread after [`API_IDLE`] without a call: retires it (clears the
+    /// queue) unless a call arrived meanwhile, which it returns to be handled.
+    pub(crate) fn retire_api_thread(
+        &self,
+        rx: &mut tokio::sync::mpsc::Receiver<api::ApiMsg>,
+    ) -> Option<api::ApiMsg> {
+        let mut line = self.api_tx.lock().unwrap_or_else(|p| p.into_inner());
+        match rx.try_recv() {
+            Ok(m) => Some(m),
+            Err(_) => {
+                *line = None;
+                rx.close();
+                None
+            }
+        }
+    }
+
     /// Routes one API call, ack or flow-control reply to the thread that owns it. Holds no
     /// lock while sending: the stream table hands out an owned handle. Returns the budget the
     /// call pushed over its bound, if any.
     fn dispatch(
-        &self,
+        self: &Arc<Self>,
         sid: &[u8],
         subject: &[u8],
         reply: Option<&[u8]>,
@@ -444,6 +500,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),
         stopping: AtomicBool::new(false),
+        runtime: tokio::runtime::Handle::current(),
         shards,
     });
     shared.accounts.add_claims_hook(Arc::new(JwtAccounts {
@@ -536,6 +593,7 @@ fn setup_account(
         used: UsageTotals::default(),
         next_sid: AtomicU64::new(1),
         api_tx: Mutex::new(None),
+        js: Arc::downgrade(js),
         api_budget: Budget::new(API_QUEUE_BYTES),
         api_total: AtomicU64::new(0),
         api_errors: AtomicU64::new(0),
@@ -550,17 +608,6 @@ fn setup_account(
             Bytes::from_static(sid.as_bytes()),
             Arc::clone(&acc.intake),
         );
-    }
-    // Bounded twice over, like a stream's queue: the API budget (soft), the capacity (hard).
-    let (tx, rx) = tokio::sync::mpsc::channel(API_QUEUE_BYTES / backpressure::MIN_COMMAND_COST * 2);
-    *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
-    let thread_js = Arc::clone(js);
-    let thread_acc = Arc::clone(&acc);
-    let spawned = std::thread::Builder::new()
-        .name(format!("js-api-{name}"))
-        .spawn(move || api::run(&thread_js, &thread_acc, rx));
-    if let Err(e) = spawned {
-        warn!(error = %e, "could not start the JetStream API thread");
     }
     js.accounts
         .lock()
