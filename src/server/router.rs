@@ -21,7 +21,7 @@ use tracing::warn;
 use crate::proto::headers::no_responders_block;
 use crate::subject::MatchCache;
 
-use super::account::{imports, Account, Matches, SubRef, Subscription};
+use super::account::{imports, Account, Matches, SubRef, Subscriber, Subscription};
 use super::backpressure::{self, Budget};
 use super::client::outbound::PushError;
 use super::client::{ClientHandle, CloseReason};
@@ -191,7 +191,9 @@ pub(crate) fn deliver_as(
 fn release_expired(ctx: &mut RouteCtx, account: &Arc<Account>) {
     for sub in std::mem::take(&mut ctx.expired) {
         if account.unsubscribe(&sub) {
-            sub.client.subs.fetch_sub(1, Ordering::Relaxed);
+            if let Subscriber::Client(c) = &sub.subscriber {
+                c.subs.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -209,7 +211,7 @@ fn deliver_matches(
     let mut n = 0;
     for s in &matches.plain {
         let sub = &s.0;
-        if !from.echo && sub.client.cid == from.cid {
+        if !from.echo && sub.subscriber.cid() == Some(from.cid) {
             continue;
         }
         if deliver(ctx, sub, subject, reply, headers, payload) {
@@ -227,7 +229,7 @@ fn deliver_matches(
                 continue;
             };
             let sub = &m.0;
-            if !from.echo && sub.client.cid == from.cid {
+            if !from.echo && sub.subscriber.cid() == Some(from.cid) {
                 continue;
             }
             if deliver(ctx, sub, subject, reply, headers, payload) {
@@ -265,15 +267,17 @@ fn deliver(
     if !ok {
         return false;
     }
-    if let Some(svc) = &sub.service {
-        if let Some(budget) = svc.deliver(&sub.sid, subject, reply, headers, payload) {
-            backpressure::note(&mut ctx.throttle, &budget);
+    let client = match &sub.subscriber {
+        Subscriber::Service(svc) => {
+            if let Some(budget) = svc.deliver(&sub.sid, subject, reply, headers, payload) {
+                backpressure::note(&mut ctx.throttle, &budget);
+            }
+            ctx.delivered_msgs += 1;
+            ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
+            return true;
         }
-        ctx.delivered_msgs += 1;
-        ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
-        return true;
-    }
-    let client = &sub.client;
+        Subscriber::Client(c) => c,
+    };
     if let Some(r) = reply {
         if client.track_replies.load(Ordering::Relaxed) {
             record_reply(client, r);

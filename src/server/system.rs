@@ -29,7 +29,7 @@ use crate::proto::errors as perr;
 use crate::proto::parser::{Limits, Parser};
 use crate::proto::ServerOp;
 
-use super::account::{Account, Subscription};
+use super::account::{Account, Subscriber, Subscription};
 use super::client::{ClientHandle, CloseReason};
 use super::router::{self, Publisher, RouteCtx};
 use super::{Shared, NATS_COMPAT_VERSION};
@@ -66,14 +66,13 @@ impl System {
         ];
         for (i, s) in subjects.iter().enumerate() {
             let sub = Arc::new(Subscription {
-                client: Arc::clone(&client),
+                subscriber: Subscriber::Client(Arc::clone(&client)),
                 sid: Bytes::from(i.to_string()),
                 subject: Bytes::from_static(s.as_bytes()),
                 queue: None,
                 delivered: AtomicU64::new(0),
                 max: AtomicU64::new(0),
                 closed: AtomicBool::new(false),
-                service: None,
                 deny: None,
             });
             if account.subscribe(&sub).is_err() {

@@ -26,8 +26,8 @@ pub(crate) const GLOBAL_ACCOUNT: &str = "$G";
 
 /// One subscription, shared between its connection's sid table and the account's tree.
 pub(crate) struct Subscription {
-    /// The subscribing connection.
-    pub(crate) client: Arc<ClientHandle>,
+    /// Who takes the deliveries.
+    pub(crate) subscriber: Subscriber,
     /// Client-chosen id, echoed in MSG.
     pub(crate) sid: Bytes,
     /// The subject filter.
@@ -43,9 +43,26 @@ pub(crate) struct Subscription {
     /// The subscriber's permissions when its filter overlaps a subscribe-deny pattern:
     /// deliveries on denied subjects are dropped.
     pub(crate) deny: Option<Arc<crate::auth::Permissions>>,
-    /// An in-process service that takes deliveries as a call on the publisher's task instead
-    /// of through `client`'s outbound queue (JetStream's intake).
-    pub(crate) service: Option<Arc<dyn Service>>,
+}
+
+/// Who a subscription delivers to.
+pub(crate) enum Subscriber {
+    /// A connection (or the system account's internal client): deliveries are queued on its
+    /// outbound queue and written by its writer.
+    Client(Arc<ClientHandle>),
+    /// An in-process service (JetStream's intake): each delivery is a call on the
+    /// publisher's task. No connection stands behind it.
+    Service(Arc<dyn Service>),
+}
+
+impl Subscriber {
+    /// The connection's id; `None` for a service.
+    pub(crate) fn cid(&self) -> Option<u64> {
+        match self {
+            Subscriber::Client(c) => Some(c.cid),
+            Subscriber::Service(_) => None,
+        }
+    }
 }
 
 /// An in-process subscriber called directly by the router. It must not block: it hands the

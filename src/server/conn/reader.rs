@@ -25,7 +25,7 @@ use crate::proto::parser::{Limits, Parser, ProtoError};
 use crate::proto::ClientOp;
 use crate::subject::{is_valid_publish_subject, is_valid_subscribe_subject};
 
-use super::super::account::{Account, Subscription};
+use super::super::account::{Account, Subscriber, Subscription};
 use super::super::backpressure::{self, Budget};
 use super::super::client::{ClientHandle, CloseReason};
 use super::super::router::{self, Publisher, RouteCtx};
@@ -620,14 +620,13 @@ impl Session {
             return Flow::Continue;
         }
         let sub = Arc::new(Subscription {
-            client: Arc::clone(&self.client),
+            subscriber: Subscriber::Client(Arc::clone(&self.client)),
             sid: sid.clone(),
             subject: subject.clone(),
             queue,
             delivered: AtomicU64::new(0),
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
-            service: None,
             deny: self
                 .permissions
                 .clone()

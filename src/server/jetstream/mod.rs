@@ -25,7 +25,6 @@ mod stream_worker;
 mod table;
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
@@ -37,9 +36,8 @@ use crate::config::accounts::AccountJetStream;
 use crate::jetstream::api::ApiCall;
 use crate::store::meta::{KeySource, MetaStore};
 
-use super::account::{Account, Service, Subscription};
+use super::account::{Account, Service, Subscriber, Subscription};
 use super::backpressure::{self, Budget};
-use super::client::ClientHandle;
 use super::Shared;
 
 pub(crate) use cmd::Cmd;
@@ -51,10 +49,6 @@ const API_QUEUE_BYTES: usize = 4 << 20;
 /// An account's API thread ends after this long without a call (the next call starts it
 /// again).
 pub(crate) const API_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Queue limit of an internal JetStream client (its subscriptions are served by [`Intake`],
-/// so the queue stays empty; the limit only guards against a runaway).
-const INTERNAL_MAX_PENDING: usize = 1 << 30;
 
 /// The sealed store as startup opened it.
 pub(crate) struct OpenedStore {
@@ -115,7 +109,6 @@ pub(crate) struct JetStream {
 pub(crate) struct AccountJs {
     pub(crate) name: String,
     pub(crate) account: Arc<Account>,
-    pub(crate) client: Arc<ClientHandle>,
     /// `None`: JetStream is not enabled for this account (every call gets 10039). Replaced
     /// when an operator pushes new account claims.
     limits: RwLock<Option<AccountJetStream>>,
@@ -208,7 +201,7 @@ impl AccountJs {
         service: Arc<dyn Service>,
     ) -> Option<Arc<Subscription>> {
         let sub = Arc::new(Subscription {
-            client: Arc::clone(&self.client),
+            subscriber: Subscriber::Service(service),
             sid,
             subject: Bytes::copy_from_slice(subject.as_bytes()),
             queue: None,
@@ -216,7 +209,6 @@ impl AccountJs {
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             deny: None,
-            service: Some(service),
         });
         match self.account.subscribe(&sub) {
             Ok(()) => Some(sub),
@@ -504,7 +496,6 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         shards,
     });
     shared.accounts.add_claims_hook(Arc::new(JwtAccounts {
-        shared: Arc::downgrade(shared),
         js: Arc::downgrade(&js),
     }));
     // Which accounts have JetStream: those whose config enables it; the global account when
@@ -561,7 +552,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
             continue;
         }
         let account = shared.accounts.create(&name);
-        let acc = setup_account(shared, &js, &name, account, lim);
+        let acc = setup_account(&js, &name, account, lim);
         if acc.limits().is_some() {
             stream_worker::load_streams(&js, &acc);
         }
@@ -571,23 +562,15 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
 }
 
 fn setup_account(
-    shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     name: &str,
     account: Arc<Account>,
     limits: Option<AccountJetStream>,
 ) -> Arc<AccountJs> {
-    let client = Arc::new(ClientHandle::new(
-        shared.next_cid(),
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        INTERNAL_MAX_PENDING,
-    ));
-    client.headers.store(true, Ordering::Relaxed);
     let acc = Arc::new_cyclic(|me| AccountJs {
         intake: Arc::new(Intake { acc: me.clone() }),
         name: name.to_owned(),
         account,
-        client,
         limits: RwLock::new(limits),
         streams: StreamTable::default(),
         used: UsageTotals::default(),
@@ -638,7 +621,6 @@ pub(crate) fn jwt_limits(l: &crate::auth::jwt::claims::AccountLimits) -> Option<
 /// JetStream's side of account claims (registered with the account registry at startup):
 /// a first login sets the account up per its JWT, a claims update applies new limits.
 struct JwtAccounts {
-    shared: std::sync::Weak<Shared>,
     js: std::sync::Weak<JetStream>,
 }
 
@@ -649,12 +631,12 @@ impl super::account::ClaimsHook for JwtAccounts {
         claims: &crate::auth::jwt::claims::AccountClaims,
         first_login: bool,
     ) {
-        let (Some(shared), Some(js)) = (self.shared.upgrade(), self.js.upgrade()) else {
+        let Some(js) = self.js.upgrade() else {
             return;
         };
         let limits = jwt_limits(&claims.limits);
         if first_login {
-            ensure_jwt_account(&shared, &js, account, limits);
+            ensure_jwt_account(&js, account, limits);
         } else if let Some(acc) = js.account(&account.name) {
             set_limits(&acc, limits);
         }
@@ -664,7 +646,6 @@ impl super::account::ClaimsHook for JwtAccounts {
 /// Operator mode: gives an account JetStream per its JWT the first time one of its users
 /// logs in (and loads its stored streams), or applies new limits to one that has it.
 fn ensure_jwt_account(
-    shared: &Arc<Shared>,
     js: &Arc<JetStream>,
     account: &Arc<Account>,
     limits: Option<AccountJetStream>,
@@ -678,7 +659,7 @@ fn ensure_jwt_account(
     match existing {
         Some(acc) => set_limits(&acc, limits),
         None => {
-            let acc = setup_account(shared, js, &account.name, Arc::clone(account), limits);
+            let acc = setup_account(js, &account.name, Arc::clone(account), limits);
             if acc.limits().is_some() {
                 stream_worker::load_streams(js, &acc);
             }
@@ -743,7 +724,6 @@ pub(crate) fn stop(js: &JetStream) {
             let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
         }
         *acc.api_tx.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        acc.client.outbound.close();
     }
     js.shards.stop();
     // Release the store: what still holds `js` (a task not yet gone) can no longer write,
