@@ -2198,3 +2198,129 @@ async fn a_durable_can_be_updated_by_name_alone() {
         20
     );
 }
+
+/// `CONSUMER.RESET` (ADR-60, API level 2.14): pending deliveries are forgotten and the
+/// consumer resumes from one above its ack floor, or from a given sequence (the ack floor
+/// moves just below it); a waiting pull request is served from the new position.
+#[tokio::test]
+async fn reset_moves_a_consumer_to_its_ack_floor_or_a_sequence() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "RS", "subjects": ["rs.*"]})).await;
+    for i in 0..5 {
+        publish(&c, &format!("rs.{i}"), format!("m{i}").as_bytes()).await;
+    }
+    add_consumer(
+        &c,
+        "RS",
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+    )
+    .await;
+    // Three delivered, two acked: the floor is at 2, one pending.
+    let got = pull(
+        &c,
+        "RS",
+        "c",
+        json!({"batch": 3}),
+        3,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(got.stream_seqs(), [1, 2, 3]);
+    for m in &got.msgs[..2] {
+        ack_sync(&c, m, "+ACK").await;
+    }
+    let reset = |body: Value| api(&c, "$JS.API.CONSUMER.RESET.RS.c", body);
+    let v = reset(Value::Null).await;
+    assert_ok(&v, "reset to the ack floor");
+    assert_eq!(
+        v["type"],
+        "io.nats.jetstream.api.v1.consumer_reset_response"
+    );
+    assert_eq!(v["reset_seq"], 3, "{v}");
+    assert_eq!(v["name"], "c");
+    assert_eq!(v["num_ack_pending"], 0, "{v}");
+    assert_eq!(v["num_pending"], 3, "{v}");
+    assert_eq!(v["ack_floor"]["stream_seq"], 2, "{v}");
+    assert_eq!(v["delivered"]["consumer_seq"], 0, "{v}");
+    // The unacked message 3 comes again, as a first delivery of a fresh consumer sequence.
+    let got = pull(
+        &c,
+        "RS",
+        "c",
+        json!({"batch": 1}),
+        1,
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(got.stream_seqs(), [3]);
+    let meta = ack_meta(&got.msgs[0]);
+    assert_eq!((meta.delivered, meta.consumer_seq), (1, 1), "{meta:?}");
+
+    // Forward past the end: nothing to deliver, a pull waits ...
+    let v = reset(json!({"seq": 6})).await;
+    assert_eq!(
+        (v["reset_seq"].as_u64(), v["num_pending"].as_u64()),
+        (Some(6), Some(0)),
+        "{v}"
+    );
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let req = json!({"batch": 1, "expires": 5_000_000_000u64});
+            pull(&c, "RS", "c", req, 1, Duration::from_secs(5))
+                .await
+                .stream_seqs()
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while consumer_info(&c, "RS", "c").await["num_waiting"] != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the pull request is waiting");
+    // ... and back to 2 (the floor just below): the waiting pull is served from there.
+    let v = reset(json!({"seq": 2})).await;
+    assert_eq!(v["reset_seq"], 2, "{v}");
+    assert_eq!(v["ack_floor"]["stream_seq"], 1, "{v}");
+    assert_eq!(waiting.await.unwrap(), [2]);
+    add_consumer(
+        &c,
+        "RS",
+        "w",
+        json!({"durable_name": "w", "ack_policy": "explicit", "deliver_policy": "new"}),
+    )
+    .await;
+    // A deliver-new consumer may only go back to its floor, not to a sequence.
+    let v = api(&c, "$JS.API.CONSUMER.RESET.RS.w", json!({"seq": 1})).await;
+    assert_err(
+        &v,
+        400,
+        10204,
+        "reset of a deliver-new consumer to a sequence",
+    );
+    assert_eq!(v["error"]["description"], "invalid reset: not allowed");
+    assert_eq!(v["reset_seq"], 0, "{v}");
+    let v = api(&c, "$JS.API.CONSUMER.RESET.RS.w", Value::Null).await;
+    assert_eq!(v["reset_seq"], 6, "{v}");
+
+    // Below a by_start_sequence consumer's start: refused.
+    add_consumer(
+        &c,
+        "RS",
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit",
+               "deliver_policy": "by_start_sequence", "opt_start_seq": 3}),
+    )
+    .await;
+    let v = api(&c, "$JS.API.CONSUMER.RESET.RS.p", json!({"seq": 1})).await;
+    assert_err(&v, 400, 10204, "reset below the start sequence");
+    assert_eq!(v["error"]["description"], "invalid reset: below start seq");
+    let v = api(&c, "$JS.API.CONSUMER.RESET.RS.p", json!({"seq": 3})).await;
+    assert_eq!(v["reset_seq"], 3, "{v}");
+    // A sequence that is not an unsigned integer is invalid JSON for the request type.
+    let v = api(&c, "$JS.API.CONSUMER.RESET.RS.p", json!({"seq": -1})).await;
+    assert_err(&v, 400, 10025, "negative reset sequence");
+}

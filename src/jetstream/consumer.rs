@@ -375,6 +375,50 @@ impl Consumer {
         }
     }
 
+    /// `CONSUMER.RESET` (ADR-60): forgets every pending delivery and moves the cursor so
+    /// the next message delivered has a stream sequence of at least the one returned. `seq`
+    /// 0 resumes from one above the ack floor; another `seq` sets the ack floor just below
+    /// it (forward or back). Consumer sequences start again from 1. Waiting pull requests
+    /// stay and are served from the new position.
+    ///
+    /// # Errors
+    /// `10204 invalid reset`: a `seq` for a consumer that starts at the stream's end (`last`,
+    /// `new`, `last_per_subject`: "not allowed"), or below a `by_start_sequence` consumer's
+    /// `opt_start_seq` ("below start seq").
+    pub fn reset(&mut self, seq: u64) -> Result<u64, super::api::ApiError> {
+        use super::api::ApiError;
+        let target = if seq == 0 {
+            self.ack_floor().1.saturating_add(1)
+        } else {
+            match self.cfg.deliver_policy {
+                DeliverPolicy::Last | DeliverPolicy::New | DeliverPolicy::LastPerSubject => {
+                    return Err(ApiError::invalid_reset("not allowed"));
+                }
+                DeliverPolicy::ByStartSequence if seq < self.cfg.opt_start_seq.unwrap_or(0) => {
+                    return Err(ApiError::invalid_reset("below start seq"));
+                }
+                _ => seq,
+            }
+        };
+        self.pending.clear();
+        self.redeliver.clear();
+        self.exhausted.clear();
+        self.lps.clear();
+        self.next_sseq = target;
+        self.delivered_sseq = target - 1;
+        self.cseq = 0;
+        self.floor_cseq = 0;
+        self.floor_sseq = target - 1;
+        self.replay_anchor = None;
+        self.last_delivery_active = None;
+        self.last_ack_active = None;
+        if let Some(p) = self.push.as_mut() {
+            p.fc_pending = None;
+        }
+        self.dirty = true;
+        Ok(target)
+    }
+
     /// The consumer info reply body (without `type`).
     pub fn info(&self, stream: &str, store: &dyn StreamStore, now: i64) -> ConsumerInfo {
         let (fc, fs) = self.ack_floor();

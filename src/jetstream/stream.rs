@@ -1135,6 +1135,40 @@ impl Stream {
         Ok(v)
     }
 
+    /// `CONSUMER.RESET`: the consumer's info after the reset, with `reset_seq`. The request
+    /// is empty or `{"seq": N}`.
+    ///
+    /// # Errors
+    /// Consumer not found, invalid JSON (a `seq` that is not an unsigned integer), invalid
+    /// reset.
+    pub fn consumer_reset(
+        &mut self,
+        name: &str,
+        body: Option<&Value>,
+        now: i64,
+    ) -> Result<Value, ApiError> {
+        #[derive(serde::Deserialize, Default)]
+        struct ResetRequest {
+            #[serde(default)]
+            seq: u64,
+        }
+        let req: ResetRequest = match body {
+            None => ResetRequest::default(),
+            Some(b) => serde_json::from_value(b.clone())
+                .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
+        };
+        let c = self
+            .consumers
+            .get_mut(name)
+            .ok_or_else(ApiError::consumer_not_found)?;
+        let reset_seq = c.reset(req.seq)?;
+        self.changes.push(ConsumerChange::Upserted(name.to_owned()));
+        let c = &self.consumers[name];
+        let mut v = super::api::body(&c.info(&self.cfg.name, self.store.as_ref(), now));
+        v["reset_seq"] = json!(reset_seq);
+        Ok(v)
+    }
+
     /// `CONSUMER.DELETE`.
     ///
     /// # Errors

@@ -120,6 +120,8 @@ pub enum ErrorKind {
     DenyDelete,
     /// PURGE on a `deny_purge` stream.
     DenyPurge,
+    /// `CONSUMER.RESET` to a sequence the consumer may not go to (description: the reason).
+    InvalidReset,
 }
 
 impl ErrorKind {
@@ -229,6 +231,8 @@ impl ErrorKind {
             // 2.15.1 answers (captured by tests/js_streams.rs against it).
             DenyDelete => (500, 10057, "message delete not permitted"),
             DenyPurge => (500, 10110, "stream purge not permitted"),
+            // ADR-60; descriptions as nats-server 2.15.1 answers (tests/js_consumers.rs).
+            InvalidReset => (400, 10204, "invalid reset: "),
         }
     }
 
@@ -341,6 +345,10 @@ impl ApiError {
     /// `404 / 10014 consumer not found`.
     pub fn consumer_not_found() -> Self {
         Self::from_kind(ErrorKind::ConsumerNotFound)
+    }
+    /// `400 / 10204 invalid reset: <why>` (`below start seq`, `not allowed`).
+    pub fn invalid_reset(why: &str) -> Self {
+        Self::with_detail(ErrorKind::InvalidReset, why)
     }
     /// `400 / 10148 consumer already exists`.
     pub fn consumer_exists() -> Self {

@@ -54,6 +54,8 @@ pub enum ApiCall {
     ConsumerDelete(String, String),
     /// `CONSUMER.PAUSE.<S>.<C>`.
     ConsumerPause(String, String),
+    /// `CONSUMER.RESET.<stream>.<consumer>` (ADR-60).
+    ConsumerReset(String, String),
     /// `CONSUMER.NAMES.<S>`.
     ConsumerNames(String),
     /// `CONSUMER.LIST.<S>`.
@@ -110,6 +112,7 @@ impl ApiCall {
             ["CONSUMER", "INFO", n, c] => ApiCall::ConsumerInfo(s(n), s(c)),
             ["CONSUMER", "DELETE", n, c] => ApiCall::ConsumerDelete(s(n), s(c)),
             ["CONSUMER", "PAUSE", n, c] => ApiCall::ConsumerPause(s(n), s(c)),
+            ["CONSUMER", "RESET", n, c] => ApiCall::ConsumerReset(s(n), s(c)),
             ["CONSUMER", "NAMES", n] => ApiCall::ConsumerNames(s(n)),
             ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
             ["CONSUMER", "MSG", "NEXT", n, c] => ApiCall::MsgNext(s(n), s(c)),
@@ -130,6 +133,7 @@ impl ApiCall {
             | ApiCall::ConsumerInfo(s, _)
             | ApiCall::ConsumerDelete(s, _)
             | ApiCall::ConsumerPause(s, _)
+            | ApiCall::ConsumerReset(s, _)
             | ApiCall::ConsumerNames(s)
             | ApiCall::ConsumerList(s)
             | ApiCall::MsgNext(s, _) => Some(s),
@@ -154,6 +158,7 @@ impl ApiCall {
             ApiCall::ConsumerInfo(..) => "consumer_info",
             ApiCall::ConsumerDelete(..) => "consumer_delete",
             ApiCall::ConsumerPause(..) => "consumer_pause",
+            ApiCall::ConsumerReset(..) => "consumer_reset",
             ApiCall::ConsumerNames(_) => "consumer_names",
             ApiCall::ConsumerList(_) => "consumer_list",
             ApiCall::MsgNext(..) => "consumer_msg_next",
@@ -214,6 +219,9 @@ pub fn err_reply(call: &ApiCall, e: &ApiError) -> Bytes {
         body["total"] = json!(0);
         body["offset"] = json!(0);
         body["limit"] = json!(0);
+    }
+    if matches!(call, ApiCall::ConsumerReset(..)) {
+        body["reset_seq"] = json!(0);
     }
     ok_reply(call, body)
 }

@@ -846,6 +846,12 @@ impl Worker {
                 self.persist_changes(st);
                 r
             }
+            ApiCall::ConsumerReset(_, c) => {
+                let body = optional_body(payload)?;
+                let r = st.consumer_reset(c, body.as_ref(), now);
+                self.persist_changes(st);
+                r
+            }
             ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
                 let body = optional_body(payload)?;
                 let (offset, _) = paging(body.as_ref());
