@@ -1424,3 +1424,57 @@ async fn republish_copies_each_stored_message_with_its_stream_headers() {
     .await;
     assert_error(&v, 400, 10058);
 }
+
+/// ADR-56 `persist_mode`: `async` is accepted on file streams and echoed (the stream needs
+/// API level 2), the default is not echoed, memory streams refuse `async`, an update may not
+/// change it, and an unknown mode is invalid JSON. (sealstream still fsyncs before every
+/// PubAck of an `async` stream: stronger than asked.)
+#[tokio::test]
+async fn persist_mode_async_is_accepted_echoed_and_fixed() {
+    let s = TestServer::start_js();
+    let c = async_nats::connect(s.url()).await.unwrap();
+    let v = create_stream(
+        &c,
+        r#"{"name":"PA","subjects":["pa.>"],"persist_mode":"async"}"#,
+    )
+    .await;
+    assert_eq!(v["config"]["persist_mode"], "async", "{v}");
+    assert_eq!(v["config"]["metadata"]["_nats.req.level"], "2", "{v}");
+    let info = stream_info(&c, "PA", "").await;
+    assert_eq!(info["config"]["persist_mode"], "async", "{info}");
+    // Still a working stream.
+    assert_eq!(publish_seq(&c, "pa.x", "m").await, 1);
+    let v = create_stream(
+        &c,
+        r#"{"name":"PD","subjects":["pd.>"],"persist_mode":"default"}"#,
+    )
+    .await;
+    assert!(v["config"].get("persist_mode").is_none(), "{v}");
+    let d = api_err(
+        &c,
+        "STREAM.CREATE.PM",
+        r#"{"name":"PM","subjects":["pm.>"],"storage":"memory","persist_mode":"async"}"#,
+        500,
+        10052,
+    )
+    .await;
+    assert_eq!(d, "async persist mode is only supported on file storage");
+    for (name, body) in [
+        ("PA", r#"{"name":"PA","subjects":["pa.>"]}"#),
+        (
+            "PD",
+            r#"{"name":"PD","subjects":["pd.>"],"persist_mode":"async"}"#,
+        ),
+    ] {
+        let d = api_err(&c, &format!("STREAM.UPDATE.{name}"), body, 500, 10052).await;
+        assert_eq!(d, "stream configuration update can not change persist mode");
+    }
+    api_err(
+        &c,
+        "STREAM.CREATE.PB",
+        r#"{"name":"PB","subjects":["pb.>"],"persist_mode":"sync"}"#,
+        400,
+        10025,
+    )
+    .await;
+}

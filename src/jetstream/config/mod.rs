@@ -138,6 +138,19 @@ macro_rules! api_enum {
 }
 
 api_enum!(
+    /// When a stream may acknowledge a publish (ADR-56). `async` allows a PubAck before the
+    /// message is on disk; sealstream accepts and echoes it but still fsyncs before every
+    /// PubAck — stronger than asked, never weaker (docs/compatibility.md).
+    PersistMode, "persist_mode", {
+        /// Persist, then acknowledge.
+        #[default]
+        Default => "default",
+        /// The client allows acknowledging first.
+        Async => "async",
+    }
+);
+
+api_enum!(
     /// Stream retention policy (§4.1, §5.6).
     Retention, "retention", {
         /// Only limits remove messages.

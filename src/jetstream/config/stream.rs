@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{
-    enum_field, metadata_size, set_server_metadata, user_metadata_eq, DiscardPolicy, Retention,
-    StorageType,
+    enum_field, metadata_size, set_server_metadata, user_metadata_eq, DiscardPolicy, PersistMode,
+    Retention, StorageType,
 };
 use crate::jetstream::api::errors::ApiError;
 use crate::subject::subject;
@@ -97,6 +97,8 @@ pub struct StreamConfig {
     pub allow_rollup_hdrs: bool,
     /// Honour `Nats-TTL`.
     pub allow_msg_ttl: bool,
+    /// ADR-56 persist mode (echoed only when `async`; acks wait for fsync either way).
+    pub persist_mode: PersistMode,
     /// TTL of the marker left when a subject's last message is removed by age, nanoseconds.
     pub subject_delete_marker_ttl: Option<i64>,
     /// Defaults and caps for consumers.
@@ -158,6 +160,7 @@ struct RawStreamConfig {
     deny_purge: Option<bool>,
     allow_rollup_hdrs: Option<bool>,
     allow_msg_ttl: Option<bool>,
+    persist_mode: Option<String>,
     subject_delete_marker_ttl: Option<i64>,
     consumer_limits: Option<RawConsumerLimits>,
     metadata: Option<BTreeMap<String, String>>,
@@ -219,6 +222,7 @@ impl TryFrom<RawStreamConfig> for StreamConfig {
             deny_purge: r.deny_purge.unwrap_or(false),
             allow_rollup_hdrs: r.allow_rollup_hdrs.unwrap_or(false),
             allow_msg_ttl: r.allow_msg_ttl.unwrap_or(false),
+            persist_mode: enum_field(r.persist_mode.as_deref())?,
             subject_delete_marker_ttl: non_zero(r.subject_delete_marker_ttl),
             consumer_limits: ConsumerLimits {
                 inactive_threshold: non_zero(limits.inactive_threshold),
@@ -425,6 +429,9 @@ impl StreamConfig {
             self.consumer_limits.max_ack_pending.filter(|v| *v > 0);
 
         let required_level = self.required_api_level();
+        if self.persist_mode == PersistMode::Async && self.storage != StorageType::File {
+            return invalid("async persist mode is only supported on file storage");
+        }
         set_server_metadata(&mut self.metadata, required_level, server_version);
         if metadata_size(&self.metadata) > MAX_METADATA_SIZE {
             return invalid("stream metadata exceeds maximum size of 128 KiB");
@@ -435,7 +442,9 @@ impl StreamConfig {
     /// The API level this configuration needs (`_nats.req.level`): per-message TTLs (and the
     /// delete markers built on them) are level 1 features; everything else we support is 0.
     pub fn required_api_level(&self) -> u32 {
-        if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
+        if self.persist_mode == PersistMode::Async {
+            2
+        } else if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
             1
         } else {
             0
@@ -486,6 +495,9 @@ impl StreamConfig {
         }
         if self.allow_msg_ttl && !new.allow_msg_ttl {
             return refuse("disable message TTL");
+        }
+        if self.persist_mode != new.persist_mode {
+            return refuse("change persist mode");
         }
         if self.max_consumers != new.max_consumers {
             return refuse("change max consumers");
@@ -567,6 +579,8 @@ struct StreamConfigView<'a> {
     consumer_limits: &'a ConsumerLimits,
     allow_msg_ttl: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    persist_mode: Option<PersistMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     subject_delete_marker_ttl: Option<i64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     metadata: &'a BTreeMap<String, String>,
@@ -604,6 +618,7 @@ impl Serialize for StreamConfig {
             allow_rollup_hdrs: self.allow_rollup_hdrs,
             consumer_limits: &self.consumer_limits,
             allow_msg_ttl: self.allow_msg_ttl,
+            persist_mode: (self.persist_mode != PersistMode::Default).then_some(self.persist_mode),
             subject_delete_marker_ttl: self.subject_delete_marker_ttl,
             metadata: &self.metadata,
         }
