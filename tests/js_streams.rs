@@ -1478,3 +1478,108 @@ async fn persist_mode_async_is_accepted_echoed_and_fixed() {
     )
     .await;
 }
+
+/// ADR-49 counter streams: each `Nats-Incr` publish stores the subject's new total as
+/// `{"val":"N"}` and the PubAck carries it; publishes a counter cannot take are refused with
+/// nats-server's codes; the setting is fixed at create and excludes discard new, TTLs and
+/// other retentions.
+#[tokio::test]
+async fn counter_streams_keep_a_running_total_per_subject() {
+    let s = TestServer::start_js();
+    let c = async_nats::connect(s.url()).await.unwrap();
+    let v = create_stream(
+        &c,
+        r#"{"name":"CT","subjects":["ct.>"],"allow_msg_counter":true}"#,
+    )
+    .await;
+    assert_eq!(v["config"]["allow_msg_counter"], true, "{v}");
+    assert_eq!(v["config"]["metadata"]["_nats.req.level"], "2", "{v}");
+    let incr = |subject: &'static str, by: &'static str, payload: &'static str| {
+        let c = c.clone();
+        async move { publish_ack(&c, subject, &[("Nats-Incr", by)], payload).await }
+    };
+    for (subject, by, seq, total) in [
+        ("ct.x", "5", 1, "5"),
+        ("ct.x", "+3", 2, "8"),
+        ("ct.x", "-10", 3, "-2"),
+        ("ct.y", "1", 4, "1"),
+        (
+            "ct.y",
+            "99999999999999999999999999",
+            5,
+            "100000000000000000000000000",
+        ),
+    ] {
+        let ack = incr(subject, by, "").await;
+        assert_eq!(ack["seq"], seq, "{ack}");
+        assert_eq!(ack["val"], total, "{ack}");
+    }
+    let got = api_ok(&c, "STREAM.MSG.GET.CT", r#"{"last_by_subj":"ct.x"}"#).await;
+    assert_eq!(
+        b64(got["message"]["data"].as_str().unwrap()),
+        br#"{"val":"-2"}"#
+    );
+    // Refusals, none of which stores anything.
+    assert_error(&publish_ack(&c, "ct.x", &[], "").await, 400, 10169);
+    assert_error(&incr("ct.x", "1", "data").await, 400, 10170);
+    assert_error(&incr("ct.x", "1.5", "").await, 400, 10171);
+    assert_error(&incr("ct.x", "abc", "").await, 400, 10171);
+    let v = publish_ack(
+        &c,
+        "ct.x",
+        &[
+            ("Nats-Incr", "1"),
+            ("Nats-Expected-Last-Subject-Sequence", "3"),
+        ],
+        "",
+    )
+    .await;
+    assert_error(&v, 400, 10171);
+    assert_eq!(stream_info(&c, "CT", "").await["state"]["messages"], 5);
+    // A duplicate Nats-Msg-Id is not counted twice.
+    let h = [("Nats-Incr", "1"), ("Nats-Msg-Id", "once")];
+    assert_eq!(publish_ack(&c, "ct.y", &h, "").await["seq"], 6);
+    let dup = publish_ack(&c, "ct.y", &h, "").await;
+    assert_eq!(
+        (dup["seq"].as_u64(), dup["duplicate"].as_bool()),
+        (Some(6), Some(true))
+    );
+    // Other streams refuse Nats-Incr.
+    create_stream(&c, r#"{"name":"PLAIN","subjects":["plain.>"]}"#).await;
+    assert_error(&incr("plain.x", "1", "").await, 400, 10168);
+    // Settings a counter stream cannot have, and updates.
+    for (extra, why) in [
+        (
+            r#""discard":"new","max_msgs":10"#,
+            "counter stream cannot use discard new",
+        ),
+        (
+            r#""allow_msg_ttl":true"#,
+            "counter stream cannot use message TTLs",
+        ),
+        (
+            r#""retention":"workqueue""#,
+            "counter stream can only use limits retention",
+        ),
+    ] {
+        let body =
+            format!(r#"{{"name":"CX","subjects":["cx.>"],"allow_msg_counter":true,{extra}}}"#);
+        assert_eq!(
+            api_err(&c, "STREAM.CREATE.CX", &body, 500, 10052).await,
+            why
+        );
+    }
+    for (name, body) in [
+        (
+            "PLAIN",
+            r#"{"name":"PLAIN","subjects":["plain.>"],"allow_msg_counter":true}"#,
+        ),
+        ("CT", r#"{"name":"CT","subjects":["ct.>"]}"#),
+    ] {
+        let d = api_err(&c, &format!("STREAM.UPDATE.{name}"), body, 500, 10052).await;
+        assert_eq!(
+            d,
+            "stream configuration update can not change message counter setting"
+        );
+    }
+}

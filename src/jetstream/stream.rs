@@ -75,12 +75,39 @@ pub fn store_limits(cfg: &StreamConfig) -> StoreLimits {
 }
 
 fn pub_ack(stream: &str, seq: u64, duplicate: bool) -> Bytes {
+    pub_ack_with(stream, seq, duplicate, None)
+}
+
+/// A pub-ack; `val` is a counter stream's new total.
+fn pub_ack_with(stream: &str, seq: u64, duplicate: bool, val: Option<&str>) -> Bytes {
     let mut s = format!("{{\"stream\":{},\"seq\":{seq}", json!(stream));
     if duplicate {
         s.push_str(",\"duplicate\": true");
     }
+    if let Some(v) = val {
+        s.push_str(",\"val\":");
+        s.push_str(&json!(v).to_string());
+    }
     s.push('}');
     Bytes::from(s)
+}
+
+/// A `Nats-Incr` value: a signed integer (`+5`, `-2`). Totals are 128-bit: beyond ±1.7e38
+/// an increment is refused as invalid (nats-server's counters are unbounded).
+fn parse_incr(v: &str) -> Option<i128> {
+    v.trim().parse().ok()
+}
+
+/// A counter message's total (`{"val":"N"}`); 0 when there is none.
+fn counter_value(payload: &[u8]) -> i128 {
+    #[derive(serde::Deserialize)]
+    struct Counter {
+        val: String,
+    }
+    serde_json::from_slice::<Counter>(payload)
+        .ok()
+        .and_then(|c| c.val.parse().ok())
+        .unwrap_or(0)
 }
 
 fn pub_err(stream: &str, e: &ApiError) -> Bytes {
@@ -133,6 +160,8 @@ struct PubHeaders {
     expected_last_msg_id: Option<String>,
     rollup: Option<String>,
     ttl: Option<String>,
+    /// `Nats-Incr` (counter streams).
+    incr: Option<String>,
     bad: bool,
 }
 
@@ -157,6 +186,7 @@ impl PubHeaders {
             expected_last_msg_id: get("Nats-Expected-Last-Msg-Id"),
             rollup: get("Nats-Rollup"),
             ttl: get("Nats-TTL"),
+            incr: get("Nats-Incr"),
             bad: false,
         }
     }
@@ -168,6 +198,7 @@ impl PubHeaders {
             || self.expected_last_msg_id.is_some()
             || self.rollup.is_some()
             || self.ttl.is_some()
+            || self.incr.is_some()
     }
 }
 
@@ -178,6 +209,8 @@ struct Queued {
     msg_id: Option<String>,
     /// Index of an earlier message in this batch with the same id (this one is a duplicate).
     dup_of: Option<usize>,
+    /// A counter stream's new total, for the pub-ack.
+    val: Option<String>,
 }
 
 impl Stream {
@@ -299,6 +332,7 @@ impl Stream {
                 reply: m.reply,
                 msg_id: h.msg_id,
                 dup_of,
+                val: None,
             });
         }
         self.flush(&mut queue, sink, now);
@@ -316,6 +350,7 @@ impl Stream {
         if self.cfg.max_msg_size > 0 && size as i64 > self.cfg.max_msg_size {
             return Err(ApiError::msg_too_large());
         }
+        self.counter_precheck(m)?;
         if let Some(h) = &m.headers {
             if let Ok(map) = HeaderMap::parse(h) {
                 if let Some(exp) = map.get("Nats-Expected-Stream") {
@@ -339,14 +374,50 @@ impl Stream {
         Ok(())
     }
 
+    /// A counter stream takes only `Nats-Incr` publishes without a payload (and without the
+    /// headers that would make the total ambiguous); other streams refuse `Nats-Incr`.
+    fn counter_precheck(&self, m: &Incoming) -> Result<(), ApiError> {
+        let map = m.headers.as_ref().and_then(|h| HeaderMap::parse(h).ok());
+        let incr = map.as_ref().and_then(|h| h.get("Nats-Incr"));
+        if !self.cfg.allow_msg_counter {
+            return match incr {
+                Some(_) => Err(ApiError::counters_disabled()),
+                None => Ok(()),
+            };
+        }
+        let Some(incr) = incr else {
+            return Err(ApiError::counter_incr_missing());
+        };
+        if !m.payload.is_empty() {
+            return Err(ApiError::counter_has_payload());
+        }
+        let conflicting = map.as_ref().is_some_and(|h| {
+            h.get("Nats-Expected-Last-Subject-Sequence").is_some() || h.get("Nats-Rollup").is_some()
+        });
+        if parse_incr(incr).is_none() || conflicting {
+            return Err(ApiError::counter_incr_invalid());
+        }
+        Ok(())
+    }
+
     fn answer(&self, sink: &mut dyn Sink, reply: Option<&str>, r: Result<u64, ApiError>) {
+        self.answer_val(sink, reply, r, None);
+    }
+
+    fn answer_val(
+        &self,
+        sink: &mut dyn Sink,
+        reply: Option<&str>,
+        r: Result<u64, ApiError>,
+        val: Option<&str>,
+    ) {
         let Some(reply) = reply else {
             return;
         };
         match r {
             Ok(seq) => {
                 if !self.cfg.no_ack {
-                    sink.reply(reply, pub_ack(&self.cfg.name, seq, false));
+                    sink.reply(reply, pub_ack_with(&self.cfg.name, seq, false, val));
                 }
             }
             Err(e) => sink.reply(reply, pub_err(&self.cfg.name, &e)),
@@ -404,15 +475,38 @@ impl Stream {
             }
         }
         let subject = m.subject.clone();
+        let mut payload = m.payload;
+        let mut val = None;
+        if let Some(incr) = h.incr.as_deref().and_then(parse_incr) {
+            let prev = match self.store.last_by_subject(&subject) {
+                Ok(x) => x.map_or(0, |x| counter_value(&x.payload)),
+                Err(e) => {
+                    self.answer(sink, m.reply.as_deref(), Err(store_failed(&e)));
+                    return;
+                }
+            };
+            let Some(total) = prev.checked_add(incr) else {
+                self.answer(
+                    sink,
+                    m.reply.as_deref(),
+                    Err(ApiError::counter_incr_invalid()),
+                );
+                return;
+            };
+            let text = total.to_string();
+            payload = Bytes::from(json!({ "val": text }).to_string());
+            val = Some(text);
+        }
         let mut q = vec![Queued {
             msg: NewMsg {
                 subject: m.subject,
                 headers: m.headers,
-                payload: m.payload,
+                payload,
             },
             reply: m.reply,
             msg_id: h.msg_id.clone(),
             dup_of: None,
+            val,
         }];
         let stored = self.flush(&mut q, sink, now);
         let Some(&(seq, ts)) = stored.first() else {
@@ -528,7 +622,7 @@ impl Stream {
                         self.dedupe.insert(id.clone(), a.seq, a.ts);
                     }
                     stored.push((a.seq, a.ts));
-                    self.answer(sink, q.reply.as_deref(), Ok(a.seq));
+                    self.answer_val(sink, q.reply.as_deref(), Ok(a.seq), q.val.as_deref());
                     if let Some(last) = last_of_subject.get_mut(&q.msg.subject) {
                         self.republish(sink, &q.msg, a.seq, a.ts, *last);
                         *last = a.seq;

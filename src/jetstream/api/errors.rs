@@ -122,6 +122,14 @@ pub enum ErrorKind {
     DenyPurge,
     /// `CONSUMER.RESET` to a sequence the consumer may not go to (description: the reason).
     InvalidReset,
+    /// `Nats-Incr` on a stream without `allow_msg_counter`.
+    CountersDisabled,
+    /// A publish to a counter stream without `Nats-Incr`.
+    CounterIncrMissing,
+    /// A publish to a counter stream with a payload.
+    CounterHasPayload,
+    /// A `Nats-Incr` that is not an integer (or a header a counter cannot take).
+    CounterIncrInvalid,
 }
 
 impl ErrorKind {
@@ -233,6 +241,11 @@ impl ErrorKind {
             DenyPurge => (500, 10110, "stream purge not permitted"),
             // ADR-60; descriptions as nats-server 2.15.1 answers (tests/js_consumers.rs).
             InvalidReset => (400, 10204, "invalid reset: "),
+            // ADR-49; as nats-server 2.15.1 answers (tests/js_streams.rs).
+            CountersDisabled => (400, 10168, "message counters is disabled"),
+            CounterIncrMissing => (400, 10169, "message counter increment is missing"),
+            CounterHasPayload => (400, 10170, "message counter has payload"),
+            CounterIncrInvalid => (400, 10171, "message counter increment is invalid"),
         }
     }
 
@@ -345,6 +358,22 @@ impl ApiError {
     /// `404 / 10014 consumer not found`.
     pub fn consumer_not_found() -> Self {
         Self::from_kind(ErrorKind::ConsumerNotFound)
+    }
+    /// `400 / 10168 message counters is disabled`.
+    pub fn counters_disabled() -> Self {
+        Self::from_kind(ErrorKind::CountersDisabled)
+    }
+    /// `400 / 10169 message counter increment is missing`.
+    pub fn counter_incr_missing() -> Self {
+        Self::from_kind(ErrorKind::CounterIncrMissing)
+    }
+    /// `400 / 10170 message counter has payload`.
+    pub fn counter_has_payload() -> Self {
+        Self::from_kind(ErrorKind::CounterHasPayload)
+    }
+    /// `400 / 10171 message counter increment is invalid`.
+    pub fn counter_incr_invalid() -> Self {
+        Self::from_kind(ErrorKind::CounterIncrInvalid)
     }
     /// `400 / 10204 invalid reset: <why>` (`below start seq`, `not allowed`).
     pub fn invalid_reset(why: &str) -> Self {

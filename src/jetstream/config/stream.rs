@@ -99,6 +99,9 @@ pub struct StreamConfig {
     pub allow_msg_ttl: bool,
     /// ADR-56 persist mode (echoed only when `async`; acks wait for fsync either way).
     pub persist_mode: PersistMode,
+    /// ADR-49 counter stream: every publish carries `Nats-Incr` and stores the subject's new
+    /// running total as `{"val":"N"}`.
+    pub allow_msg_counter: bool,
     /// TTL of the marker left when a subject's last message is removed by age, nanoseconds.
     pub subject_delete_marker_ttl: Option<i64>,
     /// Defaults and caps for consumers.
@@ -161,6 +164,7 @@ struct RawStreamConfig {
     allow_rollup_hdrs: Option<bool>,
     allow_msg_ttl: Option<bool>,
     persist_mode: Option<String>,
+    allow_msg_counter: Option<bool>,
     subject_delete_marker_ttl: Option<i64>,
     consumer_limits: Option<RawConsumerLimits>,
     metadata: Option<BTreeMap<String, String>>,
@@ -223,6 +227,7 @@ impl TryFrom<RawStreamConfig> for StreamConfig {
             allow_rollup_hdrs: r.allow_rollup_hdrs.unwrap_or(false),
             allow_msg_ttl: r.allow_msg_ttl.unwrap_or(false),
             persist_mode: enum_field(r.persist_mode.as_deref())?,
+            allow_msg_counter: r.allow_msg_counter.unwrap_or(false),
             subject_delete_marker_ttl: non_zero(r.subject_delete_marker_ttl),
             consumer_limits: ConsumerLimits {
                 inactive_threshold: non_zero(limits.inactive_threshold),
@@ -432,6 +437,17 @@ impl StreamConfig {
         if self.persist_mode == PersistMode::Async && self.storage != StorageType::File {
             return invalid("async persist mode is only supported on file storage");
         }
+        if self.allow_msg_counter {
+            if self.discard == DiscardPolicy::New {
+                return invalid("counter stream cannot use discard new");
+            }
+            if self.allow_msg_ttl {
+                return invalid("counter stream cannot use message TTLs");
+            }
+            if self.retention != Retention::Limits {
+                return invalid("counter stream can only use limits retention");
+            }
+        }
         set_server_metadata(&mut self.metadata, required_level, server_version);
         if metadata_size(&self.metadata) > MAX_METADATA_SIZE {
             return invalid("stream metadata exceeds maximum size of 128 KiB");
@@ -442,7 +458,7 @@ impl StreamConfig {
     /// The API level this configuration needs (`_nats.req.level`): per-message TTLs (and the
     /// delete markers built on them) are level 1 features; everything else we support is 0.
     pub fn required_api_level(&self) -> u32 {
-        if self.persist_mode == PersistMode::Async {
+        if self.persist_mode == PersistMode::Async || self.allow_msg_counter {
             2
         } else if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
             1
@@ -498,6 +514,9 @@ impl StreamConfig {
         }
         if self.persist_mode != new.persist_mode {
             return refuse("change persist mode");
+        }
+        if self.allow_msg_counter != new.allow_msg_counter {
+            return refuse("change message counter setting");
         }
         if self.max_consumers != new.max_consumers {
             return refuse("change max consumers");
@@ -580,6 +599,8 @@ struct StreamConfigView<'a> {
     allow_msg_ttl: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     persist_mode: Option<PersistMode>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_msg_counter: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     subject_delete_marker_ttl: Option<i64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -619,6 +640,7 @@ impl Serialize for StreamConfig {
             consumer_limits: &self.consumer_limits,
             allow_msg_ttl: self.allow_msg_ttl,
             persist_mode: (self.persist_mode != PersistMode::Default).then_some(self.persist_mode),
+            allow_msg_counter: self.allow_msg_counter,
             subject_delete_marker_ttl: self.subject_delete_marker_ttl,
             metadata: &self.metadata,
         }
