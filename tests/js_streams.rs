@@ -1583,3 +1583,63 @@ async fn counter_streams_keep_a_running_total_per_subject() {
         );
     }
 }
+
+/// `subject_delete_marker_ttl`: a subject whose last message leaves by its `Nats-TTL` or by
+/// `max_age` gets a delete marker (`Nats-Marker-Reason: MaxAge`, `Nats-TTL`, no payload),
+/// which itself expires without leaving another; a subject that still has a message gets
+/// none. (KV buckets with `limit_marker_ttl` rely on this: watchers see a purge.)
+#[tokio::test]
+async fn expiry_leaves_a_delete_marker_that_expires_in_turn() {
+    let s = TestServer::start_js();
+    let c = async_nats::connect(s.url()).await.unwrap();
+    create_stream(
+        &c,
+        r#"{"name":"MK","subjects":["mk.>"],"subject_delete_marker_ttl":1000000000}"#,
+    )
+    .await;
+    publish_ack(&c, "mk.gone", &[("Nats-TTL", "1s")], "v").await;
+    publish_ack(&c, "mk.kept", &[("Nats-TTL", "1s")], "old").await;
+    publish_ack(&c, "mk.kept", &[], "new").await;
+    let last = |subject: &'static str| {
+        let c = c.clone();
+        async move {
+            api(
+                &c,
+                "STREAM.MSG.GET.MK",
+                &format!(r#"{{"last_by_subj":"{subject}"}}"#),
+            )
+            .await
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let marker = loop {
+        let v = last("mk.gone").await;
+        let hdrs = v["message"]["hdrs"].as_str().map(b64).unwrap_or_default();
+        if String::from_utf8_lossy(&hdrs).contains("Nats-Marker-Reason") {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no marker for mk.gone: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let hdrs = String::from_utf8(b64(marker["message"]["hdrs"].as_str().unwrap())).unwrap();
+    assert!(hdrs.contains("Nats-Marker-Reason: MaxAge\r\n"), "{hdrs:?}");
+    assert!(hdrs.contains("Nats-TTL: 1s\r\n"), "{hdrs:?}");
+    assert!(marker["message"].get("data").is_none(), "{marker}");
+    // mk.kept still has "new": no marker, and the message stays.
+    let v = last("mk.kept").await;
+    assert_eq!(b64(v["message"]["data"].as_str().unwrap()), b"new", "{v}");
+    // The marker leaves after its own TTL, and nothing takes its place.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    loop {
+        let v = last("mk.gone").await;
+        if v.get("error").is_some() {
+            assert_error(&v, 404, 10037);
+            break;
+        }
+        assert!(Instant::now() < deadline, "marker never expired: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_error(&last("mk.gone").await, 404, 10037);
+    assert_eq!(stream_info(&c, "MK", "").await["state"]["messages"], 1);
+}

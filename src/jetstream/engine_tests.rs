@@ -365,6 +365,30 @@ fn a_message_ttl_removes_it_when_due() {
 }
 
 #[test]
+fn an_expired_last_message_leaves_a_marker_that_expires_without_another() {
+    let mut h = Harness::new(
+        json!({"name": "S", "subjects": ["s.>"], "subject_delete_marker_ttl": 1_000_000_000i64}),
+    );
+    h.publish("s.gone", &[("Nats-TTL", "2s")], T0);
+    h.publish("s.kept", &[("Nats-TTL", "2s")], T0);
+    h.publish("s.kept", &[], T0);
+    h.tick(T0 + 2 * SEC);
+    // s.gone: its message left, a marker (seq 4) took its place; s.kept still has one.
+    assert_eq!(h.messages(), 2);
+    let m = h.st.store().last_by_subject("s.gone").unwrap().unwrap();
+    assert_eq!(m.seq, 4);
+    let hdrs = String::from_utf8(m.headers.unwrap().to_vec()).unwrap();
+    assert!(hdrs.contains("Nats-Marker-Reason: MaxAge\r\n") && hdrs.contains("Nats-TTL: 1s\r\n"));
+    assert!(m.payload.is_empty());
+    // The marker's own TTL removes it; no marker follows a marker.
+    h.tick(T0 + 3 * SEC + MS);
+    assert_eq!(h.messages(), 1);
+    assert!(h.st.store().last_by_subject("s.gone").unwrap().is_none());
+    h.tick(T0 + 5 * SEC);
+    assert_eq!(h.messages(), 1);
+}
+
+#[test]
 fn purge_by_subject_and_keep() {
     let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
     for s in ["s.a", "s.b", "s.a", "s.b", "s.a"] {

@@ -92,6 +92,17 @@ fn pub_ack_with(stream: &str, seq: u64, duplicate: bool, val: Option<&str>) -> B
     Bytes::from(s)
 }
 
+/// Most sequences one tick reads to find the subjects `max_age` removes (for delete markers).
+const MARKER_SCAN: u64 = 100_000;
+
+/// A delete marker the server placed (it carries `Nats-Marker-Reason`).
+fn is_marker(m: &crate::store::StoredMsg) -> bool {
+    m.headers
+        .as_ref()
+        .and_then(|h| HeaderMap::parse(h).ok())
+        .is_some_and(|h| h.get("Nats-Marker-Reason").is_some())
+}
+
 /// A `Nats-Incr` value: a signed integer (`+5`, `-2`). Totals are 128-bit: beyond ±1.7e38
 /// an increment is refused as invalid (nats-server's counters are unbounded).
 fn parse_incr(v: &str) -> Option<i128> {
@@ -687,7 +698,14 @@ impl Stream {
     /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
     pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
         let mut removed = false;
+        // Subjects whose messages age or TTL removes: each left with no message gets a
+        // delete marker when the stream asks for them (`subject_delete_marker_ttl`).
+        let markers = self.cfg.subject_delete_marker_ttl.is_some();
+        let mut emptied: Vec<String> = Vec::new();
         if self.cfg.max_age > 0 && self.offline.is_none() {
+            if markers {
+                emptied.extend(self.aging_subjects(now));
+            }
             match self.store.expire(now) {
                 Ok(n) => removed |= n > 0,
                 Err(e) => self.note_store_error(&e),
@@ -698,6 +716,13 @@ impl Stream {
                 break;
             }
             self.ttl.remove(&(t, seq));
+            if markers {
+                if let Ok(Some(m)) = self.store.get(seq) {
+                    if !is_marker(&m) {
+                        emptied.push(m.subject);
+                    }
+                }
+            }
             match self.store.delete(seq, false) {
                 Ok(d) => removed |= d,
                 Err(e) => self.note_store_error(&e),
@@ -705,6 +730,9 @@ impl Stream {
         }
         if removed {
             self.after_removal();
+        }
+        if removed && markers {
+            self.place_markers(emptied, sink, now);
         }
         for c in self.consumers.values_mut() {
             c.tick(sink, now);
@@ -722,6 +750,52 @@ impl Stream {
             }
         }
         self.run_consumers(sink, now);
+    }
+
+    /// Subjects of the (non-marker) messages `max_age` is about to remove, oldest first; at
+    /// most [`MARKER_SCAN`] sequences are looked at per tick.
+    fn aging_subjects(&self, now: i64) -> Vec<String> {
+        let st = self.store.state();
+        let cutoff = now.saturating_sub(self.cfg.max_age);
+        let mut out = Vec::new();
+        let last = st.last_seq.min(st.first_seq.saturating_add(MARKER_SCAN));
+        for seq in st.first_seq..=last {
+            match self.store.get(seq) {
+                Ok(Some(m)) if m.ts > cutoff => break,
+                Ok(Some(m)) if !is_marker(&m) => out.push(m.subject),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Stores a delete marker (`Nats-Marker-Reason: MaxAge`, `Nats-TTL`, `Nats-Rollup: sub`,
+    /// no payload) for each of `subjects` that has no message left, as nats-server does for
+    /// messages removed by age or by their TTL. Markers expire by their own TTL and leave no
+    /// marker behind.
+    fn place_markers(&mut self, mut subjects: Vec<String>, sink: &mut dyn Sink, now: i64) {
+        let Some(ttl) = self.cfg.subject_delete_marker_ttl else {
+            return;
+        };
+        subjects.sort();
+        subjects.dedup();
+        let headers = Bytes::from(format!(
+            "NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: {}\r\nNats-Rollup: sub\r\n\r\n",
+            crate::timefmt::format_go_duration(ttl)
+        ));
+        let batch: Vec<Incoming> = subjects
+            .into_iter()
+            .filter(|s| matches!(self.store.last_by_subject(s), Ok(None)))
+            .map(|subject| Incoming {
+                subject,
+                reply: None,
+                headers: Some(headers.clone()),
+                payload: Bytes::new(),
+            })
+            .collect();
+        for m in batch {
+            self.publish(vec![m], sink, now);
+        }
     }
 
     fn after_removal(&mut self) {
