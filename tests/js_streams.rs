@@ -1643,3 +1643,54 @@ async fn expiry_leaves_a_delete_marker_that_expires_in_turn() {
     assert_error(&last("mk.gone").await, 404, 10037);
     assert_eq!(stream_info(&c, "MK", "").await["state"]["messages"], 1);
 }
+
+/// Atomic batches (ADR-50) and message schedules (ADR-51) are not implemented: a publish
+/// that carries their headers is refused with the codes nats-server gives a stream without
+/// them — never stored as a plain message a client would take for a committed batch or an
+/// armed schedule — and a stream asking for them (or for a subject transform) is refused at
+/// create rather than created without them.
+#[tokio::test]
+async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
+    let s = TestServer::start_js();
+    let c = async_nats::connect(s.url()).await.unwrap();
+    create_stream(&c, r#"{"name":"NB","subjects":["nb.>"]}"#).await;
+    let batch = [
+        ("Nats-Batch-Id", "b1"),
+        ("Nats-Batch-Sequence", "1"),
+        ("Nats-Batch-Commit", "1"),
+    ];
+    assert_error(&publish_ack(&c, "nb.a", &batch, "x").await, 400, 10174);
+    let sched = [
+        ("Nats-Schedule", "@every 5s"),
+        ("Nats-Schedule-Target", "nb.t"),
+    ];
+    assert_error(&publish_ack(&c, "nb.s", &sched, "").await, 400, 10188);
+    assert_eq!(stream_info(&c, "NB", "").await["state"]["messages"], 0);
+    if s.is_reference() {
+        return; // nats-server implements these options.
+    }
+    for (extra, what) in [
+        (
+            r#""allow_atomic":true"#,
+            "atomic batch publish (allow_atomic) is not supported",
+        ),
+        (
+            r#""allow_batched":true"#,
+            "batched publish (allow_batched) is not supported",
+        ),
+        (
+            r#""allow_msg_schedules":true"#,
+            "message schedules (allow_msg_schedules) are not supported",
+        ),
+        (
+            r#""subject_transform":{"src":"nx.>","dest":"ny.>"}"#,
+            "subject transforms are not supported",
+        ),
+    ] {
+        let body = format!(r#"{{"name":"NX","subjects":["nx.>"],{extra}}}"#);
+        assert_eq!(
+            api_err(&c, "STREAM.CREATE.NX", &body, 500, 10052).await,
+            what
+        );
+    }
+}

@@ -369,6 +369,14 @@ impl Stream {
                         return Err(ApiError::expected_stream_mismatch());
                     }
                 }
+                // Atomic batches and schedules are refused, never stored as plain messages
+                // (a client would take them for committed batches or armed schedules).
+                if map.get("Nats-Batch-Id").is_some() {
+                    return Err(ApiError::atomic_publish_disabled());
+                }
+                if map.get("Nats-Schedule").is_some() {
+                    return Err(ApiError::schedules_disabled());
+                }
                 if map.get("Nats-Rollup").is_some() && !self.cfg.allow_rollup_hdrs {
                     return Err(ApiError::rollup_not_permitted());
                 }

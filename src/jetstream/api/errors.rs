@@ -130,6 +130,10 @@ pub enum ErrorKind {
     CounterHasPayload,
     /// A `Nats-Incr` that is not an integer (or a header a counter cannot take).
     CounterIncrInvalid,
+    /// A `Nats-Batch-Id` publish (ADR-50 atomic batches are not implemented here).
+    AtomicPublishDisabled,
+    /// A `Nats-Schedule` publish (ADR-51 schedules are not implemented here).
+    SchedulesDisabled,
 }
 
 impl ErrorKind {
@@ -246,6 +250,10 @@ impl ErrorKind {
             CounterIncrMissing => (400, 10169, "message counter increment is missing"),
             CounterHasPayload => (400, 10170, "message counter has payload"),
             CounterIncrInvalid => (400, 10171, "message counter increment is invalid"),
+            // What nats-server 2.15.1 answers on a stream without `allow_atomic` /
+            // `allow_msg_schedules`; here no stream has them.
+            AtomicPublishDisabled => (400, 10174, "atomic publish is disabled"),
+            SchedulesDisabled => (400, 10188, "message schedules is disabled"),
         }
     }
 
@@ -370,6 +378,14 @@ impl ApiError {
     /// `400 / 10170 message counter has payload`.
     pub fn counter_has_payload() -> Self {
         Self::from_kind(ErrorKind::CounterHasPayload)
+    }
+    /// `400 / 10174 atomic publish is disabled`.
+    pub fn atomic_publish_disabled() -> Self {
+        Self::from_kind(ErrorKind::AtomicPublishDisabled)
+    }
+    /// `400 / 10188 message schedules is disabled`.
+    pub fn schedules_disabled() -> Self {
+        Self::from_kind(ErrorKind::SchedulesDisabled)
     }
     /// `400 / 10171 message counter increment is invalid`.
     pub fn counter_incr_invalid() -> Self {

@@ -114,6 +114,10 @@ pub struct StreamConfig {
     pub sources: Option<serde_json::Value>,
     /// Every stored message is also published to a subject mapped from its own.
     pub republish: Option<RePublish>,
+    /// The first option asked for that this server does not implement (`subject_transform`,
+    /// `allow_atomic`, `allow_batched`, `allow_msg_schedules`): refused by
+    /// [`StreamConfig::normalize`] rather than silently dropped.
+    pub unsupported: Option<String>,
 }
 
 /// `republish`: after a message is stored, a copy goes to `dest` (mapped from the message's
@@ -170,6 +174,10 @@ struct RawStreamConfig {
     metadata: Option<BTreeMap<String, String>>,
     mirror: Option<serde_json::Value>,
     sources: Option<serde_json::Value>,
+    subject_transform: Option<serde_json::Value>,
+    allow_atomic: Option<bool>,
+    allow_batched: Option<bool>,
+    allow_msg_schedules: Option<bool>,
     republish: Option<RePublish>,
 }
 
@@ -234,6 +242,17 @@ impl TryFrom<RawStreamConfig> for StreamConfig {
                 max_ack_pending: non_zero(limits.max_ack_pending),
             },
             metadata: r.metadata.unwrap_or_default(),
+            unsupported: if r.subject_transform.as_ref().is_some_and(|v| !v.is_null()) {
+                Some("subject transforms are".to_owned())
+            } else if r.allow_atomic == Some(true) {
+                Some("atomic batch publish (allow_atomic) is".to_owned())
+            } else if r.allow_batched == Some(true) {
+                Some("batched publish (allow_batched) is".to_owned())
+            } else if r.allow_msg_schedules == Some(true) {
+                Some("message schedules (allow_msg_schedules) are".to_owned())
+            } else {
+                None
+            },
             mirror: r.mirror.filter(|v| !v.is_null()),
             // An empty list is as good as none.
             sources: r
@@ -302,6 +321,9 @@ impl StreamConfig {
         // Our choice: mirrors and sources (tagged N in the spec) are refused outright.
         if self.mirror.is_some() || self.sources.is_some() {
             return invalid("mirrors and sources are not supported");
+        }
+        if let Some(what) = &self.unsupported {
+            return invalid(&format!("{what} not supported"));
         }
         if let Some(rp) = self.republish.as_mut() {
             if rp.src.is_empty() {
