@@ -999,6 +999,50 @@ async fn deleting_a_consumer_ends_its_waiting_pulls_with_409() {
     assert_eq!(got.description(), "Consumer Deleted");
 }
 
+/// Deleting the stream ends its consumers' waiting pulls the same way (an ordered consumer's
+/// pull loop then stops instead of waiting for its request to expire).
+#[tokio::test]
+async fn deleting_a_stream_ends_its_consumers_waiting_pulls_with_409() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "SDEL", "subjects": ["sdel"]})).await;
+    add_consumer(
+        &c,
+        "SDEL",
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit"}),
+    )
+    .await;
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move {
+        pull(
+            &c2,
+            "SDEL",
+            "p",
+            json!({"batch": 1, "expires": 10_000_000_000u64}),
+            1,
+            Duration::from_secs(8),
+        )
+        .await
+    });
+    let mut queued = false;
+    for _ in 0..100 {
+        if consumer_info(&c, "SDEL", "p").await["num_waiting"] == 1 {
+            queued = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(queued, "pull request queued");
+    let v = api(&c, "$JS.API.STREAM.DELETE.SDEL", Value::Null).await;
+    assert_ok(&v, "stream delete");
+    let started = Instant::now();
+    let got = waiter.await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(got.status_code(), Some(409));
+    assert_eq!(got.description(), "Consumer Deleted");
+}
+
 // ---------------------------------------------------------------------------------------
 // acks and redelivery
 

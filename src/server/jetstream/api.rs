@@ -316,7 +316,7 @@ fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value
         .remove(name)
         .ok_or_else(ApiError::stream_not_found)?;
     acc.unsubscribe_stream(&s.subs);
-    stream_worker::stop_and_wait(&s);
+    stream_worker::delete_and_wait(&s);
     if let Some(id) = s.id {
         // Crypto-erase: the stream's data key goes first, then its files.
         let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());

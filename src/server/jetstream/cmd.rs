@@ -38,6 +38,9 @@ pub(crate) enum Cmd {
     Update(Box<StreamConfig>, SyncSender<Result<StreamInfo, ApiError>>),
     /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
     Snapshot(std::sync::mpsc::SyncSender<()>),
+    /// The stream is being deleted: every consumer's waiting pull requests end with
+    /// `409 Consumer Deleted`, as when the consumer itself is deleted. A `Stop` follows.
+    EndPulls,
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<SyncSender<()>>),
 }
@@ -59,7 +62,9 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
             payload,
         } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
         Cmd::FlowControl { subject } => subject.len(),
-        Cmd::Info(_) | Cmd::Update(..) | Cmd::Snapshot(_) | Cmd::Stop(_) => return 0,
+        Cmd::Info(_) | Cmd::Update(..) | Cmd::Snapshot(_) | Cmd::EndPulls | Cmd::Stop(_) => {
+            return 0
+        }
     };
     bytes.max(MIN_COMMAND_COST)
 }

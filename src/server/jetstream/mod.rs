@@ -687,7 +687,7 @@ pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String>
     if let Some(acc) = js.account(name) {
         for s in acc.streams.drain() {
             acc.unsubscribe_stream(&s.subs);
-            stream_worker::stop_and_wait(&s);
+            stream_worker::delete_and_wait(&s);
         }
     }
     let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());

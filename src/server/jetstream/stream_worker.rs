@@ -461,6 +461,11 @@ impl Worker {
                     let _ = tx.send(r);
                 }
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
+                Cmd::EndPulls => {
+                    for c in st.consumers.values_mut() {
+                        c.deleted(&mut self.sink);
+                    }
+                }
                 Cmd::Stop(done) => {
                     stop = Some(done);
                     break;
@@ -894,6 +899,14 @@ pub(crate) fn create(
     spawn(js, acc, stream, id, HashMap::new());
     info_for_reply(&mut info, true);
     Ok(info)
+}
+
+/// Stops a stream that is being deleted: its consumers' waiting pulls end with `409 Consumer
+/// Deleted` (what nats-server sends; a client's pull loop learns the consumer is gone instead
+/// of waiting for its request to expire), then as [`stop_and_wait`].
+pub(crate) fn delete_and_wait(s: &StreamRef) {
+    let _ = s.tx.send(Cmd::EndPulls);
+    stop_and_wait(s);
 }
 
 /// Stops a stream and waits until its store thread has closed it (store closed, consumers
