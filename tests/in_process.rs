@@ -96,17 +96,20 @@ async fn jetstream_in_process_keeps_what_was_acked_across_a_restart() {
         let ack = js.publish("p.x", "v".into()).await.unwrap().await.unwrap();
         assert_eq!(ack.sequence, i);
     }
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    stop_and_join(stop, task).await;
 
     let (url, stop, mut task) = start(opts);
     let js = async_nats::jetstream::new(connect(&url, &mut task).await);
     let mut s = js.get_stream("P").await.unwrap();
     assert_eq!(s.info().await.unwrap().state.messages, 3);
+    stop_and_join(stop, task).await;
+}
+
+/// Triggers the shutdown and waits for `run_with` to return `Ok`.
+async fn stop_and_join(
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), server::ServerError>>,
+) {
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(20), task)
         .await

@@ -959,56 +959,29 @@ async fn pull_on_a_push_consumer_is_409() {
 
 #[tokio::test]
 async fn deleting_a_consumer_ends_its_waiting_pulls_with_409() {
-    let s = TestServer::start_js();
-    let c = client(&s).await;
-    add_stream(&c, json!({"name": "DEL", "subjects": ["del"]})).await;
-    add_consumer(
-        &c,
-        "DEL",
-        "p",
-        json!({"durable_name": "p", "ack_policy": "explicit"}),
-    )
-    .await;
-    let c2 = c.clone();
-    let waiter = tokio::spawn(async move {
-        pull(
-            &c2,
-            "DEL",
-            "p",
-            json!({"batch": 1, "expires": 10_000_000_000u64}),
-            1,
-            Duration::from_secs(8),
-        )
-        .await
-    });
-    let mut queued = false;
-    for _ in 0..100 {
-        if consumer_info(&c, "DEL", "p").await["num_waiting"] == 1 {
-            queued = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(queued, "pull request queued");
-    let v = api(&c, "$JS.API.CONSUMER.DELETE.DEL.p", Value::Null).await;
-    assert_ok(&v, "delete");
-    let started = Instant::now();
-    let got = waiter.await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(got.status_code(), Some(409));
-    assert_eq!(got.description(), "Consumer Deleted");
+    waiting_pull_ends_with_409_on("DEL", "$JS.API.CONSUMER.DELETE.DEL.p").await;
 }
 
 /// Deleting the stream ends its consumers' waiting pulls the same way (an ordered consumer's
 /// pull loop then stops instead of waiting for its request to expire).
 #[tokio::test]
 async fn deleting_a_stream_ends_its_consumers_waiting_pulls_with_409() {
+    waiting_pull_ends_with_409_on("SDEL", "$JS.API.STREAM.DELETE.SDEL").await;
+}
+
+/// Queues a long pull on consumer `p` of a fresh `stream`, calls `delete`, and expects the
+/// pull to end at once with `409 Consumer Deleted`.
+async fn waiting_pull_ends_with_409_on(stream: &'static str, delete: &str) {
     let s = TestServer::start_js();
     let c = client(&s).await;
-    add_stream(&c, json!({"name": "SDEL", "subjects": ["sdel"]})).await;
+    add_stream(
+        &c,
+        json!({"name": stream, "subjects": [stream.to_lowercase()]}),
+    )
+    .await;
     add_consumer(
         &c,
-        "SDEL",
+        stream,
         "p",
         json!({"durable_name": "p", "ack_policy": "explicit"}),
     )
@@ -1017,7 +990,7 @@ async fn deleting_a_stream_ends_its_consumers_waiting_pulls_with_409() {
     let waiter = tokio::spawn(async move {
         pull(
             &c2,
-            "SDEL",
+            stream,
             "p",
             json!({"batch": 1, "expires": 10_000_000_000u64}),
             1,
@@ -1027,15 +1000,15 @@ async fn deleting_a_stream_ends_its_consumers_waiting_pulls_with_409() {
     });
     let mut queued = false;
     for _ in 0..100 {
-        if consumer_info(&c, "SDEL", "p").await["num_waiting"] == 1 {
+        if consumer_info(&c, stream, "p").await["num_waiting"] == 1 {
             queued = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(queued, "pull request queued");
-    let v = api(&c, "$JS.API.STREAM.DELETE.SDEL", Value::Null).await;
-    assert_ok(&v, "stream delete");
+    let v = api(&c, delete, Value::Null).await;
+    assert_ok(&v, "delete");
     let started = Instant::now();
     let got = waiter.await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -269,7 +269,19 @@ fn label(v: &str) -> String {
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
     let mut o = String::with_capacity(4096);
-    let simple: [(&str, &str, &str, u64); 11] = [
+    let simple: [(&str, &str, &str, u64); 13] = [
+        (
+            "sealstream_jetstream_dedupe_ids",
+            "gauge",
+            "Nats-Msg-Id values held in the streams' duplicate windows (each stream bounded at 1048576).",
+            crate::jetstream::dedupe::HELD.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_jetstream_dedupe_early_evictions_total",
+            "counter",
+            "Ids a full duplicate window forgot before duplicate_window had passed.",
+            crate::jetstream::dedupe::EARLY_EVICTIONS.load(Ordering::Relaxed),
+        ),
         (
             "sealstream_jetstream_intake_refused_total",
             "counter",
@@ -469,28 +481,6 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         "Messages delivered and not yet acknowledged, over all consumers (each bounded by its max_ack_pending, and by 1000000 when that is unlimited).",
     );
     let _ = writeln!(o, "sealstream_jetstream_ack_pending {ack_pending}");
-    metric(
-        &mut o,
-        "sealstream_jetstream_dedupe_ids",
-        "gauge",
-        "Nats-Msg-Id values held in the streams' duplicate windows (each stream bounded at 1048576).",
-    );
-    let _ = writeln!(
-        o,
-        "sealstream_jetstream_dedupe_ids {}",
-        crate::jetstream::dedupe::HELD.load(Ordering::Relaxed)
-    );
-    metric(
-        &mut o,
-        "sealstream_jetstream_dedupe_early_evictions_total",
-        "counter",
-        "Ids a full duplicate window forgot before duplicate_window had passed.",
-    );
-    let _ = writeln!(
-        o,
-        "sealstream_jetstream_dedupe_early_evictions_total {}",
-        crate::jetstream::dedupe::EARLY_EVICTIONS.load(Ordering::Relaxed)
-    );
     metric(
         &mut o,
         "sealstream_jetstream_pull_requests_waiting",
