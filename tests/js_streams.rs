@@ -433,6 +433,9 @@ async fn info_reports_state_subjects_and_deleted() {
     );
     let v = stream_info(&c, "S", r#"{"subjects_filter":"s.a"}"#).await;
     assert_eq!(state(&v)["subjects"], serde_json::json!({"s.a":3}));
+    // A filter that matches nothing: no `subjects` at all (not an empty map).
+    let v = stream_info(&c, "S", r#"{"subjects_filter":"nothing.here"}"#).await;
+    assert!(state(&v).get("subjects").is_none(), "{v}");
 
     // Delete an interior message: a gap.
     let v = api_ok(&c, "STREAM.MSG.DELETE.S", r#"{"seq":3}"#).await;

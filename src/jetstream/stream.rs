@@ -936,13 +936,15 @@ impl Stream {
             .subjects_filter
             .as_deref()
             .filter(|f| !f.is_empty())
-            .map(|f| {
+            .map(|f| -> BTreeMap<String, u64> {
                 self.store
                     .subjects_state(f)
                     .into_iter()
                     .map(|(s, ss)| (s, ss.msgs))
                     .collect()
-            });
+            })
+            // A filter that matches nothing leaves `subjects` out, as nats-server does.
+            .filter(|m| !m.is_empty());
         let deleted = (req.deleted_details && st.num_deleted > 0).then(|| self.deleted_seqs());
         StreamInfo {
             config: self.cfg.clone(),
