@@ -389,6 +389,26 @@ fn an_expired_last_message_leaves_a_marker_that_expires_without_another() {
 }
 
 #[test]
+fn max_age_leaves_a_marker_for_a_subject_it_empties() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"],
+        "max_age": 2_000_000_000i64, "subject_delete_marker_ttl": 1_000_000_000i64}));
+    h.publish("s.old", &[], T0);
+    h.publish("s.both", &[], T0);
+    h.publish("s.both", &[], T0 + SEC);
+    h.tick(T0 + 2 * SEC + MS);
+    // s.old emptied: a marker; s.both keeps its newer message: none.
+    let m = h.st.store().last_by_subject("s.old").unwrap().unwrap();
+    assert!(String::from_utf8(m.headers.unwrap().to_vec())
+        .unwrap()
+        .contains("Nats-Marker-Reason: MaxAge\r\n"));
+    assert_eq!(
+        h.st.store().last_by_subject("s.both").unwrap().unwrap().seq,
+        3
+    );
+    assert_eq!(h.messages(), 2);
+}
+
+#[test]
 fn purge_by_subject_and_keep() {
     let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
     for s in ["s.a", "s.b", "s.a", "s.b", "s.a"] {

@@ -19,7 +19,8 @@ use serde_json::{json, Value};
 
 use super::ack_subject::AckSubject;
 use super::api::types::{
-    ClusterInfo, ConsumerInfo, MsgGetRequest, StreamInfo, StreamInfoRequest, StreamState,
+    ClusterInfo, ConsumerInfo, ConsumerResetReply, ConsumerResetRequest, MsgGetRequest, StreamInfo,
+    StreamInfoRequest, StreamState,
 };
 use super::api::ApiError;
 use super::config::{
@@ -766,6 +767,10 @@ impl Stream {
         let st = self.store.state();
         let cutoff = now.saturating_sub(self.cfg.max_age);
         let mut out = Vec::new();
+        // Nothing is due (the common tick): no message is read.
+        if st.msgs == 0 || st.first_ts > cutoff {
+            return out;
+        }
         let last = st.last_seq.min(st.first_seq.saturating_add(MARKER_SCAN));
         for seq in st.first_seq..=last {
             match self.store.get(seq) {
@@ -801,9 +806,7 @@ impl Stream {
                 payload: Bytes::new(),
             })
             .collect();
-        for m in batch {
-            self.publish(vec![m], sink, now);
-        }
+        self.publish(batch, sink, now);
     }
 
     fn after_removal(&mut self) {
@@ -1325,13 +1328,10 @@ impl Stream {
         body: Option<&Value>,
         now: i64,
     ) -> Result<Value, ApiError> {
-        #[derive(serde::Deserialize, Default)]
-        struct ResetRequest {
-            #[serde(default)]
-            seq: u64,
-        }
-        let req: ResetRequest = match body {
-            None => ResetRequest::default(),
+        // Unlike most requests, a `seq` of the wrong type is refused (10025), as nats-server
+        // does, rather than read as the default.
+        let req: ConsumerResetRequest = match body {
+            None => ConsumerResetRequest::default(),
             Some(b) => serde_json::from_value(b.clone())
                 .map_err(|e| ApiError::invalid_json(&e.to_string()))?,
         };
@@ -1341,10 +1341,8 @@ impl Stream {
             .ok_or_else(ApiError::consumer_not_found)?;
         let reset_seq = c.reset(req.seq)?;
         self.changes.push(ConsumerChange::Upserted(name.to_owned()));
-        let c = &self.consumers[name];
-        let mut v = super::api::body(&c.info(&self.cfg.name, self.store.as_ref(), now));
-        v["reset_seq"] = json!(reset_seq);
-        Ok(v)
+        let info = self.consumers[name].info(&self.cfg.name, self.store.as_ref(), now);
+        Ok(super::api::body(&ConsumerResetReply { info, reset_seq }))
     }
 
     /// `CONSUMER.DELETE`.

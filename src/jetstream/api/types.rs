@@ -113,6 +113,25 @@ pub struct MsgGetRequest {
     pub next_by_subj: Option<String>,
 }
 
+/// `CONSUMER.RESET`'s optional request (ADR-60): `seq` 0 or absent means "one above the
+/// ack floor".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ConsumerResetRequest {
+    /// The stream sequence the next delivery starts at (or after).
+    pub seq: u64,
+}
+
+/// `CONSUMER.RESET`'s reply: the consumer's info after the reset, and where it now starts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerResetReply {
+    /// The consumer as it is after the reset.
+    #[serde(flatten)]
+    pub info: ConsumerInfo,
+    /// The next delivered message has a stream sequence of at least this.
+    pub reset_seq: u64,
+}
+
 /// A consumer's position (`delivered`, `ack_floor` in consumer info).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SequenceInfo {
