@@ -16,7 +16,8 @@
 //!    the very end is a torn tail unless a covering record says the block was durable (the
 //!    external durable mark) or the bytes there are a block from elsewhere (a frame claiming
 //!    another index, or a frame that opens at another block's place in any segment): then it is
-//!    corruption too. A torn tail is cut, synced and reported.
+//!    corruption too. A torn tail is cut, synced and reported. An all-zero rest of a file is
+//!    space the writer reserved ahead, not damage.
 //! 5. Corruption takes the stream offline: nothing is cut or removed, and the error names the
 //!    file and offset. An inspection open still indexes every authentic block.
 
@@ -811,6 +812,12 @@ fn scan_blocks_without_header(
         prev_tag = None;
     }
     while off < len {
+        // Space reserved ahead by the writer (`SegmentFile::reserve` extends the file with
+        // zeros): an all-zero rest of the file holds nothing, it is not damage. A block never
+        // starts with a zero byte (the sync marker), so this costs one byte per block.
+        if data.get(off..).is_some_and(|rest| !data_nonzero(rest)) {
+            break;
+        }
         if seg.sealed {
             seg.damage.push(Damage {
                 offset: off as u64,

@@ -7,15 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::stream::{
-    is_blank, non_empty, subjects_collide, valid_literal_subject, valid_name,
-    valid_subject_pattern, MAX_DESCRIPTION_LEN, MAX_METADATA_SIZE,
+    is_blank, subjects_collide, valid_literal_subject, valid_name, valid_subject_pattern,
+    MAX_DESCRIPTION_LEN, MAX_METADATA_SIZE,
 };
 use super::{
-    enum_field, metadata_size, set_server_metadata, user_metadata_eq, AckPolicy, DeliverPolicy,
-    ReplayPolicy, Retention, StreamConfig,
+    enum_field, metadata_size, null_as_default, set_server_metadata, user_metadata_eq,
+    zero_as_none, AckPolicy, DeliverPolicy, ReplayPolicy, Retention, StreamConfig,
 };
 use crate::jetstream::api::errors::ApiError;
 use crate::timefmt::{format_go_duration, parse_rfc3339};
@@ -32,171 +32,124 @@ pub const DEFAULT_INACTIVE_THRESHOLD: i64 = 5_000_000_000;
 /// Length of a generated consumer name.
 pub const GENERATED_NAME_LEN: usize = 8;
 
-/// A consumer's configuration (§6.2). After [`ConsumerConfig::normalize`] this is what the
-/// server stores and echoes; `Serialize` writes the echo (unset options omitted).
+/// A consumer's configuration (§6.2), declared once: the request's `config` deserializes
+/// straight into it (unknown fields ignored; absent, `null`, and the clients' `0`/`""`
+/// placeholders read as unset). After [`ConsumerConfig::normalize`] this is what the server
+/// stores and echoes; `Serialize` writes the echo (unset options omitted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "RawConsumerConfig")]
+#[serde(default)]
 pub struct ConsumerConfig {
     /// Durable name; present means the consumer survives without interest.
+    #[serde(deserialize_with = "zero_as_none")]
     pub durable_name: Option<String>,
     /// Name as provided (or taken from the subject / the durable name); a generated name is
     /// not stored here, so it is not echoed in `config`.
+    #[serde(deserialize_with = "zero_as_none")]
     pub name: Option<String>,
     /// Free text, at most 4 KiB.
+    #[serde(deserialize_with = "zero_as_none")]
     pub description: Option<String>,
     /// Where delivery starts.
+    #[serde(deserialize_with = "deliver_policy")]
     pub deliver_policy: DeliverPolicy,
     /// Start sequence for `by_start_sequence`.
+    #[serde(deserialize_with = "zero_as_none")]
     pub opt_start_seq: Option<u64>,
     /// Start time for `by_start_time`, RFC 3339 text as the client sent it (validated).
+    #[serde(deserialize_with = "rfc3339")]
     pub opt_start_time: Option<String>,
     /// Ack policy; `none` when absent.
     pub ack_policy: AckPolicy,
     /// Redelivery timeout in nanoseconds; `0` (omitted) for `ack_policy: none`.
+    #[serde(deserialize_with = "null_as_default")]
     pub ack_wait: i64,
     /// Delivery attempts, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_deliver: i64,
     /// Redelivery delays by attempt, nanoseconds.
+    #[serde(deserialize_with = "null_as_default")]
     pub backoff: Vec<i64>,
     /// Single filter.
+    #[serde(deserialize_with = "zero_as_none")]
     pub filter_subject: Option<String>,
     /// Several non-overlapping filters (exclusive with `filter_subject`).
+    #[serde(deserialize_with = "null_as_default")]
     pub filter_subjects: Vec<String>,
     /// Replay pacing.
     pub replay_policy: ReplayPolicy,
     /// Push delivery rate limit, bits per second.
+    #[serde(deserialize_with = "zero_as_none")]
     pub rate_limit_bps: Option<u64>,
     /// Ack metric sampling, e.g. `"30%"`.
+    #[serde(deserialize_with = "zero_as_none")]
     pub sample_freq: Option<String>,
     /// Queued pull requests (pull only; 512 by default).
+    #[serde(deserialize_with = "null_as_default")]
     pub max_waiting: i64,
     /// Outstanding unacked cap, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_ack_pending: i64,
     /// Deliver headers and `Nats-Msg-Size` only.
+    #[serde(deserialize_with = "null_as_default")]
     pub headers_only: bool,
     /// Cap on a pull request's `batch`.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_batch: i64,
     /// Cap on a pull request's `expires`, nanoseconds.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_expires: i64,
     /// Cap on a pull request's `max_bytes`.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_bytes: i64,
     /// Push delivery subject; present makes it a push consumer.
+    #[serde(deserialize_with = "zero_as_none")]
     pub deliver_subject: Option<String>,
     /// Queue group for push delivery.
+    #[serde(deserialize_with = "zero_as_none")]
     pub deliver_group: Option<String>,
     /// Push flow control (needs `idle_heartbeat`).
+    #[serde(deserialize_with = "null_as_default")]
     pub flow_control: bool,
     /// Push idle heartbeat interval, nanoseconds.
+    #[serde(deserialize_with = "null_as_default")]
     pub idle_heartbeat: i64,
     /// Delete after this long without activity, nanoseconds (5 s default for non-durables).
+    #[serde(deserialize_with = "null_as_default")]
     pub inactive_threshold: i64,
     /// Replicas; echoed `0` means "as the stream".
+    #[serde(deserialize_with = "null_as_default")]
     pub num_replicas: i64,
     /// Keep consumer state in memory.
+    #[serde(deserialize_with = "null_as_default")]
     pub mem_storage: bool,
     /// User metadata plus the server-owned `_nats.*` keys.
+    #[serde(deserialize_with = "null_as_default")]
     pub metadata: BTreeMap<String, String>,
     /// Paused until this time (RFC 3339 as given; `CONSUMER.PAUSE` sets and clears it).
+    #[serde(deserialize_with = "rfc3339")]
     pub pause_until: Option<String>,
 }
 
-/// The request form of a consumer configuration: every field optional, unknown fields ignored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct RawConsumerConfig {
-    durable_name: Option<String>,
-    name: Option<String>,
-    description: Option<String>,
-    deliver_policy: Option<String>,
-    opt_start_seq: Option<u64>,
-    opt_start_time: Option<String>,
-    ack_policy: Option<String>,
-    ack_wait: Option<i64>,
-    max_deliver: Option<i64>,
-    backoff: Option<Vec<i64>>,
-    filter_subject: Option<String>,
-    filter_subjects: Option<Vec<String>>,
-    replay_policy: Option<String>,
-    rate_limit_bps: Option<u64>,
-    sample_freq: Option<String>,
-    max_waiting: Option<i64>,
-    max_ack_pending: Option<i64>,
-    headers_only: Option<bool>,
-    max_batch: Option<i64>,
-    max_expires: Option<i64>,
-    max_bytes: Option<i64>,
-    deliver_subject: Option<String>,
-    deliver_group: Option<String>,
-    flow_control: Option<bool>,
-    idle_heartbeat: Option<i64>,
-    inactive_threshold: Option<i64>,
-    num_replicas: Option<i64>,
-    mem_storage: Option<bool>,
-    metadata: Option<BTreeMap<String, String>>,
-    pause_until: Option<String>,
-}
-
-impl TryFrom<RawConsumerConfig> for ConsumerConfig {
-    type Error = String;
-
-    fn try_from(r: RawConsumerConfig) -> Result<Self, String> {
-        let opt_start_time = match non_empty(r.opt_start_time) {
-            None => None,
-            Some(t) => match parse_rfc3339(&t) {
-                None => return Err(format!("parsing time {t:?} as RFC 3339 failed")),
-                // The zero time is the clients' "unset".
-                Some(0) => None,
-                Some(_) => Some(t),
-            },
-        };
-        let pause_until = match non_empty(r.pause_until) {
-            None => None,
-            Some(t) => match parse_rfc3339(&t) {
-                None => return Err(format!("parsing time {t:?} as RFC 3339 failed")),
-                Some(0) => None,
-                Some(_) => Some(t),
-            },
-        };
-        Ok(Self {
-            durable_name: non_empty(r.durable_name),
-            name: non_empty(r.name),
-            description: non_empty(r.description),
-            deliver_policy: deliver_policy_field(r.deliver_policy.as_deref())?,
-            opt_start_seq: r.opt_start_seq.filter(|s| *s != 0),
-            opt_start_time,
-            ack_policy: enum_field(r.ack_policy.as_deref())?,
-            ack_wait: r.ack_wait.unwrap_or(0),
-            max_deliver: r.max_deliver.unwrap_or(0),
-            backoff: r.backoff.unwrap_or_default(),
-            filter_subject: non_empty(r.filter_subject),
-            filter_subjects: r.filter_subjects.unwrap_or_default(),
-            replay_policy: enum_field(r.replay_policy.as_deref())?,
-            rate_limit_bps: r.rate_limit_bps.filter(|v| *v != 0),
-            sample_freq: non_empty(r.sample_freq),
-            max_waiting: r.max_waiting.unwrap_or(0),
-            max_ack_pending: r.max_ack_pending.unwrap_or(0),
-            headers_only: r.headers_only.unwrap_or(false),
-            max_batch: r.max_batch.unwrap_or(0),
-            max_expires: r.max_expires.unwrap_or(0),
-            max_bytes: r.max_bytes.unwrap_or(0),
-            deliver_subject: non_empty(r.deliver_subject),
-            deliver_group: non_empty(r.deliver_group),
-            flow_control: r.flow_control.unwrap_or(false),
-            idle_heartbeat: r.idle_heartbeat.unwrap_or(0),
-            inactive_threshold: r.inactive_threshold.unwrap_or(0),
-            num_replicas: r.num_replicas.unwrap_or(0),
-            mem_storage: r.mem_storage.unwrap_or(false),
-            metadata: r.metadata.unwrap_or_default(),
-            pause_until,
-        })
+/// `deliver_policy` also accepts the reference's legacy spelling `undefined` (= `all`).
+fn deliver_policy<'de, D: Deserializer<'de>>(d: D) -> Result<DeliverPolicy, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        Some("undefined") => Ok(DeliverPolicy::All),
+        other => enum_field(other).map_err(serde::de::Error::custom),
     }
 }
 
-/// `deliver_policy` also accepts the reference's legacy spelling `undefined` (= `all`).
-fn deliver_policy_field(value: Option<&str>) -> Result<DeliverPolicy, String> {
-    match value {
-        Some("undefined") => Ok(DeliverPolicy::All),
-        other => enum_field(other),
+/// An RFC 3339 time kept as the client sent it (validated); `""`, `null` and the zero time
+/// (the clients' "unset") read as `None`.
+fn rfc3339<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Option::<String>::deserialize(d)?.filter(|t| !t.is_empty()) {
+        None => Ok(None),
+        Some(t) => match parse_rfc3339(&t) {
+            None => Err(serde::de::Error::custom(format!(
+                "parsing time {t:?} as RFC 3339 failed"
+            ))),
+            Some(0) => Ok(None),
+            Some(_) => Ok(Some(t)),
+        },
     }
 }
 
@@ -213,52 +166,43 @@ pub enum Action {
 }
 
 /// A consumer create request body (§6.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct CreateConsumerRequest {
     /// Must equal `<S>` of the subject (the caller checks).
+    #[serde(deserialize_with = "null_as_default")]
     pub stream_name: String,
-    /// The requested configuration, not yet normalised.
+    /// The requested configuration, not yet normalised; a missing `config` is an empty
+    /// (all-defaults) configuration.
+    #[serde(deserialize_with = "null_as_default")]
     pub config: ConsumerConfig,
     /// Create, update, or either.
     pub action: Action,
     /// Pedantic mode flag as sent (carried, not acted on here).
+    #[serde(deserialize_with = "null_as_default")]
     pub pedantic: bool,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct RawCreateRequest {
-    stream_name: Option<String>,
-    config: Option<ConsumerConfig>,
-    action: Option<String>,
-    pedantic: Option<bool>,
+impl<'de> Deserialize<'de> for Action {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Option::<String>::deserialize(d)?.as_deref() {
+            None | Some("") => Ok(Action::CreateOrUpdate),
+            Some("create") => Ok(Action::Create),
+            Some("update") => Ok(Action::Update),
+            Some(other) => Err(serde::de::Error::custom(format!(
+                "can not unmarshal {other:?} as action"
+            ))),
+        }
+    }
 }
 
 /// Parses a `CONSUMER.CREATE…`/`DURABLE.CREATE…` body. Malformed JSON or an unknown enum or
-/// action value gives `400/10025`; an empty body `400/10003` (our choice). A missing `config`
-/// is an empty (all-defaults) configuration.
+/// action value gives `400/10025`; an empty body `400/10003` (our choice).
 pub fn parse_create_request(body: &[u8]) -> Result<CreateConsumerRequest, ApiError> {
     if is_blank(body) {
         return Err(ApiError::bad_request());
     }
-    let raw: RawCreateRequest =
-        serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e.to_string()))?;
-    let action = match raw.action.as_deref() {
-        None | Some("") => Action::CreateOrUpdate,
-        Some("create") => Action::Create,
-        Some("update") => Action::Update,
-        Some(other) => {
-            return Err(ApiError::invalid_json(&format!(
-                "can not unmarshal {other:?} as action"
-            )))
-        }
-    };
-    Ok(CreateConsumerRequest {
-        stream_name: raw.stream_name.unwrap_or_default(),
-        config: raw.config.unwrap_or_default(),
-        action,
-        pedantic: raw.pedantic.unwrap_or(false),
-    })
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e.to_string()))
 }
 
 /// Resolves the consumer's name from the API subject form and checks the request against it

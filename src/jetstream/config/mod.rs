@@ -66,6 +66,30 @@ pub(crate) fn metadata_size(metadata: &BTreeMap<String, String>) -> usize {
     metadata.iter().map(|(k, v)| k.len() + v.len()).sum()
 }
 
+/// Field helper: `null` reads as the default, as an absent field does.
+pub(crate) fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Field helper: `null` and the type's zero (`0`, `""`: the clients' "unset") read as `None`.
+pub(crate) fn zero_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default + PartialEq,
+{
+    Ok(Option::<T>::deserialize(d)?.filter(|v| *v != T::default()))
+}
+
+/// Field helper: an int32 on the wire (a larger number is a JSON error, as with the
+/// reference), held as `i64`; `null` reads as `0`.
+pub(crate) fn int32<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(i64::from(Option::<i32>::deserialize(d)?.unwrap_or(0)))
+}
+
 /// A policy enum carried as a lowercase string in the API.
 pub trait ApiEnum: Sized + Copy + Default + 'static {
     /// The JSON field name, for error messages.
@@ -130,8 +154,8 @@ macro_rules! api_enum {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                enum_field::<Self>(Some(&s)).map_err(serde::de::Error::custom)
+                let s = Option::<String>::deserialize(d)?;
+                enum_field::<Self>(s.as_deref()).map_err(serde::de::Error::custom)
             }
         }
     };

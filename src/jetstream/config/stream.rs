@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{
-    enum_field, metadata_size, set_server_metadata, user_metadata_eq, DiscardPolicy, PersistMode,
-    Retention, StorageType,
+    int32, metadata_size, null_as_default, set_server_metadata, user_metadata_eq, zero_as_none,
+    DiscardPolicy, PersistMode, Retention, StorageType,
 };
 use crate::jetstream::api::errors::ApiError;
 use crate::subject::subject;
@@ -33,91 +33,139 @@ const MAX_REPLICAS: i64 = 5;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsumerLimits {
     /// Default and cap for consumers' `inactive_threshold`, in nanoseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "zero_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub inactive_threshold: Option<i64>,
     /// Default and cap for consumers' `max_ack_pending`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "zero_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_ack_pending: Option<i64>,
 }
 
-/// A stream's configuration (§4.1). After [`StreamConfig::normalize`] this is exactly what the
-/// server stores and echoes; `Serialize` writes the echo (keys in the reference's order,
-/// omitted options left out).
+/// A stream's configuration (§4.1), declared once: the request body deserializes straight into
+/// it (unknown fields ignored; absent, `null`, and the clients' `0`/`""` placeholders read as
+/// unset), and after [`StreamConfig::normalize`] it is exactly what the server stores and
+/// echoes; `Serialize` writes the echo (keys in the reference's order, omitted options left
+/// out).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(try_from = "RawStreamConfig")]
+#[serde(default)]
 pub struct StreamConfig {
     /// Stream name (§2 rules).
+    #[serde(deserialize_with = "null_as_default")]
     pub name: String,
     /// Free text, at most 4 KiB; `""` is treated as absent.
+    #[serde(deserialize_with = "zero_as_none")]
     pub description: Option<String>,
     /// Subject patterns the stream captures; `[name]` when empty.
+    #[serde(deserialize_with = "null_as_default")]
     pub subjects: Vec<String>,
     /// Retention policy.
     pub retention: Retention,
     /// Consumer cap, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_consumers: i64,
     /// Message cap, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_msgs: i64,
     /// Byte cap, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_bytes: i64,
     /// Message age limit in nanoseconds, `0` forever.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_age: i64,
     /// Per-subject message cap, `-1` unlimited.
+    #[serde(deserialize_with = "null_as_default")]
     pub max_msgs_per_subject: i64,
-    /// Largest message (headers + payload), `-1` unlimited. An int32 on the wire.
+    /// Largest message (headers + payload), `-1` unlimited. An int32 on the wire: a larger
+    /// number is a JSON error, as with the reference.
+    #[serde(deserialize_with = "int32")]
     pub max_msg_size: i64,
     /// What happens at the limits.
     pub discard: DiscardPolicy,
     /// Reject publishes at `max_msgs_per_subject` (needs `discard: new`).
+    #[serde(deserialize_with = "null_as_default")]
     pub discard_new_per_subject: bool,
     /// File or memory.
     pub storage: StorageType,
     /// Replica count; `1` on a single node.
+    #[serde(deserialize_with = "null_as_default")]
     pub num_replicas: i64,
     /// Do not send pub acks.
+    #[serde(deserialize_with = "null_as_default")]
     pub no_ack: bool,
     /// De-duplication window in nanoseconds.
+    #[serde(deserialize_with = "null_as_default")]
     pub duplicate_window: i64,
     /// `none` or `s2`. Accepted and echoed; sealstream does not compress (sealed blocks are
     /// already high-entropy), so `s2` changes nothing on disk.
+    #[serde(deserialize_with = "compression")]
     pub compression: String,
     /// Initial sequence of a new stream.
+    #[serde(deserialize_with = "zero_as_none")]
     pub first_seq: Option<u64>,
     /// Enables `$JS.API.DIRECT.GET.<S>`.
+    #[serde(deserialize_with = "null_as_default")]
     pub allow_direct: bool,
     /// Direct get on a mirror (echoed only; mirrors are not supported).
+    #[serde(deserialize_with = "null_as_default")]
     pub mirror_direct: bool,
     /// Read-only stream.
+    #[serde(deserialize_with = "null_as_default")]
     pub sealed: bool,
     /// MSG.DELETE refused.
+    #[serde(deserialize_with = "null_as_default")]
     pub deny_delete: bool,
     /// PURGE refused.
+    #[serde(deserialize_with = "null_as_default")]
     pub deny_purge: bool,
     /// Honour `Nats-Rollup`.
+    #[serde(deserialize_with = "null_as_default")]
     pub allow_rollup_hdrs: bool,
     /// Honour `Nats-TTL`.
+    #[serde(deserialize_with = "null_as_default")]
     pub allow_msg_ttl: bool,
     /// ADR-56 persist mode (echoed only when `async`; acks wait for fsync either way).
     pub persist_mode: PersistMode,
     /// ADR-49 counter stream: every publish carries `Nats-Incr` and stores the subject's new
     /// running total as `{"val":"N"}`.
+    #[serde(deserialize_with = "null_as_default")]
     pub allow_msg_counter: bool,
     /// TTL of the marker left when a subject's last message is removed by age, nanoseconds.
+    #[serde(deserialize_with = "zero_as_none")]
     pub subject_delete_marker_ttl: Option<i64>,
     /// Defaults and caps for consumers.
+    #[serde(deserialize_with = "null_as_default")]
     pub consumer_limits: ConsumerLimits,
     /// User metadata plus the server-owned `_nats.*` keys.
+    #[serde(deserialize_with = "null_as_default")]
     pub metadata: BTreeMap<String, String>,
     /// Mirror source as sent (refused by [`StreamConfig::normalize`]).
     pub mirror: Option<serde_json::Value>,
-    /// Sources as sent (refused by [`StreamConfig::normalize`]).
+    /// Sources as sent (refused by [`StreamConfig::normalize`]); an empty list is as good as
+    /// none.
+    #[serde(deserialize_with = "non_empty_list")]
     pub sources: Option<serde_json::Value>,
     /// Every stored message is also published to a subject mapped from its own.
     pub republish: Option<RePublish>,
-    /// The first option asked for that this server does not implement (`subject_transform`,
-    /// `allow_atomic`, `allow_batched`, `allow_msg_schedules`): refused by
-    /// [`StreamConfig::normalize`] rather than silently dropped.
-    pub unsupported: Option<String>,
+    /// Options this server does not implement, read only to be refused by
+    /// [`StreamConfig::normalize`] rather than silently dropped (see
+    /// [`StreamConfig::unsupported`]).
+    pub subject_transform: Option<serde_json::Value>,
+    /// See `subject_transform`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub allow_atomic: bool,
+    /// See `subject_transform`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub allow_batched: bool,
+    /// See `subject_transform`.
+    #[serde(deserialize_with = "null_as_default")]
+    pub allow_msg_schedules: bool,
 }
 
 /// `republish`: after a message is stored, a copy goes to `dest` (mapped from the message's
@@ -137,130 +185,22 @@ pub struct RePublish {
     pub headers_only: bool,
 }
 
-/// The request form of a stream configuration: every field optional, unknown fields ignored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct RawStreamConfig {
-    name: Option<String>,
-    description: Option<String>,
-    subjects: Option<Vec<String>>,
-    retention: Option<String>,
-    max_consumers: Option<i64>,
-    max_msgs: Option<i64>,
-    max_bytes: Option<i64>,
-    max_age: Option<i64>,
-    max_msgs_per_subject: Option<i64>,
-    // int32 on the wire: a larger number is a JSON error, as with the reference.
-    max_msg_size: Option<i32>,
-    discard: Option<String>,
-    discard_new_per_subject: Option<bool>,
-    storage: Option<String>,
-    num_replicas: Option<i64>,
-    no_ack: Option<bool>,
-    duplicate_window: Option<i64>,
-    compression: Option<String>,
-    first_seq: Option<u64>,
-    allow_direct: Option<bool>,
-    mirror_direct: Option<bool>,
-    sealed: Option<bool>,
-    deny_delete: Option<bool>,
-    deny_purge: Option<bool>,
-    allow_rollup_hdrs: Option<bool>,
-    allow_msg_ttl: Option<bool>,
-    persist_mode: Option<String>,
-    allow_msg_counter: Option<bool>,
-    subject_delete_marker_ttl: Option<i64>,
-    consumer_limits: Option<RawConsumerLimits>,
-    metadata: Option<BTreeMap<String, String>>,
-    mirror: Option<serde_json::Value>,
-    sources: Option<serde_json::Value>,
-    subject_transform: Option<serde_json::Value>,
-    allow_atomic: Option<bool>,
-    allow_batched: Option<bool>,
-    allow_msg_schedules: Option<bool>,
-    republish: Option<RePublish>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct RawConsumerLimits {
-    inactive_threshold: Option<i64>,
-    max_ack_pending: Option<i64>,
-}
-
-/// `Some(v)` unless `v` is zero (the clients' "unset").
-fn non_zero<T: PartialEq + Default>(v: Option<T>) -> Option<T> {
-    v.filter(|x| *x != T::default())
-}
-
-/// `Some(s)` unless `s` is empty.
-pub(crate) fn non_empty(s: Option<String>) -> Option<String> {
-    s.filter(|x| !x.is_empty())
-}
-
-impl TryFrom<RawStreamConfig> for StreamConfig {
-    type Error = String;
-
-    fn try_from(r: RawStreamConfig) -> Result<Self, String> {
-        let compression = match r.compression.as_deref() {
-            None | Some("") | Some("none") => "none".to_string(),
-            Some("s2") => "s2".to_string(),
-            Some(other) => return Err(format!("unknown compression algorithm {other:?}")),
-        };
-        let limits = r.consumer_limits.unwrap_or_default();
-        Ok(Self {
-            name: r.name.unwrap_or_default(),
-            description: non_empty(r.description),
-            subjects: r.subjects.unwrap_or_default(),
-            retention: enum_field(r.retention.as_deref())?,
-            max_consumers: r.max_consumers.unwrap_or(0),
-            max_msgs: r.max_msgs.unwrap_or(0),
-            max_bytes: r.max_bytes.unwrap_or(0),
-            max_age: r.max_age.unwrap_or(0),
-            max_msgs_per_subject: r.max_msgs_per_subject.unwrap_or(0),
-            max_msg_size: i64::from(r.max_msg_size.unwrap_or(0)),
-            discard: enum_field(r.discard.as_deref())?,
-            discard_new_per_subject: r.discard_new_per_subject.unwrap_or(false),
-            storage: enum_field(r.storage.as_deref())?,
-            num_replicas: r.num_replicas.unwrap_or(0),
-            no_ack: r.no_ack.unwrap_or(false),
-            duplicate_window: r.duplicate_window.unwrap_or(0),
-            compression,
-            first_seq: non_zero(r.first_seq),
-            allow_direct: r.allow_direct.unwrap_or(false),
-            mirror_direct: r.mirror_direct.unwrap_or(false),
-            sealed: r.sealed.unwrap_or(false),
-            deny_delete: r.deny_delete.unwrap_or(false),
-            deny_purge: r.deny_purge.unwrap_or(false),
-            allow_rollup_hdrs: r.allow_rollup_hdrs.unwrap_or(false),
-            allow_msg_ttl: r.allow_msg_ttl.unwrap_or(false),
-            persist_mode: enum_field(r.persist_mode.as_deref())?,
-            allow_msg_counter: r.allow_msg_counter.unwrap_or(false),
-            subject_delete_marker_ttl: non_zero(r.subject_delete_marker_ttl),
-            consumer_limits: ConsumerLimits {
-                inactive_threshold: non_zero(limits.inactive_threshold),
-                max_ack_pending: non_zero(limits.max_ack_pending),
-            },
-            metadata: r.metadata.unwrap_or_default(),
-            unsupported: if r.subject_transform.as_ref().is_some_and(|v| !v.is_null()) {
-                Some("subject transforms are".to_owned())
-            } else if r.allow_atomic == Some(true) {
-                Some("atomic batch publish (allow_atomic) is".to_owned())
-            } else if r.allow_batched == Some(true) {
-                Some("batched publish (allow_batched) is".to_owned())
-            } else if r.allow_msg_schedules == Some(true) {
-                Some("message schedules (allow_msg_schedules) are".to_owned())
-            } else {
-                None
-            },
-            mirror: r.mirror.filter(|v| !v.is_null()),
-            // An empty list is as good as none.
-            sources: r
-                .sources
-                .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())),
-            republish: r.republish,
-        })
+/// `compression`: `none` (also for absent, `null` and `""`) or `s2`; anything else is a JSON
+/// error, as with the reference.
+fn compression<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") | Some("none") => Ok("none".to_owned()),
+        Some("s2") => Ok("s2".to_owned()),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "unknown compression algorithm {other:?}"
+        ))),
     }
+}
+
+/// `sources`: `null` and `[]` read as none.
+fn non_empty_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    Ok(Option::<serde_json::Value>::deserialize(d)?
+        .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())))
 }
 
 /// Whether a request body is "no body": empty or only whitespace.
@@ -288,6 +228,22 @@ fn limit(v: i64) -> i64 {
 }
 
 impl StreamConfig {
+    /// The first option asked for that this server does not implement, as the subject of
+    /// "... not supported".
+    pub fn unsupported(&self) -> Option<&'static str> {
+        if self.subject_transform.is_some() {
+            Some("subject transforms are")
+        } else if self.allow_atomic {
+            Some("atomic batch publish (allow_atomic) is")
+        } else if self.allow_batched {
+            Some("batched publish (allow_batched) is")
+        } else if self.allow_msg_schedules {
+            Some("message schedules (allow_msg_schedules) are")
+        } else {
+            None
+        }
+    }
+
     /// Normalises a create/update request into what the server stores and echoes, and validates
     /// it (§4.1). Errors are `500/10052 <reason>` except `num_replicas > 1`
     /// ([`ApiError::replicas_not_supported`]).
@@ -322,7 +278,7 @@ impl StreamConfig {
         if self.mirror.is_some() || self.sources.is_some() {
             return invalid("mirrors and sources are not supported");
         }
-        if let Some(what) = &self.unsupported {
+        if let Some(what) = self.unsupported() {
             return invalid(&format!("{what} not supported"));
         }
         if let Some(rp) = self.republish.as_mut() {

@@ -123,7 +123,8 @@ impl FileStore {
         };
         let b = BlockBuilder::new(h, 0);
         self.write_block(b)?;
-        if let Some(w) = self.active.take() {
+        if let Some(mut w) = self.active.take() {
+            w.release_reservation();
             if let Some(s) = self.segments.get_mut(&w.id) {
                 s.sealed = true;
             }

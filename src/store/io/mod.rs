@@ -62,6 +62,24 @@ pub trait SegmentFile: Send + Sync + fmt::Debug {
     /// # Errors
     /// `ENOSPC` when the space is not available, or another OS error.
     fn reserve(&self, offset: u64, len: u64) -> io::Result<bool>;
+    /// Writes `len` zero bytes at `offset` (not durable until [`SegmentFile::sync_data`]),
+    /// extending the file: the segment writer fills ahead of its appends this way, so they
+    /// overwrite instead of growing the file.
+    ///
+    /// # Errors
+    /// The OS error (`ENOSPC` included).
+    fn zero_fill(&self, offset: u64, len: u64) -> io::Result<()> {
+        const PIECE: u64 = 64 << 10;
+        static ZEROS: [u8; PIECE as usize] = [0u8; PIECE as usize];
+        let mut at = offset;
+        let end = offset.saturating_add(len);
+        while at < end {
+            let n = (end - at).min(PIECE);
+            self.write_all_at(ZEROS.get(..n as usize).unwrap_or(&[]), at)?;
+            at += n;
+        }
+        Ok(())
+    }
 }
 
 /// The file system as the store sees it.
