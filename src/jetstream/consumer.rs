@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::ack_subject::AckSubject;
 use super::api::types::{ConsumerInfo, SequenceInfo};
 use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
-use super::Sink;
+use super::Effects;
 use crate::store::{StoredMsg, StreamStore};
 use crate::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
 
@@ -514,15 +514,15 @@ impl Consumer {
     // ---------------------------------------------------------------- pull requests
 
     /// Takes a pull request. Refusals are answered on `reply` directly.
-    pub fn pull_request(&mut self, req: PullRequest, reply: &str, sink: &mut dyn Sink, now: i64) {
+    pub fn pull_request(&mut self, req: PullRequest, reply: &str, out: &mut Effects, now: i64) {
         self.last_activity = now;
         if self.push.is_some() {
-            sink.status(reply, status_block(409, "Consumer is push based", &[]));
+            out.status(reply, status_block(409, "Consumer is push based", &[]));
             return;
         }
         if self.cfg.max_batch > 0 && req.batch > self.cfg.max_batch as u64 {
             let t = format!("Exceeded MaxRequestBatch of {}", self.cfg.max_batch);
-            sink.status(reply, status_block(409, &t, &[]));
+            out.status(reply, status_block(409, &t, &[]));
             return;
         }
         if self.cfg.max_expires > 0 && (req.expires == 0 || req.expires > self.cfg.max_expires) {
@@ -530,16 +530,16 @@ impl Consumer {
                 "Exceeded MaxRequestExpires of {}",
                 format_go_duration(self.cfg.max_expires)
             );
-            sink.status(reply, status_block(409, &t, &[]));
+            out.status(reply, status_block(409, &t, &[]));
             return;
         }
         if self.cfg.max_bytes > 0 && req.max_bytes > self.cfg.max_bytes as u64 {
             let t = format!("Exceeded MaxRequestMaxBytes of {}", self.cfg.max_bytes);
-            sink.status(reply, status_block(409, &t, &[]));
+            out.status(reply, status_block(409, &t, &[]));
             return;
         }
         if req.idle_heartbeat > 0 && req.expires > 0 && req.idle_heartbeat * 2 > req.expires {
-            sink.status(
+            out.status(
                 reply,
                 status_block(400, "Bad Request - heartbeat value too large", &[]),
             );
@@ -548,7 +548,7 @@ impl Consumer {
         let max_waiting = usize::try_from(self.cfg.max_waiting.max(1)).unwrap_or(usize::MAX);
         if self.waiting.len() >= max_waiting {
             if req.idle_heartbeat == 0 {
-                sink.status(reply, status_block(409, "Exceeded MaxWaiting", &[]));
+                out.status(reply, status_block(409, "Exceeded MaxWaiting", &[]));
             }
             return;
         }
@@ -565,9 +565,9 @@ impl Consumer {
     }
 
     /// Ends every waiting request with `409 Consumer Deleted` (the consumer is going away).
-    pub fn deleted(&mut self, sink: &mut dyn Sink) {
+    pub fn deleted(&mut self, out: &mut Effects) {
         for w in self.waiting.drain(..) {
-            sink.status(&w.reply, status_block(409, "Consumer Deleted", &[]));
+            out.status(&w.reply, status_block(409, "Consumer Deleted", &[]));
         }
     }
 
@@ -773,7 +773,7 @@ impl Consumer {
     }
 
     /// Timers: redelivery due, pull expiries and heartbeats, push heartbeats.
-    pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
+    pub fn tick(&mut self, out: &mut Effects, now: i64) {
         // A pause that ended is no deadline any more (the config keeps its time, as echoed).
         if self.pause_at.is_some_and(|t| t <= now) {
             self.pause_at = None;
@@ -813,7 +813,7 @@ impl Consumer {
         let mut keep = VecDeque::with_capacity(self.waiting.len());
         for mut w in self.waiting.drain(..) {
             if w.expires_at.is_some_and(|e| e <= now) {
-                sink.status(
+                out.status(
                     &w.reply,
                     status_block(408, "Request Timeout", &Self::pending_headers(&w)),
                 );
@@ -828,7 +828,7 @@ impl Consumer {
                         ("Nats-Last-Stream", self.delivered_sseq.to_string()),
                     ],
                 );
-                if sink.status(&w.reply, hb) == 0 {
+                if !out.status(&w.reply, hb) {
                     continue;
                 }
                 w.next_heartbeat = now.saturating_add(w.heartbeat);
@@ -848,9 +848,9 @@ impl Consumer {
                 if let Some(fc) = &p.fc_pending {
                     fields.push(("Nats-Consumer-Stalled", fc.clone()));
                 }
-                let n = sink.status(&ds, status_block(100, "Idle Heartbeat", &fields));
+                let bound = out.status(&ds, status_block(100, "Idle Heartbeat", &fields));
                 p.last_sent = now;
-                Self::note_interest(p, n > 0, now);
+                Self::note_interest(p, bound, now);
             }
         }
     }
@@ -876,7 +876,7 @@ impl Consumer {
         &mut self,
         stream: &str,
         store: &dyn StreamStore,
-        sink: &mut dyn Sink,
+        out: &mut Effects,
         now: i64,
     ) -> Vec<u64> {
         let mut done = Vec::new();
@@ -928,7 +928,7 @@ impl Consumer {
             if let Some(w) = self.waiting.front() {
                 if w.bytes_left.is_some_and(|b| size > b) {
                     if let Some(w) = self.waiting.pop_front() {
-                        sink.status(
+                        out.status(
                             &w.reply,
                             status_block(
                                 409,
@@ -972,7 +972,7 @@ impl Consumer {
             } else {
                 (msg.headers.clone(), msg.payload.clone())
             };
-            let n = sink.send(
+            let bound = out.send(
                 &target,
                 &msg.subject,
                 Some(&ack_subject),
@@ -980,13 +980,13 @@ impl Consumer {
                 &payload,
             );
             if let Some(p) = &mut self.push {
-                Self::note_interest(p, n > 0, now);
-                if n == 0 {
+                Self::note_interest(p, bound, now);
+                if !bound {
                     break;
                 }
                 p.last_sent = now;
                 p.fc_bytes += size;
-            } else if n == 0 {
+            } else if !bound {
                 // The requester went away: drop its request, keep the message.
                 self.waiting.pop_front();
                 continue;
@@ -1044,7 +1044,7 @@ impl Consumer {
                 self.cfg.flow_control && p.fc_bytes >= FLOW_CONTROL_BYTES && p.fc_pending.is_none()
             });
             if fc_due {
-                self.send_flow_control(stream, sink);
+                self.send_flow_control(stream, out);
             }
         }
         // no_wait requests that cannot be filled now end with 404 (or keep waiting for their
@@ -1053,7 +1053,7 @@ impl Consumer {
             let mut keep = VecDeque::with_capacity(self.waiting.len());
             for w in self.waiting.drain(..) {
                 if w.no_wait && (w.delivered > 0 || w.expires_at.is_none()) {
-                    sink.status(&w.reply, status_block(404, "No Messages", &[]));
+                    out.status(&w.reply, status_block(404, "No Messages", &[]));
                 } else {
                     keep.push_back(w);
                 }
@@ -1063,7 +1063,7 @@ impl Consumer {
         done
     }
 
-    fn send_flow_control(&mut self, stream: &str, sink: &mut dyn Sink) {
+    fn send_flow_control(&mut self, stream: &str, out: &mut Effects) {
         let Some(ds) = self.cfg.deliver_subject.clone() else {
             return;
         };
@@ -1071,7 +1071,7 @@ impl Consumer {
             p.fc_counter += 1;
             let subject = format!("$JS.FC.{stream}.{}.{}", self.name, p.fc_counter);
             let hdr = status_block(100, "FlowControl Request", &[]);
-            sink.send(&ds, &ds, Some(&subject), Some(&hdr), &Bytes::new());
+            out.send(&ds, &ds, Some(&subject), Some(&hdr), &Bytes::new());
             p.fc_pending = Some(subject);
         }
     }

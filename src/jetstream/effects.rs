@@ -57,20 +57,20 @@ impl Interest for Everyone {
 }
 
 /// The effects of one command (or one round of commands), in the order they were decided.
-pub struct Effects<'a> {
+pub struct Effects {
     list: Vec<Effect>,
-    interest: &'a mut dyn Interest,
+    interest: Box<dyn Interest + Send>,
 }
 
-impl std::fmt::Debug for Effects<'_> {
+impl std::fmt::Debug for Effects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Effects").field("list", &self.list).finish()
     }
 }
 
-impl<'a> Effects<'a> {
+impl Effects {
     /// An empty list whose interest questions go to `interest`.
-    pub fn new(interest: &'a mut dyn Interest) -> Self {
+    pub fn new(interest: Box<dyn Interest + Send>) -> Self {
         Effects {
             list: Vec::new(),
             interest,

@@ -1,7 +1,7 @@
 //! The engine's decisions driven directly, with an injected clock: a stream over a memory
 //! store, commands in (publish, pull, ack, tick at a chosen time) — each followed by the
 //! round's closing tick, as the store thread runs them — and what it said through the
-//! [`Sink`] recorded and checked. The store stamps messages with its own clock, so the test
+//! [`Effects`] recorded and checked. The store stamps messages with its own clock, so the test
 //! clock drives it too. Ack wait, backoff, `max_deliver`, `max_ack_pending`,
 //! `inactive_threshold`, retention, dedupe windows, TTLs, `max_age` and purge take
 //! milliseconds of test time here; the black-box suites (`tests/js_*.rs`) check the same
@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::ack_subject::AckSubject;
 use super::config::{parse_create_request, parse_stream_config};
+use super::effects::{Effect, Effects, Everyone};
 use super::stream::{store_limits, Incoming, Stream};
-use super::Sink;
 use crate::store::{MemStore, StreamStore};
 
 /// Test time zero (unix nanos): any fixed instant works, the engine reads no clock.
@@ -34,37 +34,57 @@ struct Sent {
     payload: Bytes,
 }
 
-/// A sink that records everything and reports one listener everywhere.
-#[derive(Default)]
-struct Recorder(Vec<Sent>);
+/// Everything the engine said, with one listener everywhere.
+struct Recorder {
+    fx: Effects,
+    sent: Vec<Sent>,
+}
 
-impl Sink for Recorder {
-    fn send(
-        &mut self,
-        to: &str,
-        subject: &str,
-        reply: Option<&str>,
-        headers: Option<&Bytes>,
-        payload: &Bytes,
-    ) -> usize {
-        self.0.push(Sent {
-            to: to.to_owned(),
-            subject: subject.to_owned(),
-            reply: reply.map(str::to_owned),
-            headers: headers.cloned(),
-            payload: payload.clone(),
-        });
-        1
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            fx: Effects::new(Box::new(Everyone)),
+            sent: Vec::new(),
+        }
     }
 }
 
 impl Recorder {
+    /// The record so far, with the effects of the last commands moved in.
+    fn sent(&mut self) -> &mut Vec<Sent> {
+        for e in self.fx.take() {
+            self.sent.push(match e {
+                Effect::Deliver {
+                    to,
+                    subject,
+                    reply,
+                    headers,
+                    payload,
+                } => Sent {
+                    to,
+                    subject,
+                    reply,
+                    headers,
+                    payload,
+                },
+                Effect::Reply { to, payload } => Sent {
+                    subject: to.clone(),
+                    to,
+                    reply: None,
+                    headers: None,
+                    payload,
+                },
+            });
+        }
+        &mut self.sent
+    }
+
     /// Messages delivered to `inbox` (status messages left out), taken from the record.
     fn delivered(&mut self, inbox: &str) -> Vec<Sent> {
-        let (mine, rest): (Vec<Sent>, Vec<Sent>) = std::mem::take(&mut self.0)
+        let (mine, rest): (Vec<Sent>, Vec<Sent>) = std::mem::take(self.sent())
             .into_iter()
             .partition(|s| s.to == inbox && s.reply.is_some());
-        self.0 = rest;
+        self.sent = rest;
         mine
     }
 }
@@ -95,7 +115,7 @@ impl Harness {
 
     /// The store thread's round ends with a tick: timers, then delivery.
     fn end_round(&mut self, now: i64) {
-        self.st.tick(&mut self.out, now);
+        self.st.tick(&mut self.out.fx, now);
     }
 
     /// Publishes with a reply and returns the pub-ack (or error) body.
@@ -108,7 +128,7 @@ impl Harness {
             h.push_str("\r\n");
             Bytes::from(h)
         });
-        let reply = format!("_INBOX.ack.{}", self.out.0.len());
+        let reply = format!("_INBOX.ack.{}", self.out.sent().len());
         let m = Incoming {
             subject: subject.to_owned(),
             reply: Some(reply.clone()),
@@ -116,15 +136,15 @@ impl Harness {
             payload: Bytes::from_static(b"data"),
         };
         self.clock.store(now, Ordering::Relaxed);
-        self.st.publish(vec![m], &mut self.out, now);
+        self.st.publish(vec![m], &mut self.out.fx, now);
         self.end_round(now);
         let i = self
             .out
-            .0
+            .sent()
             .iter()
             .position(|s| s.to == reply)
             .expect("a pub-ack");
-        let ack = self.out.0.remove(i);
+        let ack = self.out.sent().remove(i);
         serde_json::from_slice(&ack.payload).unwrap()
     }
 
@@ -141,7 +161,7 @@ impl Harness {
             consumer,
             body.to_string().as_bytes(),
             inbox,
-            &mut self.out,
+            &mut self.out.fx,
             now,
         );
         self.end_round(now);
@@ -151,7 +171,7 @@ impl Harness {
     fn ack(&mut self, msg: &Sent, body: &str, now: i64) {
         let subject = msg.reply.clone().unwrap();
         self.st
-            .ack(&subject, body.as_bytes(), None, &mut self.out, now);
+            .ack(&subject, body.as_bytes(), None, &mut self.out.fx, now);
         self.end_round(now);
     }
 
@@ -495,16 +515,44 @@ fn a_nak_takes_effect_at_once_and_its_message_goes_out_before_new_ones() {
     // A NAK takes effect at once, not at the next timer pass: delivery right after it
     // (no consumer tick between) redelivers the NAKed message before anything new.
     let subject = first[0].reply.clone().unwrap();
-    h.st.ack(&subject, b"-NAK", None, &mut h.out, T0 + MS);
+    h.st.ack(&subject, b"-NAK", None, &mut h.out.fx, T0 + MS);
     h.st.pull(
         "c",
         long_pull(1).to_string().as_bytes(),
         "in.2",
-        &mut h.out,
+        &mut h.out.fx,
         T0 + MS,
     );
-    h.st.run_consumers(&mut h.out, T0 + MS);
+    h.st.run_consumers(&mut h.out.fx, T0 + MS);
     let again = h.out.delivered("in.2");
     assert_eq!(again.len(), 1);
     assert_eq!((stream_seq(&again[0]), delivery_count(&again[0])), (1, 2));
+}
+
+/// Interest is an input: nobody listens on this one subject.
+struct AllBut(&'static str);
+
+impl super::effects::Interest for AllBut {
+    fn has_interest(&mut self, subject: &str) -> bool {
+        subject != self.0
+    }
+}
+
+#[test]
+fn a_pull_whose_requester_left_is_dropped_and_its_message_kept() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.out.fx = Effects::new(Box::new(AllBut("gone")));
+    h.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.publish("s.1", &[], T0);
+    // Nobody listens on `gone`: nothing is said to it, nothing counts as delivered.
+    assert!(h.pull("c", long_pull(1), "gone", T0).is_empty());
+    assert!(h.out.sent().iter().all(|s| s.to != "gone"));
+    // The message waits for the next requester, as a first delivery.
+    let got = h.pull("c", long_pull(1), "in", T0 + MS);
+    assert_eq!(got.len(), 1);
+    assert_eq!((stream_seq(&got[0]), delivery_count(&got[0])), (1, 1));
 }

@@ -5,7 +5,8 @@
 //! stream's store, its dedupe window and its consumers, and is driven by exactly one thread
 //! (`server::jetstream` runs that thread and feeds it publishes, API requests and acks). What
 //! the engine wants to say to clients — pub-acks, deliveries, pull status messages, API
-//! replies — goes out through a [`Sink`], which the server implements with its router.
+//! replies — it records as [`Effect`]s in the caller's [`Effects`]; the server routes them
+//! after the call ([`effects`]).
 //!
 //! - [`config`]: stream and consumer configuration as the API carries it (parsing,
 //!   normalisation, update rules).
@@ -14,43 +15,20 @@
 //!   info, retention.
 //! - [`consumer`]: delivery cursor, pending acks, redelivery, pull requests, push delivery.
 
-use bytes::Bytes;
+pub use effects::{Effect, Effects, Interest};
 
 pub mod ack_subject;
 pub mod api;
 pub mod config;
 pub mod consumer;
 pub mod dedupe;
+pub mod effects;
 #[cfg(test)]
 mod engine_tests;
 pub mod stream;
 
 /// The JetStream API level this server implements (INFO `api_lvl`, account info `api.level`).
 pub const API_LEVEL: u32 = 5;
-
-/// Where the engine sends messages. The server implements it with its router.
-pub trait Sink {
-    /// Delivers one message to the subscribers of `to`, showing `subject` in the `MSG` line.
-    /// Returns how many subscriptions took it (0 = nobody is listening).
-    fn send(
-        &mut self,
-        to: &str,
-        subject: &str,
-        reply: Option<&str>,
-        headers: Option<&Bytes>,
-        payload: &Bytes,
-    ) -> usize;
-
-    /// Publishes an ordinary message (API replies, pub-acks): delivered as `subject`.
-    fn reply(&mut self, to: &str, payload: Bytes) {
-        self.send(to, to, None, None, &payload);
-    }
-
-    /// Publishes a header-only status message (`NATS/1.0 404 No Messages` etc.) to `to`.
-    fn status(&mut self, to: &str, headers: Bytes) -> usize {
-        self.send(to, to, None, Some(&headers), &Bytes::new())
-    }
-}
 
 /// Current time in unix nanoseconds.
 pub fn now_nanos() -> i64 {

@@ -29,7 +29,7 @@ use super::config::{
 };
 use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
-use super::Sink;
+use super::Effects;
 use crate::proto::headers::HeaderMap;
 use crate::store::{
     AppendRejected, Discard, NewMsg, PurgeRequest, StoreError, StoreLimits, StreamStore,
@@ -303,32 +303,32 @@ impl Stream {
     // ------------------------------------------------------------------ publish
 
     /// Stores a batch of publishes and answers each with its pub-ack.
-    pub fn publish(&mut self, batch: Vec<Incoming>, sink: &mut dyn Sink, now: i64) {
+    pub fn publish(&mut self, batch: Vec<Incoming>, out: &mut Effects, now: i64) {
         self.dedupe.prune(now, self.cfg.duplicate_window);
         let mut queue: Vec<Queued> = Vec::new();
         for m in batch {
             if let Err(e) = self.precheck(&m) {
-                self.answer(sink, m.reply.as_deref(), Err(e));
+                self.answer(out, m.reply.as_deref(), Err(e));
                 continue;
             }
             let h = PubHeaders::parse(m.headers.as_ref());
             if h.bad {
-                self.answer(sink, m.reply.as_deref(), Err(ApiError::bad_request()));
+                self.answer(out, m.reply.as_deref(), Err(ApiError::bad_request()));
                 continue;
             }
             if let Some(id) = &h.msg_id {
                 if let Some(seq) = self.dedupe.get(id) {
                     if let Some(r) = m.reply.as_deref() {
                         if !self.cfg.no_ack {
-                            sink.reply(r, pub_ack(&self.cfg.name, seq, true));
+                            out.reply(r, pub_ack(&self.cfg.name, seq, true));
                         }
                     }
                     continue;
                 }
             }
             if h.strict() {
-                self.flush(&mut queue, sink, now);
-                self.publish_strict(m, &h, sink, now);
+                self.flush(&mut queue, out, now);
+                self.publish_strict(m, &h, out, now);
                 continue;
             }
             let dup_of = h
@@ -347,7 +347,7 @@ impl Stream {
                 val: None,
             });
         }
-        self.flush(&mut queue, sink, now);
+        self.flush(&mut queue, out, now);
     }
 
     /// Checks that need nothing but the message and the config.
@@ -420,13 +420,13 @@ impl Stream {
         Ok(())
     }
 
-    fn answer(&self, sink: &mut dyn Sink, reply: Option<&str>, r: Result<u64, ApiError>) {
-        self.answer_val(sink, reply, r, None);
+    fn answer(&self, out: &mut Effects, reply: Option<&str>, r: Result<u64, ApiError>) {
+        self.answer_val(out, reply, r, None);
     }
 
     fn answer_val(
         &self,
-        sink: &mut dyn Sink,
+        out: &mut Effects,
         reply: Option<&str>,
         r: Result<u64, ApiError>,
         val: Option<&str>,
@@ -437,19 +437,19 @@ impl Stream {
         match r {
             Ok(seq) => {
                 if !self.cfg.no_ack {
-                    sink.reply(reply, pub_ack_with(&self.cfg.name, seq, false, val));
+                    out.reply(reply, pub_ack_with(&self.cfg.name, seq, false, val));
                 }
             }
-            Err(e) => sink.reply(reply, pub_err(&self.cfg.name, &e)),
+            Err(e) => out.reply(reply, pub_err(&self.cfg.name, &e)),
         }
     }
 
-    fn publish_strict(&mut self, m: Incoming, h: &PubHeaders, sink: &mut dyn Sink, now: i64) {
+    fn publish_strict(&mut self, m: Incoming, h: &PubHeaders, out: &mut Effects, now: i64) {
         let st = self.store.state();
         if let Some(exp) = h.expected_last_seq {
             if exp != st.last_seq {
                 self.answer(
-                    sink,
+                    out,
                     m.reply.as_deref(),
                     Err(ApiError::wrong_last_sequence(st.last_seq)),
                 );
@@ -464,13 +464,13 @@ impl Stream {
             let last = match self.store.last_by_subject(&filter) {
                 Ok(x) => x.map_or(0, |x| x.seq),
                 Err(e) => {
-                    self.answer(sink, m.reply.as_deref(), Err(store_failed(&e)));
+                    self.answer(out, m.reply.as_deref(), Err(store_failed(&e)));
                     return;
                 }
             };
             if exp != last {
                 self.answer(
-                    sink,
+                    out,
                     m.reply.as_deref(),
                     Err(ApiError::wrong_last_sequence(last)),
                 );
@@ -487,7 +487,7 @@ impl Stream {
                 .unwrap_or_default();
             if *exp != last_id {
                 self.answer(
-                    sink,
+                    out,
                     m.reply.as_deref(),
                     Err(ApiError::wrong_last_msg_id(&last_id)),
                 );
@@ -501,13 +501,13 @@ impl Stream {
             let prev = match self.store.last_by_subject(&subject) {
                 Ok(x) => x.map_or(0, |x| counter_value(&x.payload)),
                 Err(e) => {
-                    self.answer(sink, m.reply.as_deref(), Err(store_failed(&e)));
+                    self.answer(out, m.reply.as_deref(), Err(store_failed(&e)));
                     return;
                 }
             };
             let Some(total) = prev.checked_add(incr) else {
                 self.answer(
-                    sink,
+                    out,
                     m.reply.as_deref(),
                     Err(ApiError::counter_incr_invalid()),
                 );
@@ -528,7 +528,7 @@ impl Stream {
             dup_of: None,
             val,
         }];
-        let stored = self.flush(&mut q, sink, now);
+        let stored = self.flush(&mut q, out, now);
         let Some(&(seq, ts)) = stored.first() else {
             return;
         };
@@ -563,7 +563,7 @@ impl Stream {
     /// Sends the copy `republish` asks for of a message just stored as `seq` (`last`: the
     /// subject's previous sequence, 0 for none). It goes out with the batch's pub-acks, after
     /// the commit, like them.
-    fn republish(&self, sink: &mut dyn Sink, m: &NewMsg, seq: u64, ts: i64, last: u64) {
+    fn republish(&self, out: &mut Effects, m: &NewMsg, seq: u64, ts: i64, last: u64) {
         let Some(rp) = &self.cfg.republish else {
             return;
         };
@@ -586,12 +586,12 @@ impl Stream {
             m.payload.clone()
         };
         let h = add_headers(m.headers.as_ref(), &fields);
-        sink.send(&to, &to, None, Some(&h), &payload);
+        out.send(&to, &to, None, Some(&h), &payload);
     }
 
     /// Appends the queued messages as one commit and answers them. Returns the (seq, ts) of
     /// each stored message.
-    fn flush(&mut self, queue: &mut Vec<Queued>, sink: &mut dyn Sink, now: i64) -> Vec<(u64, i64)> {
+    fn flush(&mut self, queue: &mut Vec<Queued>, out: &mut Effects, now: i64) -> Vec<(u64, i64)> {
         if queue.is_empty() {
             return Vec::new();
         }
@@ -623,7 +623,7 @@ impl Stream {
                 self.note_store_error(&e);
                 let err = store_failed(&e);
                 for q in &items {
-                    self.answer(sink, q.reply.as_deref(), Err(err.clone()));
+                    self.answer(out, q.reply.as_deref(), Err(err.clone()));
                 }
                 return Vec::new();
             }
@@ -642,20 +642,20 @@ impl Stream {
                         self.dedupe.insert(id.clone(), a.seq, a.ts);
                     }
                     stored.push((a.seq, a.ts));
-                    self.answer_val(sink, q.reply.as_deref(), Ok(a.seq), q.val.as_deref());
+                    self.answer_val(out, q.reply.as_deref(), Ok(a.seq), q.val.as_deref());
                     if let Some(last) = last_of_subject.get_mut(&q.msg.subject) {
-                        self.republish(sink, &q.msg, a.seq, a.ts, *last);
+                        self.republish(out, &q.msg, a.seq, a.ts, *last);
                         *last = a.seq;
                     }
                 }
-                Err(rej) => self.answer(sink, q.reply.as_deref(), Err(rejected(rej))),
+                Err(rej) => self.answer(out, q.reply.as_deref(), Err(rejected(rej))),
             }
         }
         for q in &items {
             if let Some(orig) = q.dup_of {
                 if let (Some(Some(seq)), Some(r)) = (seq_of.get(orig), q.reply.as_deref()) {
                     if !self.cfg.no_ack {
-                        sink.reply(r, pub_ack(&self.cfg.name, *seq, true));
+                        out.reply(r, pub_ack(&self.cfg.name, *seq, true));
                     }
                 }
             }
@@ -705,7 +705,7 @@ impl Stream {
     }
 
     /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
-    pub fn tick(&mut self, sink: &mut dyn Sink, now: i64) {
+    pub fn tick(&mut self, out: &mut Effects, now: i64) {
         let mut removed = false;
         // Subjects whose messages age or TTL removes: each left with no message gets a
         // delete marker when the stream asks for them (`subject_delete_marker_ttl`).
@@ -741,10 +741,10 @@ impl Stream {
             self.after_removal();
         }
         if removed && markers {
-            self.place_markers(emptied, sink, now);
+            self.place_markers(emptied, out, now);
         }
         for c in self.consumers.values_mut() {
-            c.tick(sink, now);
+            c.tick(out, now);
         }
         let gone: Vec<String> = self
             .consumers
@@ -754,11 +754,11 @@ impl Stream {
             .collect();
         for n in gone {
             if let Some(mut c) = self.consumers.remove(&n) {
-                c.deleted(sink);
+                c.deleted(out);
                 self.changes.push(ConsumerChange::Deleted(n));
             }
         }
-        self.run_consumers(sink, now);
+        self.run_consumers(out, now);
     }
 
     /// Subjects of the (non-marker) messages `max_age` is about to remove, oldest first; at
@@ -786,7 +786,7 @@ impl Stream {
     /// no payload) for each of `subjects` that has no message left, as nats-server does for
     /// messages removed by age or by their TTL. Markers expire by their own TTL and leave no
     /// marker behind.
-    fn place_markers(&mut self, mut subjects: Vec<String>, sink: &mut dyn Sink, now: i64) {
+    fn place_markers(&mut self, mut subjects: Vec<String>, out: &mut Effects, now: i64) {
         let Some(ttl) = self.cfg.subject_delete_marker_ttl else {
             return;
         };
@@ -806,7 +806,7 @@ impl Stream {
                 payload: Bytes::new(),
             })
             .collect();
-        self.publish(batch, sink, now);
+        self.publish(batch, out, now);
     }
 
     fn after_removal(&mut self) {
@@ -817,11 +817,11 @@ impl Stream {
     }
 
     /// Lets every consumer deliver what it can; applies retention to what became done.
-    pub fn run_consumers(&mut self, sink: &mut dyn Sink, now: i64) {
+    pub fn run_consumers(&mut self, out: &mut Effects, now: i64) {
         let name = self.cfg.name.clone();
         let mut done = Vec::new();
         for c in self.consumers.values_mut() {
-            done.extend(c.deliver(&name, self.store.as_ref(), sink, now));
+            done.extend(c.deliver(&name, self.store.as_ref(), out, now));
         }
         if !done.is_empty() {
             self.retire(&done);
@@ -863,7 +863,7 @@ impl Stream {
         subject: &str,
         body: &[u8],
         reply: Option<&str>,
-        sink: &mut dyn Sink,
+        out: &mut Effects,
         now: i64,
     ) {
         let Some(AckSubject {
@@ -879,7 +879,7 @@ impl Stream {
         };
         let (effect, next) = c.ack(sseq, body, now);
         if let (Some(req), Some(r)) = (next, reply) {
-            c.pull_request(req, r, sink, now);
+            c.pull_request(req, r, out, now);
         }
         if let AckEffect::Done(seqs) = effect {
             self.retire(&seqs);
@@ -888,26 +888,19 @@ impl Stream {
 
     /// A pull request (`CONSUMER.MSG.NEXT`). Unknown consumers get the 503 status, as when
     /// nobody listens.
-    pub fn pull(
-        &mut self,
-        consumer: &str,
-        body: &[u8],
-        reply: &str,
-        sink: &mut dyn Sink,
-        now: i64,
-    ) {
+    pub fn pull(&mut self, consumer: &str, body: &[u8], reply: &str, out: &mut Effects, now: i64) {
         let Some(c) = self.consumers.get_mut(consumer) else {
             let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{}.{consumer}", self.cfg.name);
-            sink.status(
+            out.status(
                 reply,
                 crate::proto::headers::no_responders_block(subject.as_bytes()),
             );
             return;
         };
         match parse_pull_request(body) {
-            Ok(req) => c.pull_request(req, reply, sink, now),
+            Ok(req) => c.pull_request(req, reply, out, now),
             Err(reason) => {
-                sink.status(
+                out.status(
                     reply,
                     status_block(400, &format!("Bad Request - {reason}"), &[]),
                 );
@@ -1066,7 +1059,7 @@ impl Stream {
         payload: &[u8],
         subject: Option<&str>,
         reply: &str,
-        sink: &mut dyn Sink,
+        out: &mut Effects,
     ) {
         let found = match subject {
             Some(s) => self
@@ -1077,7 +1070,7 @@ impl Stream {
             None => match super::api::optional_body(payload) {
                 Ok(b) => self.find(b.as_ref()),
                 Err(_) => {
-                    sink.status(reply, status_block(408, "Malformed Request", &[]));
+                    out.status(reply, status_block(408, "Malformed Request", &[]));
                     return;
                 }
             },
@@ -1093,13 +1086,13 @@ impl Stream {
                         ("Nats-Time-Stamp", rfc3339_nanos(m.ts)),
                     ],
                 );
-                sink.send(reply, reply, None, Some(&h), &m.payload);
+                out.send(reply, reply, None, Some(&h), &m.payload);
             }
             Err(e) if e.err_code == ApiError::bad_request().err_code => {
-                sink.status(reply, status_block(408, "Malformed Request", &[]));
+                out.status(reply, status_block(408, "Malformed Request", &[]));
             }
             Err(_) => {
-                sink.status(reply, status_block(404, "Message Not Found", &[]));
+                out.status(reply, status_block(404, "Message Not Found", &[]));
             }
         }
     }
@@ -1349,12 +1342,12 @@ impl Stream {
     ///
     /// # Errors
     /// Consumer not found.
-    pub fn consumer_delete(&mut self, name: &str, sink: &mut dyn Sink) -> Result<Value, ApiError> {
+    pub fn consumer_delete(&mut self, name: &str, out: &mut Effects) -> Result<Value, ApiError> {
         let mut c = self
             .consumers
             .remove(name)
             .ok_or_else(ApiError::consumer_not_found)?;
-        c.deleted(sink);
+        c.deleted(out);
         self.changes.push(ConsumerChange::Deleted(name.to_owned()));
         Ok(json!({"success": true}))
     }

@@ -188,6 +188,12 @@ pub(crate) fn deliver_as(
     n
 }
 
+/// Whether a message to `to` inside `account` would reach any subscription now (what
+/// [`deliver_as`] would find; the match is cached like a delivery's).
+pub(crate) fn has_interest(ctx: &mut RouteCtx, account: &Arc<Account>, to: &[u8]) -> bool {
+    !ctx.lookup(account, to).is_empty()
+}
+
 fn release_expired(ctx: &mut RouteCtx, account: &Arc<Account>) {
     for sub in std::mem::take(&mut ctx.expired) {
         if account.unsubscribe(&sub) {

@@ -16,7 +16,7 @@ use crate::jetstream::api::{
     body, err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
-use crate::jetstream::{Sink, API_LEVEL};
+use crate::jetstream::API_LEVEL;
 
 use super::cmd::Cmd;
 use super::sink::RouterSink;

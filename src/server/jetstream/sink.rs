@@ -1,16 +1,41 @@
-//! The engine's [`Sink`](crate::jetstream::Sink) on top of the router: what a stream thread
-//! says to clients is routed exactly like a publish from a connection, then the outbound
-//! queues it touched are woken once per batch.
+//! Where the engine's [`Effects`] meet the router: [`AccountInterest`] answers the engine's
+//! one question about the outside (does anybody listen on this subject?) from the account's
+//! subscriptions, and [`RouterSink`] routes the effects a command produced — exactly like a
+//! publish from a connection — then wakes the outbound queues it touched, once per batch.
+//! The API thread uses `RouterSink` directly for its own replies.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::jetstream::Sink;
+use crate::jetstream::{Effect, Effects, Interest};
 use crate::server::account::Account;
 use crate::server::router::{self, RouteCtx};
 
-/// Routes engine output into one account.
+/// Answers [`Interest`] from one account's subscription tree (through a match cache of its
+/// own).
+pub(crate) struct AccountInterest {
+    account: Arc<Account>,
+    ctx: RouteCtx,
+}
+
+impl AccountInterest {
+    /// The engine's output list for a stream of `account`.
+    pub(crate) fn effects(account: Arc<Account>, seed: u64) -> Effects {
+        Effects::new(Box::new(AccountInterest {
+            account,
+            ctx: RouteCtx::new(seed),
+        }))
+    }
+}
+
+impl Interest for AccountInterest {
+    fn has_interest(&mut self, subject: &str) -> bool {
+        router::has_interest(&mut self.ctx, &self.account, subject.as_bytes())
+    }
+}
+
+/// Routes engine output and the API thread's replies into one account.
 pub(crate) struct RouterSink {
     account: Arc<Account>,
     ctx: RouteCtx,
@@ -24,6 +49,26 @@ impl RouterSink {
         }
     }
 
+    /// Routes every effect recorded in `fx` (leaving it empty), in order, then wakes the
+    /// queues written.
+    pub(crate) fn execute(&mut self, fx: &mut Effects) {
+        for e in fx.take() {
+            match e {
+                Effect::Deliver {
+                    to,
+                    subject,
+                    reply,
+                    headers,
+                    payload,
+                } => {
+                    self.send(&to, &subject, reply.as_deref(), headers.as_ref(), &payload);
+                }
+                Effect::Reply { to, payload } => self.reply(&to, payload),
+            }
+        }
+        self.flush();
+    }
+
     /// Wakes every outbound queue written since the last call.
     pub(crate) fn flush(&mut self) {
         for c in self.ctx.wake.drain(..) {
@@ -31,10 +76,10 @@ impl RouterSink {
         }
         let _ = self.ctx.take_counts();
     }
-}
 
-impl Sink for RouterSink {
-    fn send(
+    /// Delivers one message to the subscribers of `to` in this account, showing `subject`.
+    /// Returns how many subscriptions took it.
+    pub(crate) fn send(
         &mut self,
         to: &str,
         subject: &str,
@@ -53,9 +98,14 @@ impl Sink for RouterSink {
         )
     }
 
-    fn reply(&mut self, to: &str, payload: Bytes) {
-        // Replies may cross accounts (a requester behind a service import): route them as a
-        // publish.
+    /// A header-only status message to `to`.
+    pub(crate) fn status(&mut self, to: &str, headers: Bytes) -> usize {
+        self.send(to, to, None, Some(&headers), &Bytes::new())
+    }
+
+    /// A reply, routed as a publish: it may cross accounts (a requester behind a service
+    /// import).
+    pub(crate) fn reply(&mut self, to: &str, payload: Bytes) {
         let from = router::Publisher {
             cid: u64::MAX,
             echo: true,

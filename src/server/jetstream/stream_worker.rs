@@ -25,14 +25,14 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
-use crate::jetstream::{now_nanos, Sink};
+use crate::jetstream::{now_nanos, Effects};
 use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
 use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::cmd::{cmd_size, Cmd};
 use super::shard::{Served, ShardTask, StreamQueue};
-use super::sink::RouterSink;
+use super::sink::{AccountInterest, RouterSink};
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
 use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
@@ -235,6 +235,7 @@ pub(crate) fn spawn(
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
+        fx: AccountInterest::effects(Arc::clone(&acc.account), js.next_seed()),
         stream: Arc::clone(&stream),
         id,
         consumer_ids,
@@ -286,7 +287,11 @@ const SNAPSHOT_EVERY_NS: i64 = 1_000_000_000;
 pub(crate) struct Worker {
     js: Arc<JetStream>,
     acc: Arc<AccountJs>,
+    /// Routes what the engine said, after each call that may have acknowledged a publish and
+    /// at the end of the round.
     sink: RouterSink,
+    /// What the engine said in this round and the worker's own replies, in order.
+    fx: Effects,
     /// The stream; its store thread holds the lock for a whole round. Readers on other tasks only
     /// ever `try_lock` it (see [`try_read`]).
     stream: Arc<Mutex<Stream>>,
@@ -328,12 +333,13 @@ pub(crate) fn try_read(
         return false;
     };
     let mut sink = RouterSink::new(Arc::clone(account), 0x5EED);
+    let mut fx = AccountInterest::effects(Arc::clone(account), 0x5EED);
     match call {
         ApiCall::DirectGet(_, subject) => {
             if !st.cfg.allow_direct {
                 return false;
             }
-            st.direct_get(payload, subject.as_deref(), reply, &mut sink);
+            st.direct_get(payload, subject.as_deref(), reply, &mut fx);
         }
         ApiCall::MsgGet(_) => {
             let r = optional_body(payload).and_then(|b| st.msg_get(b.as_ref()));
@@ -341,12 +347,12 @@ pub(crate) fn try_read(
                 Ok(v) => ok_reply(call, v),
                 Err(e) => err_reply(call, &e),
             };
-            sink.reply(reply, bytes);
+            fx.reply(reply, bytes);
         }
         _ => return false,
     }
     drop(st);
-    sink.flush();
+    sink.execute(&mut fx);
     true
 }
 
@@ -442,7 +448,7 @@ impl Worker {
                     reply,
                     payload,
                 } => {
-                    st.ack(&subject, &payload, reply.as_deref(), &mut self.sink, now);
+                    st.ack(&subject, &payload, reply.as_deref(), &mut self.fx, now);
                     if let Some(r) = reply {
                         ack_replies.push(r);
                     }
@@ -463,7 +469,7 @@ impl Worker {
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
                 Cmd::EndPulls => {
                     for c in st.consumers.values_mut() {
-                        c.deleted(&mut self.sink);
+                        c.deleted(&mut self.fx);
                     }
                 }
                 Cmd::Stop(done) => {
@@ -475,7 +481,7 @@ impl Worker {
         if !publishes.is_empty() {
             self.publish(st, publishes, now);
         }
-        st.tick(&mut self.sink, now);
+        st.tick(&mut self.fx, now);
         if let Some(iv) = self.js.sync_interval {
             if now.saturating_sub(self.last_sync)
                 >= i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX)
@@ -488,7 +494,7 @@ impl Worker {
         let must = !ack_replies.is_empty();
         if self.persist_state(st, must, now) {
             for r in ack_replies {
-                self.sink.reply(&r, Bytes::new());
+                self.fx.reply(&r, Bytes::new());
             }
         }
         let (bytes, msgs) = st.usage();
@@ -509,7 +515,7 @@ impl Worker {
                 let _ = w.try_send(());
             }
         }
-        self.sink.flush();
+        self.sink.execute(&mut self.fx);
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
         if let Some(done) = stop {
@@ -528,12 +534,15 @@ impl Worker {
             for m in batch {
                 if let Some(r) = m.reply {
                     let body = json!({"error": e.to_json(), "stream": st.cfg.name, "seq": 0});
-                    self.sink.reply(&r, Bytes::from(body.to_string()));
+                    self.fx.reply(&r, Bytes::from(body.to_string()));
                 }
             }
             return;
         }
-        st.publish(batch, &mut self.sink, now);
+        st.publish(batch, &mut self.fx, now);
+        // The batch is stored and fsync'd: its pub-acks go out now, not after the rest of the
+        // round (consumer state, checkpoint, snapshot).
+        self.sink.execute(&mut self.fx);
     }
 
     /// Publishes this stream's usage and moves the account's and the server's totals by the
@@ -766,14 +775,14 @@ impl Worker {
         if let ApiCall::DirectGet(_, subject) = call {
             if !st.cfg.allow_direct {
                 let status = crate::proto::headers::no_responders_block(b"$JS.API.DIRECT.GET");
-                self.sink.status(reply, status);
+                self.fx.status(reply, status);
                 return;
             }
-            st.direct_get(payload, subject.as_deref(), reply, &mut self.sink);
+            st.direct_get(payload, subject.as_deref(), reply, &mut self.fx);
             return;
         }
         if let ApiCall::MsgNext(_, consumer) = call {
-            st.pull(consumer, payload, reply, &mut self.sink, now);
+            st.pull(consumer, payload, reply, &mut self.fx, now);
             return;
         }
         let result = self.api_json(st, call, payload, now);
@@ -781,7 +790,7 @@ impl Worker {
             Ok(v) => ok_reply(call, v),
             Err(e) => err_reply(call, &e),
         };
-        self.sink.reply(reply, bytes);
+        self.fx.reply(reply, bytes);
     }
 
     fn api_json(
@@ -841,7 +850,7 @@ impl Worker {
             }
             ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now).map(|i| body(&i)),
             ApiCall::ConsumerDelete(_, c) => {
-                let r = st.consumer_delete(c, &mut self.sink);
+                let r = st.consumer_delete(c, &mut self.fx);
                 self.persist_changes(st);
                 r
             }
