@@ -2341,3 +2341,33 @@ async fn reset_moves_a_consumer_to_its_ack_floor_or_a_sequence() {
     let v = api(&c, "$JS.API.CONSUMER.RESET.RS.p", json!({"seq": -1})).await;
     assert_err(&v, 400, 10025, "negative reset sequence");
 }
+
+/// A filter outside the stream's subjects is accepted (nats-server 2.15 does, single and
+/// multiple filters alike): async-nats's `update_consumer` creates `one`/`two` filters on a
+/// stream of `events`.
+#[tokio::test]
+async fn filters_outside_the_stream_subjects_are_accepted() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    assert_ok(
+        &add_stream(&c, json!({"name": "EV", "subjects": ["events"]})).await,
+        "stream",
+    );
+    let v = add_consumer(
+        &c,
+        "EV",
+        "one",
+        json!({"name": "one", "filter_subject": "one"}),
+    )
+    .await;
+    assert_ok(&v, "single filter");
+    let v = add_consumer(
+        &c,
+        "EV",
+        "many",
+        json!({"name": "many", "filter_subjects": ["one", "two"]}),
+    )
+    .await;
+    assert_ok(&v, "filter_subjects");
+    assert_eq!(v["config"]["filter_subjects"], json!(["one", "two"]));
+}

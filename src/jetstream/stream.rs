@@ -1198,20 +1198,6 @@ impl Stream {
             }
         }
         cfg.normalize(&self.cfg, version)?;
-        for f in cfg.filters() {
-            if !self
-                .cfg
-                .subjects
-                .iter()
-                .any(|s| super::config::subjects_collide(s, &f))
-            {
-                return Err(ApiError::new(
-                    400,
-                    10093,
-                    "consumer filter subject is not a valid subset of the interest subjects",
-                ));
-            }
-        }
         if let Some(existing) = self.consumers.get_mut(&name) {
             if req.action == Action::Create && !existing.cfg.same_as(&cfg) {
                 return Err(ApiError::consumer_exists());

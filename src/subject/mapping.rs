@@ -40,7 +40,13 @@ fn wildcards(p: &str) -> Vec<&str> {
 /// [`MappingError`] naming what is wrong.
 pub fn validate_mapping(from: &str, to: &str) -> Result<(), MappingError> {
     for p in [from, to] {
-        if p.split('.').any(|t| t.starts_with('$') || t.contains("{{")) {
+        // `$1`-style references and `{{...}}` functions; a literal token such as `$KV` is a
+        // plain subject token.
+        let reference = |t: &str| {
+            t.strip_prefix('$')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if p.split('.').any(|t| reference(t) || t.contains("{{")) {
             return Err(MappingError::Function(p.to_owned()));
         }
         if !is_valid_subscribe_subject(p.as_bytes()) {
@@ -125,6 +131,23 @@ mod tests {
         assert_eq!(transform(b"x.a", "x.*", "svc.>"), None);
         assert_eq!(transform(b"x.a.b", "x.*.*", "svc.*"), None);
         assert_eq!(transform(b"x.a", "x.*", "svc.*.*"), None);
+    }
+
+    #[test]
+    fn references_are_refused_and_dollar_literals_are_not() {
+        assert!(matches!(
+            validate_mapping("x.*", "svc.$1"),
+            Err(MappingError::Function(_))
+        ));
+        assert!(matches!(
+            validate_mapping("x.*", "svc.{{wildcard(1)}}"),
+            Err(MappingError::Function(_))
+        ));
+        assert_eq!(validate_mapping("A.>", "$KV.test.>"), Ok(()));
+        assert_eq!(
+            transform(b"A.k", "A.>", "$KV.test.>").unwrap(),
+            b"$KV.test.k"
+        );
     }
 
     #[test]

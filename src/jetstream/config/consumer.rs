@@ -533,11 +533,8 @@ impl ConsumerConfig {
             if !valid_subject_pattern(f) {
                 return policy("consumer filter subject is not a valid subject".into());
             }
-            if !stream.subjects_collide_with(f) {
-                return policy(
-                    "consumer filter subject is not a valid subset of the stream's subjects".into(),
-                );
-            }
+            // A filter need not match the stream's subjects today (nats-server 2.15 accepts
+            // `one` on a stream of `events`: the stream's subjects may change).
             if filters
                 .iter()
                 .take(i)
@@ -1057,7 +1054,6 @@ mod tests {
             r#"{"deliver_subject":"d.*"}"#,
             r#"{"deliver_subject":"d","max_waiting":5}"#,
             r#"{"deliver_subject":"d","idle_heartbeat":50000000}"#,
-            r#"{"filter_subject":"other.x"}"#,
             r#"{"filter_subject":"orders..x"}"#,
             r#"{"filter_subject":"orders.a","filter_subjects":["orders.b"]}"#,
             r#"{"filter_subjects":["orders.a","orders.*"]}"#,
@@ -1069,8 +1065,10 @@ mod tests {
         ] {
             assert_eq!(refusal(config).err_code, 10094, "{config}");
         }
-        // Filters that collide with (not only sit inside) the stream's subjects are fine.
+        // Filters that collide with (not only sit inside) the stream's subjects are fine, and
+        // so are filters outside them (nats-server 2.15 accepts both).
         cfg(r#"{"filter_subject":">"}"#);
+        cfg(r#"{"filter_subject":"other.x"}"#);
         cfg(r#"{"filter_subjects":["orders.a","orders.b"]}"#);
         // Bad JSON types and values.
         for body in [
