@@ -111,6 +111,12 @@ async fn account_info_has_every_field_async_nats_needs() {
         assert_eq!(limits["max_bytes_required"].as_bool(), Some(false));
         assert_eq!(v["api"]["level"].as_u64(), Some(5), "api level in {v}");
         assert!(v["api"]["total"].is_u64());
+        // The request being answered is not counted yet (as nats-server does).
+        let again = api(&c, "INFO", "").await;
+        assert_eq!(
+            again["api"]["total"].as_u64(),
+            v["api"]["total"].as_u64().map(|t| t + 1)
+        );
         assert!(v["api"]["errors"].is_u64());
     }
 
@@ -357,6 +363,40 @@ async fn update_changes_subjects_and_limits() {
     assert_eq!(u(&state(&st)["messages"]), 2);
     assert_eq!(u(&state(&st)["first_seq"]), 5);
     assert_eq!(u(&state(&st)["last_seq"]), 6);
+}
+
+/// New `consumer_limits` below what existing consumers have are refused, naming them (what
+/// async-nats's `jetstream::limits` expects); limits they fit are taken.
+#[tokio::test]
+async fn update_refuses_consumer_limits_that_existing_consumers_exceed() {
+    let (_s, c) = js_server().await;
+    create_stream(&c, r#"{"name":"L","subjects":["l"]}"#).await;
+    api_ok(
+        &c,
+        "CONSUMER.DURABLE.CREATE.L.name",
+        r#"{"stream_name":"L","config":{"durable_name":"name","ack_policy":"explicit"}}"#,
+    )
+    .await;
+    let d = api_err(
+        &c,
+        "STREAM.UPDATE.L",
+        r#"{"name":"L","subjects":["l"],"consumer_limits":{"inactive_threshold":2000000000,"max_ack_pending":10}}"#,
+        500,
+        10069,
+    )
+    .await;
+    assert_eq!(d, "change to limits violates consumers: name");
+    // A durable has no inactivity timer to exceed; 5,000 is above its 1,000.
+    let v = api_ok(
+        &c,
+        "STREAM.UPDATE.L",
+        r#"{"name":"L","subjects":["l"],"consumer_limits":{"inactive_threshold":2000000000,"max_ack_pending":5000}}"#,
+    )
+    .await;
+    assert_eq!(
+        v["config"]["consumer_limits"]["max_ack_pending"].as_i64(),
+        Some(5000)
+    );
 }
 
 #[tokio::test]

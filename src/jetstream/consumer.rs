@@ -233,7 +233,12 @@ impl Consumer {
         };
         c.pause_at = c.cfg.pause_until.as_deref().and_then(parse_rfc3339);
         if c.cfg.is_push() {
-            c.push = Some(PushState::default());
+            // The first idle heartbeat is due one interval after creation, not at once (as
+            // nats-server: an ordered consumer reads an early heartbeat as a gap).
+            c.push = Some(PushState {
+                last_sent: created,
+                ..PushState::default()
+            });
         }
         let first = if st.msgs == 0 {
             st.last_seq + 1

@@ -1135,6 +1135,27 @@ impl Stream {
     /// # Errors
     /// Store failures applying the new limits.
     pub fn update(&mut self, cfg: StreamConfig) -> Result<(), ApiError> {
+        // New consumer limits may not be below what existing consumers already have (as
+        // nats-server: `500/10069`, naming them). A durable without an inactivity timer has
+        // none to exceed; an unlimited `max_ack_pending` exceeds any cap.
+        let lim = &cfg.consumer_limits;
+        let over: Vec<&str> = self
+            .consumers
+            .iter()
+            .filter(|(_, c)| {
+                let pending = lim
+                    .max_ack_pending
+                    .is_some_and(|max| c.cfg.max_ack_pending < 0 || c.cfg.max_ack_pending > max);
+                let inactive = lim.inactive_threshold.is_some_and(|max| {
+                    c.cfg.inactive_threshold > 0 && c.cfg.inactive_threshold > max
+                });
+                pending || inactive
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !over.is_empty() {
+            return Err(ApiError::consumer_limits_violated(&over));
+        }
         let limits = store_limits(&cfg);
         self.cfg = cfg;
         let n = self.store.set_limits(limits).map_err(|e| {

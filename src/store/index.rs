@@ -26,16 +26,23 @@ use super::{
 pub struct Entry<L> {
     /// Timestamp (unix nanos).
     pub ts: i64,
-    /// Subject (interned).
-    pub subject: Arc<str>,
+    /// Subject, as its id in the index's subject table ([`Index::subject_name`]): 4 bytes
+    /// instead of a 16-byte `Arc<str>` in every entry of a stream of millions.
+    pub subject: SubjectId,
     /// Stored size ([`record_size`]).
     pub size: u32,
     /// Where the message lives.
     pub loc: L,
 }
 
+/// A subject's id in one index's subject table; valid while the subject has messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SubjectId(u32);
+
 #[derive(Debug, Clone, Copy)]
 struct SubjInfo {
+    /// The subject's id (its slot in `Index::names`).
+    id: SubjectId,
     msgs: u64,
     /// Lower bound of the first sequence.
     first: u64,
@@ -48,6 +55,9 @@ struct SubjInfo {
 pub struct Undo<L> {
     inserted: Vec<u64>,
     removed: Vec<(u64, Entry<L>)>,
+    /// The subject of each `removed` entry: its id may be gone (or reused) by the time of a
+    /// rollback.
+    removed_subjects: Vec<Arc<str>>,
     last: (u64, i64),
 }
 
@@ -82,6 +92,10 @@ pub const MAX_RECORD_SIZE: u64 =
 pub struct Index<L> {
     msgs: SeqMap<Entry<L>>,
     subjects: HashMap<Arc<str>, SubjInfo>,
+    /// Subject id → name; `None` for a free slot (its subject has no messages left).
+    names: Vec<Option<Arc<str>>>,
+    /// Free slots of `names`, reused first.
+    free: Vec<u32>,
     bytes: u64,
     last_seq: u64,
     last_ts: i64,
@@ -92,6 +106,8 @@ impl<L> Default for Index<L> {
         Index {
             msgs: SeqMap::default(),
             subjects: HashMap::new(),
+            names: Vec::new(),
+            free: Vec::new(),
             bytes: 0,
             last_seq: 0,
             last_ts: 0,
@@ -143,28 +159,61 @@ impl<L: Clone> Index<L> {
         self.msgs.is_empty()
     }
 
-    /// Interns a subject.
-    pub fn intern(&self, subject: &str) -> Arc<str> {
-        match self.subjects.get_key_value(subject) {
-            Some((k, _)) => Arc::clone(k),
-            None => Arc::from(subject),
+    /// The id of `subject`, entered in the subject table (with no messages yet) when it is
+    /// new; the next [`Index::insert`] of an entry with it counts the message.
+    pub fn intern(&mut self, subject: &str) -> SubjectId {
+        if let Some(i) = self.subjects.get(subject) {
+            return i.id;
         }
+        let name: Arc<str> = Arc::from(subject);
+        let id = match self.free.pop() {
+            Some(slot) => {
+                if let Some(n) = self.names.get_mut(slot as usize) {
+                    *n = Some(Arc::clone(&name));
+                }
+                SubjectId(slot)
+            }
+            None => {
+                // A stream with 2^32 live subjects would need hundreds of GiB of index first.
+                let slot = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+                self.names.push(Some(Arc::clone(&name)));
+                SubjectId(slot)
+            }
+        };
+        self.subjects.insert(
+            name,
+            SubjInfo {
+                id,
+                msgs: 0,
+                first: u64::MAX,
+                last: 0,
+            },
+        );
+        id
+    }
+
+    /// The subject an entry's id names.
+    pub fn subject_name(&self, id: SubjectId) -> &str {
+        self.names
+            .get(id.0 as usize)
+            .and_then(Option::as_deref)
+            .unwrap_or("")
+    }
+
+    fn info_of(&mut self, id: SubjectId) -> Option<&mut SubjInfo> {
+        let name = self.names.get(id.0 as usize)?.as_ref()?;
+        self.subjects.get_mut(name)
     }
 
     /// Inserts an entry (sequences may leave gaps but must grow).
+    /// `entry.subject` must come from [`Index::intern`] of this index.
     pub fn insert(&mut self, seq: u64, entry: Entry<L>) {
         let size = u64::from(entry.size);
-        let info = self
-            .subjects
-            .entry(Arc::clone(&entry.subject))
-            .or_insert(SubjInfo {
-                msgs: 0,
-                first: seq,
-                last: seq,
-            });
-        info.msgs += 1;
-        info.first = info.first.min(seq);
-        info.last = info.last.max(seq);
+        if let Some(info) = self.info_of(entry.subject) {
+            info.msgs += 1;
+            info.first = info.first.min(seq);
+            info.last = info.last.max(seq);
+        }
         if seq > self.last_seq {
             self.last_seq = seq;
             self.last_ts = entry.ts;
@@ -172,7 +221,7 @@ impl<L: Clone> Index<L> {
         if let Some(old) = self.msgs.insert(seq, entry) {
             // Never happens for well-formed logs (sequences are unique); keep counts exact.
             self.bytes -= u64::from(old.size);
-            if let Some(i) = self.subjects.get_mut(&old.subject) {
+            if let Some(i) = self.info_of(old.subject) {
                 i.msgs -= 1;
             }
         }
@@ -183,7 +232,7 @@ impl<L: Clone> Index<L> {
     pub fn remove(&mut self, seq: u64) -> Option<Entry<L>> {
         let e = self.msgs.remove(seq)?;
         self.bytes -= u64::from(e.size);
-        let gone = match self.subjects.get_mut(&e.subject) {
+        let gone = match self.info_of(e.subject) {
             Some(info) => {
                 info.msgs -= 1;
                 if info.first == seq {
@@ -197,7 +246,14 @@ impl<L: Clone> Index<L> {
             None => false,
         };
         if gone {
-            self.subjects.remove(&e.subject);
+            if let Some(name) = self
+                .names
+                .get_mut(e.subject.0 as usize)
+                .and_then(Option::take)
+            {
+                self.subjects.remove(&name);
+                self.free.push(e.subject.0);
+            }
         }
         Some(e)
     }
@@ -235,18 +291,18 @@ impl<L: Clone> Index<L> {
         }
     }
 
-    fn true_first(&self, subject: &Arc<str>, info: &SubjInfo) -> Option<u64> {
+    fn true_first(&self, info: &SubjInfo) -> Option<u64> {
         self.msgs
             .range(info.first..=info.last)
-            .find(|(_, e)| Arc::ptr_eq(&e.subject, subject))
+            .find(|(_, e)| e.subject == info.id)
             .map(|(s, _)| s)
     }
 
-    fn true_last(&self, subject: &Arc<str>, info: &SubjInfo) -> Option<u64> {
+    fn true_last(&self, info: &SubjInfo) -> Option<u64> {
         self.msgs
             .range(info.first..=info.last)
             .rev()
-            .find(|(_, e)| Arc::ptr_eq(&e.subject, subject))
+            .find(|(_, e)| e.subject == info.id)
             .map(|(s, _)| s)
     }
 
@@ -268,16 +324,16 @@ impl<L: Clone> Index<L> {
             return self.msgs.last().map(|(s, _)| s);
         }
         let m = self.matching(&f);
-        if let [(s, info)] = m.as_slice() {
-            return self.true_last(s, info);
+        if let [(_, info)] = m.as_slice() {
+            return self.true_last(info);
         }
         let hi = m.iter().map(|(_, i)| i.last).max()?;
         let lo = m.iter().map(|(_, i)| i.first).min()?;
-        let set: HashSet<*const u8> = m.iter().map(|(s, _)| s.as_ptr()).collect();
+        let set: HashSet<SubjectId> = m.iter().map(|(_, i)| i.id).collect();
         self.msgs
             .range(lo..=hi)
             .rev()
-            .find(|(_, e)| set.contains(&e.subject.as_ptr()))
+            .find(|(_, e)| set.contains(&e.subject))
             .map(|(s, _)| s)
     }
 
@@ -293,17 +349,17 @@ impl<L: Clone> Index<L> {
         if lo > hi {
             return None;
         }
-        if let [(s, _)] = m.as_slice() {
+        if let [(_, info)] = m.as_slice() {
             return self
                 .msgs
                 .range(lo..=hi)
-                .find(|(_, e)| Arc::ptr_eq(&e.subject, s))
+                .find(|(_, e)| e.subject == info.id)
                 .map(|(q, _)| q);
         }
-        let set: HashSet<*const u8> = m.iter().map(|(s, _)| s.as_ptr()).collect();
+        let set: HashSet<SubjectId> = m.iter().map(|(_, i)| i.id).collect();
         self.msgs
             .range(lo..=hi)
-            .find(|(_, e)| set.contains(&e.subject.as_ptr()))
+            .find(|(_, e)| set.contains(&e.subject))
             .map(|(s, _)| s)
     }
 
@@ -328,13 +384,13 @@ impl<L: Clone> Index<L> {
         }
         let m = self.matching(&f);
         let mut n = 0;
-        let mut scan: HashSet<*const u8> = HashSet::new();
+        let mut scan: HashSet<SubjectId> = HashSet::new();
         let (mut lo, mut hi) = (u64::MAX, 0);
-        for (s, i) in &m {
+        for (_, i) in &m {
             if i.first >= from {
                 n += i.msgs;
             } else if i.last >= from {
-                scan.insert(s.as_ptr());
+                scan.insert(i.id);
                 lo = lo.min(from);
                 hi = hi.max(i.last);
             }
@@ -343,7 +399,7 @@ impl<L: Clone> Index<L> {
             n += self
                 .msgs
                 .range(lo..=hi)
-                .filter(|(_, e)| scan.contains(&e.subject.as_ptr()))
+                .filter(|(_, e)| scan.contains(&e.subject))
                 .count() as u64;
         }
         n
@@ -355,8 +411,8 @@ impl<L: Clone> Index<L> {
         self.matching(&f)
             .into_iter()
             .map(|(s, i)| {
-                let first_seq = self.true_first(s, i).unwrap_or(i.first);
-                let last_seq = self.true_last(s, i).unwrap_or(i.last);
+                let first_seq = self.true_first(i).unwrap_or(i.first);
+                let last_seq = self.true_last(i).unwrap_or(i.last);
                 (
                     s.to_string(),
                     SubjectState {
@@ -374,8 +430,8 @@ impl<L: Clone> Index<L> {
     }
 
     fn oldest_of(&self, subject: &str) -> Option<u64> {
-        let (s, i) = self.subjects.get_key_value(subject)?;
-        self.true_first(s, i)
+        let i = self.subjects.get(subject)?;
+        self.true_first(i)
     }
 
     /// Applies a batch: checks each message against `limits` in order, inserts the accepted
@@ -392,6 +448,7 @@ impl<L: Clone> Index<L> {
         let mut undo = Undo {
             inserted: Vec::new(),
             removed: Vec::new(),
+            removed_subjects: Vec::new(),
             last: (self.last_seq, self.last_ts),
         };
         let mut results = Vec::with_capacity(msgs.len());
@@ -453,13 +510,15 @@ impl<L: Clone> Index<L> {
                     let Some(old) = self.oldest_of(&m.subject) else {
                         break;
                     };
+                    let name: Arc<str> = Arc::from(self.subject_name_of(old));
                     if let Some(e) = self.remove(old) {
                         undo.removed.push((old, e));
+                        undo.removed_subjects.push(name);
                     }
                 }
             }
             if limits.discard == Discard::Old {
-                self.enforce_old(limits, &mut undo.removed);
+                self.enforce_old(limits, &mut undo);
             }
         }
         AppendOutcome {
@@ -469,17 +528,26 @@ impl<L: Clone> Index<L> {
         }
     }
 
-    fn enforce_old(&mut self, limits: &StoreLimits, removed: &mut Vec<(u64, Entry<L>)>) {
+    fn enforce_old(&mut self, limits: &StoreLimits, undo: &mut Undo<L>) {
         while limits.max_msgs.is_some_and(|max| self.len() > max)
             || limits.max_bytes.is_some_and(|max| self.bytes > max)
         {
             let Some(first) = self.msgs.first().map(|(s, _)| s) else {
                 break;
             };
+            let name: Arc<str> = Arc::from(self.subject_name_of(first));
             if let Some(e) = self.remove(first) {
-                removed.push((first, e));
+                undo.removed.push((first, e));
+                undo.removed_subjects.push(name);
             }
         }
+    }
+
+    /// The subject of the stored message `seq` (`""` when there is none).
+    fn subject_name_of(&self, seq: u64) -> &str {
+        self.msgs
+            .get(seq)
+            .map_or("", |e| self.subject_name(e.subject))
     }
 
     /// Rolls an append back (its write failed).
@@ -487,7 +555,13 @@ impl<L: Clone> Index<L> {
         for seq in undo.inserted.iter().rev() {
             self.remove(*seq);
         }
-        for (seq, e) in undo.removed.into_iter().rev() {
+        for ((seq, mut e), name) in undo.removed.into_iter().zip(undo.removed_subjects).rev() {
+            // A message of this very batch that a later one pushed out was never stored
+            // before: it stays gone.
+            if seq > undo.last.0 {
+                continue;
+            }
+            e.subject = self.intern(&name);
             self.insert(seq, e);
         }
         self.last_seq = undo.last.0;
@@ -502,7 +576,7 @@ impl<L: Clone> Index<L> {
         if let Some(max) = limits.max_msgs_per_subject {
             let per_new = limits.discard == Discard::New && limits.discard_new_per_subject;
             if !per_new {
-                for (s, info) in &self.subjects {
+                for info in self.subjects.values() {
                     let mut excess = info.msgs.saturating_sub(max);
                     if excess == 0 {
                         continue;
@@ -511,7 +585,7 @@ impl<L: Clone> Index<L> {
                         if excess == 0 {
                             break;
                         }
-                        if Arc::ptr_eq(&e.subject, s) {
+                        if e.subject == info.id {
                             out.push(seq);
                             gone.insert(seq);
                             excess -= 1;
@@ -561,7 +635,7 @@ impl<L: Clone> Index<L> {
             Filter::All => self.msgs.range(..up_to).map(|(s, _)| s).collect(),
             _ => {
                 let m = self.matching(&f);
-                let set: HashSet<*const u8> = m.iter().map(|(s, _)| s.as_ptr()).collect();
+                let set: HashSet<SubjectId> = m.iter().map(|(_, i)| i.id).collect();
                 let lo = m.iter().map(|(_, i)| i.first).min().unwrap_or(u64::MAX);
                 let hi = m
                     .iter()
@@ -574,7 +648,7 @@ impl<L: Clone> Index<L> {
                 } else {
                     self.msgs
                         .range(lo..=hi)
-                        .filter(|(_, e)| set.contains(&e.subject.as_ptr()))
+                        .filter(|(_, e)| set.contains(&e.subject))
                         .map(|(s, _)| s)
                         .collect()
                 }
@@ -630,6 +704,38 @@ mod tests {
         ix.rollback(out.undo);
         let st = ix.state();
         assert_eq!((st.msgs, st.first_seq, st.last_seq), (2, 2, 3));
+    }
+
+    #[test]
+    fn a_file_store_entry_is_32_bytes() {
+        // The index is most of the memory of a stream of millions (the issue-12 flood).
+        assert_eq!(
+            std::mem::size_of::<Entry<crate::store::file_store::Loc>>(),
+            32
+        );
+    }
+
+    #[test]
+    fn subject_ids_are_reused_and_a_rollback_restores_the_removed_subjects() {
+        let mut ix: Index<u32> = Index::new();
+        let limits = StoreLimits {
+            max_msgs: Some(1),
+            ..StoreLimits::default()
+        };
+        let m = |s: &str| NewMsg {
+            subject: s.to_owned(),
+            headers: None,
+            payload: bytes::Bytes::from_static(b"x"),
+        };
+        ix.apply_append(&limits, &[m("a")], 1, |_, _, _| 0);
+        // "b" pushes "a" out (max_msgs 1): "a"'s id is free and "c" may take it.
+        let out = ix.apply_append(&limits, &[m("b"), m("c")], 2, |_, _, _| 0);
+        assert_eq!(ix.subjects_state(">").keys().collect::<Vec<_>>(), ["c"]);
+        ix.rollback(out.undo);
+        let st = ix.subjects_state(">");
+        assert_eq!(st.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(ix.subject_name(ix.get(1).unwrap().subject), "a");
+        assert_eq!(ix.state().num_subjects, 1);
     }
 
     #[test]

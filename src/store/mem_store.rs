@@ -77,7 +77,7 @@ impl MemStore {
         Ok(self.index.get(seq).map(|e| StoredMsg {
             seq,
             ts: e.ts,
-            subject: e.subject.to_string(),
+            subject: self.index.subject_name(e.subject).to_owned(),
             headers: e.loc.headers.clone(),
             payload: e.loc.payload.clone(),
         }))

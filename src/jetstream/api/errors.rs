@@ -38,6 +38,8 @@ pub enum ErrorKind {
     StreamNotFound,
     /// Create with an existing name and a different configuration.
     StreamNameInUse,
+    /// A stream update whose `consumer_limits` existing consumers exceed (the names follow).
+    ConsumerLimitsViolated,
     /// The stream's subjects collide with another stream's.
     SubjectsOverlap,
     /// `STREAM.CREATE.X` with `"name":"Y"`.
@@ -152,6 +154,7 @@ impl ErrorKind {
                 10058,
                 "stream name already in use with a different configuration",
             ),
+            ConsumerLimitsViolated => (500, 10069, "change to limits violates consumers: "),
             SubjectsOverlap => (400, 10065, "subjects overlap with an existing stream"),
             StreamNameMismatch => (400, 10056, "stream name in subject does not match request"),
             InvalidStreamConfig => (500, 10052, ""),
@@ -338,6 +341,10 @@ impl ApiError {
     /// `400 / 10056 stream name in subject does not match request`.
     pub fn stream_name_mismatch() -> Self {
         Self::from_kind(ErrorKind::StreamNameMismatch)
+    }
+    /// `500 / 10069 change to limits violates consumers: <names>`.
+    pub fn consumer_limits_violated(names: &[&str]) -> Self {
+        Self::with_detail(ErrorKind::ConsumerLimitsViolated, &names.join(", "))
     }
     /// `500 / 10052 <reason>`.
     pub fn invalid_stream_config(reason: &str) -> Self {

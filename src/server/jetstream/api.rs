@@ -193,7 +193,9 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
         },
         "api": {
             "level": API_LEVEL,
-            "total": acc.api_total.load(Ordering::Relaxed),
+            // Counted before it is answered, this request is left out, as nats-server's
+            // figure does (async-nats's `query_account_requests`: 0, then 1).
+            "total": acc.api_total.load(Ordering::Relaxed).saturating_sub(1),
             "errors": acc.api_errors.load(Ordering::Relaxed),
         },
     })

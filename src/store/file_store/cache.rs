@@ -37,7 +37,7 @@ impl BlockCache {
 
 impl FileStore {
     pub(super) fn read_cached(&self, loc: &Loc) -> Result<Arc<CachedBlock>, StoreError> {
-        let key = (loc.seg, loc.off);
+        let key = (loc.seg(), loc.off());
         if let Some(b) = self
             .cache
             .lock()
@@ -48,24 +48,24 @@ impl FileStore {
         }
         let s = self
             .segments
-            .get(&loc.seg)
+            .get(&loc.seg())
             .ok_or_else(|| StoreError::Corrupt {
                 file: self.cfg.dir.clone(),
-                offset: loc.off,
-                reason: format!("segment {:016x} missing", loc.seg),
+                offset: loc.off(),
+                reason: format!("segment {:016x} missing", loc.seg()),
             })?;
-        let mut buf = read_block(s.file.as_ref(), loc.off).map_err(io_err(&s.path, "read"))?;
+        let mut buf = read_block(s.file.as_ref(), loc.off()).map_err(io_err(&s.path, "read"))?;
         let place = BlockPlace {
             store_uuid: self.keys.store_uuid,
             stream_id: self.keys.stream_id,
-            segment_id: loc.seg,
+            segment_id: loc.seg(),
             dek_version: s.header.dek_version,
-            index: loc.block,
-            offset: loc.off,
+            index: loc.block(),
+            offset: loc.off(),
         };
         let corrupt = |reason: String| StoreError::Corrupt {
             file: s.path.clone(),
-            offset: loc.off,
+            offset: loc.off(),
             reason,
         };
         let range = open_block(&s.sealer, &place, &mut buf).map_err(|e| corrupt(e.to_string()))?;
@@ -94,7 +94,7 @@ impl FileStore {
         let b = self.read_cached(&loc)?;
         let bad = || StoreError::Corrupt {
             file: self.cfg.dir.clone(),
-            offset: loc.off,
+            offset: loc.off(),
             reason: format!("record {} of block missing", loc.rec),
         };
         let r = b.records.get(loc.rec as usize).ok_or_else(bad)?;

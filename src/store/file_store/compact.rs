@@ -69,8 +69,8 @@ impl FileStore {
             if flush {
                 if let Some(b) = pending.take() {
                     let (_, loc) = self.write_block(b)?;
-                    for (_, l) in new_locs.iter_mut().filter(|(_, l)| l.seg == u64::MAX) {
-                        *l = Loc { rec: l.rec, ..loc };
+                    for (_, l) in new_locs.iter_mut().filter(|(_, l)| l.is_pending()) {
+                        *l = l.with_block(loc);
                     }
                 }
                 // Roll the output segment over when full (never on the last block).
@@ -101,15 +101,7 @@ impl FileStore {
                         &m.payload,
                     )
                     .map_err(|_| StoreError::InvalidArgument("record does not fit"))?;
-                new_locs.push((
-                    m.seq,
-                    Loc {
-                        seg: u64::MAX,
-                        off: 0,
-                        block: 0,
-                        rec,
-                    },
-                ));
+                new_locs.push((m.seq, Loc::pending(rec)));
             }
             k += 1;
         }
@@ -133,7 +125,7 @@ impl FileStore {
         for (seq, loc) in new_locs {
             if let Some(e) = self.index.get_mut(seq) {
                 e.loc = loc;
-                *counts.entry(loc.seg).or_default() += 1;
+                *counts.entry(loc.seg()).or_default() += 1;
             }
         }
         for (id, s) in self.segments.iter_mut() {

@@ -44,17 +44,67 @@ mod write;
 
 use cache::BlockCache;
 
-/// Where a message lives on disk.
+/// Where a message lives on disk: 16 bytes in every index entry. Segment ids, block offsets
+/// and block indexes are held in 32 bits: segments roll over at `max_segment_bytes` (64 MiB;
+/// at most one 80 MiB block past it), a segment id at 2^32 is refused before the segment is
+/// created, and recovery refuses a file that claims more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Loc {
-    /// Segment id.
-    pub seg: u64,
-    /// Block offset.
-    pub off: u64,
-    /// Block index.
-    pub block: u64,
+    seg: u32,
+    off: u32,
+    block: u32,
     /// Record index within the block.
     pub rec: u32,
+}
+
+impl Loc {
+    /// A location; `None` when a field does not fit in 32 bits.
+    pub fn new(seg: u64, off: u64, block: u64, rec: u32) -> Option<Loc> {
+        Some(Loc {
+            seg: u32::try_from(seg).ok()?,
+            off: u32::try_from(off).ok()?,
+            block: u32::try_from(block).ok()?,
+            rec,
+        })
+    }
+
+    /// A record of a block not written yet (its place is filled in after the write).
+    const fn pending(rec: u32) -> Loc {
+        Loc {
+            seg: u32::MAX,
+            off: 0,
+            block: 0,
+            rec,
+        }
+    }
+
+    /// Whether this is [`Loc::pending`].
+    fn is_pending(&self) -> bool {
+        self.seg == u32::MAX
+    }
+
+    /// Segment id.
+    pub fn seg(&self) -> u64 {
+        u64::from(self.seg)
+    }
+
+    /// Block offset in its segment.
+    pub fn off(&self) -> u64 {
+        u64::from(self.off)
+    }
+
+    /// Block index in its segment.
+    pub fn block(&self) -> u64 {
+        u64::from(self.block)
+    }
+
+    /// The same record position in another block.
+    fn with_block(self, block: Loc) -> Loc {
+        Loc {
+            rec: self.rec,
+            ..block
+        }
+    }
 }
 
 /// A clock returning unix nanoseconds (injected for tests).
@@ -251,12 +301,7 @@ impl StreamStore for FileStore {
         let outcome = self
             .index
             .apply_append(&self.cfg.limits, msgs, now, |_, _, _| {
-                let l = Loc {
-                    seg: 0,
-                    off: 0,
-                    block: 0,
-                    rec,
-                };
+                let l = Loc::pending(rec);
                 rec += 1;
                 l
             });
@@ -312,21 +357,18 @@ impl StreamStore for FileStore {
         };
         self.uncovered = true;
         for (_, e) in outcome.undo.removed() {
-            if let Some(seg) = self.segments.get_mut(&e.loc.seg) {
+            if let Some(seg) = self.segments.get_mut(&e.loc.seg()) {
                 seg.live = seg.live.saturating_sub(1);
             }
         }
         let mut added = 0;
         for seq in outcome.undo.inserted() {
             if let Some(e) = self.index.get_mut(*seq) {
-                e.loc = Loc {
-                    rec: e.loc.rec,
-                    ..loc
-                };
+                e.loc = e.loc.with_block(loc);
                 added += 1;
             }
         }
-        if let Some(s) = self.segments.get_mut(&loc.seg) {
+        if let Some(s) = self.segments.get_mut(&loc.seg()) {
             s.live += added;
         }
         drop(sealed);

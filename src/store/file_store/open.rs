@@ -77,17 +77,19 @@ impl FileStore {
                     continue;
                 }
                 last_rec = r.seq;
-                let loc = Loc {
-                    seg: seg.id,
-                    off: b.offset,
-                    block: b.index,
-                    rec: r.rec,
+                let Some(loc) = Loc::new(seg.id, b.offset, b.index, r.rec) else {
+                    return Err(StoreError::Corrupt {
+                        file: seg.path.clone(),
+                        offset: b.offset,
+                        reason: "block position beyond 32 bits".into(),
+                    });
                 };
+                let subject = index.intern(&r.subject);
                 index.insert(
                     r.seq,
                     Entry {
                         ts: r.ts,
-                        subject: Arc::clone(&r.subject),
+                        subject,
                         size: r.size,
                         loc,
                     },
@@ -100,7 +102,7 @@ impl FileStore {
         }
         let mut live_counts: HashMap<u64, u64> = HashMap::new();
         for (_, e) in index.iter() {
-            *live_counts.entry(e.loc.seg).or_default() += 1;
+            *live_counts.entry(e.loc.seg()).or_default() += 1;
         }
         let mut segments = BTreeMap::new();
         let mut active = None;

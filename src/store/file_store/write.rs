@@ -70,6 +70,10 @@ impl FileStore {
             return Ok(());
         }
         let id = self.next_segment_id;
+        if u32::try_from(id).is_err() {
+            // Index entries hold segment ids in 32 bits (`Loc`).
+            return Err(StoreError::InvalidArgument("segment ids exhausted"));
+        }
         // The new header asserts the base: the first sealed segment that still holds messages
         // (dead head segments are dropped once this header is durable).
         let (_, first_live) = self.droppable_head();
@@ -148,6 +152,10 @@ impl FileStore {
             return Err(StoreError::InvalidArgument("no active segment"));
         };
         let place: BlockPlace = w.place();
+        // Index entries hold positions in 32 bits: always so (the segment id was checked at
+        // creation; a segment ends within 64 MiB plus one block), checked before writing.
+        let loc = Loc::new(w.id, place.offset, place.index, 0)
+            .ok_or(StoreError::InvalidArgument("block position beyond 32 bits"))?;
         let path = w.path.clone();
         let sealed = b
             .seal(w.sealer(), &place, bucket)
@@ -177,12 +185,7 @@ impl FileStore {
         if defer {
             self.unsynced.insert(w.id);
         }
-        let loc = Loc {
-            seg: w.id,
-            off: place.offset,
-            block: place.index,
-            rec: 0,
-        };
+
         let end = w.end;
         if is_new {
             let header = w.header;
@@ -213,7 +216,7 @@ impl FileStore {
                 let dead: Vec<u64> = self.segments.range(..base).map(|(id, _)| *id).collect();
                 self.drop_segments(&dead);
             }
-        } else if let Some(s) = self.segments.get_mut(&loc.seg) {
+        } else if let Some(s) = self.segments.get_mut(&loc.seg()) {
             s.len = end;
         }
         Ok((sealed, loc))
@@ -246,7 +249,7 @@ impl FileStore {
             for s in seqs.get(start..i).unwrap_or(&[]) {
                 if let Some(e) = self.index.remove(*s) {
                     removed += 1;
-                    if let Some(seg) = self.segments.get_mut(&e.loc.seg) {
+                    if let Some(seg) = self.segments.get_mut(&e.loc.seg()) {
                         seg.live = seg.live.saturating_sub(1);
                     }
                 }
