@@ -471,11 +471,19 @@ async fn info_reports_state_subjects_and_deleted() {
         state(&v)["subjects"],
         serde_json::json!({"s.a":3,"s.b":1,"s.c":1})
     );
+    let paging = |v: &Value| (u(&v["total"]), u(&v["offset"]), u(&v["limit"]));
+    assert_eq!(paging(&v), (3, 0, 100_000), "the page keys: {v}");
     let v = stream_info(&c, "S", r#"{"subjects_filter":"s.a"}"#).await;
     assert_eq!(state(&v)["subjects"], serde_json::json!({"s.a":3}));
-    // A filter that matches nothing: no `subjects` at all (not an empty map).
+    assert_eq!(paging(&v), (1, 0, 100_000));
+    // Pages: `offset` skips subjects in order (clients page through 100,000 at a time).
+    let v = stream_info(&c, "S", r#"{"subjects_filter":"s.>","offset":1}"#).await;
+    assert_eq!(state(&v)["subjects"], serde_json::json!({"s.b":1,"s.c":1}));
+    assert_eq!(paging(&v), (3, 1, 100_000));
+    // A filter that matches nothing: no `subjects` at all (not an empty map), no page.
     let v = stream_info(&c, "S", r#"{"subjects_filter":"nothing.here"}"#).await;
     assert!(state(&v).get("subjects").is_none(), "{v}");
+    assert_eq!(paging(&v), (0, 0, 0));
 
     // Delete an interior message: a gap.
     let v = api_ok(&c, "STREAM.MSG.DELETE.S", r#"{"seq":3}"#).await;

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use super::ack_subject::AckSubject;
 use super::api::types::{
-    ClusterInfo, ConsumerInfo, ConsumerResetReply, ConsumerResetRequest, MsgGetRequest, StreamInfo,
-    StreamInfoRequest, StreamState,
+    ClusterInfo, ConsumerInfo, ConsumerResetReply, ConsumerResetRequest, MsgGetRequest, Paged,
+    StreamInfo, StreamInfoRequest, StreamState, SUBJECTS_PAGE,
 };
 use super::api::ApiError;
 use super::config::{
@@ -922,27 +922,37 @@ impl Stream {
     /// `subjects_filter` and `deleted_details`. `cluster` is set: `STREAM.INFO` sends it, the
     /// other replies clear it.
     pub fn info(&self, req: &StreamInfoRequest, now: i64) -> StreamInfo {
+        self.info_page(req, now).body
+    }
+
+    /// [`Stream::info`] with the paging keys of a `STREAM.INFO` reply: `total` subjects
+    /// matched `subjects_filter`, this page lists at most [`SUBJECTS_PAGE`] of them (in
+    /// subject order) from `offset`; all three are 0 when no subject matched.
+    pub fn info_page(&self, req: &StreamInfoRequest, now: i64) -> Paged<StreamInfo> {
         let st = self.store.state();
         let first_seq = if st.msgs == 0 && st.last_seq == 0 {
             0
         } else {
             st.first_seq
         };
+        let mut total = 0;
         let subjects = req
             .subjects_filter
             .as_deref()
             .filter(|f| !f.is_empty())
             .map(|f| -> BTreeMap<String, u64> {
-                self.store
-                    .subjects_state(f)
-                    .into_iter()
+                let all = self.store.subjects_state(f);
+                total = all.len();
+                all.into_iter()
+                    .skip(req.offset)
+                    .take(SUBJECTS_PAGE)
                     .map(|(s, ss)| (s, ss.msgs))
                     .collect()
             })
             // A filter that matches nothing leaves `subjects` out, as nats-server does.
             .filter(|m| !m.is_empty());
         let deleted = (req.deleted_details && st.num_deleted > 0).then(|| self.deleted_seqs());
-        StreamInfo {
+        let info = StreamInfo {
             config: self.cfg.clone(),
             created: rfc3339_nanos(self.created),
             state: StreamState {
@@ -963,6 +973,17 @@ impl Stream {
             }),
             ts: rfc3339_nanos(now),
             did_create: false,
+        };
+        let (offset, limit) = if total == 0 {
+            (0, 0)
+        } else {
+            (req.offset, SUBJECTS_PAGE)
+        };
+        Paged {
+            total,
+            offset,
+            limit,
+            body: info,
         }
     }
 

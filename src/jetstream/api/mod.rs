@@ -254,17 +254,6 @@ pub fn info_for_reply(info: &mut types::StreamInfo, did_create: bool) {
     info.did_create = did_create;
 }
 
-/// The `STREAM.INFO` reply body: the info with the (always zero) paging keys nats-server
-/// sends with it.
-pub fn stream_info_reply(info: types::StreamInfo) -> types::Paged<types::StreamInfo> {
-    types::Paged {
-        total: 0,
-        offset: 0,
-        limit: 0,
-        body: info,
-    }
-}
-
 /// Paging request fields: `offset` and an optional subject filter.
 pub fn paging(body: Option<&Value>) -> (usize, Option<String>) {
     let offset = body

@@ -99,7 +99,12 @@ pub struct StreamInfoRequest {
     pub subjects_filter: Option<String>,
     /// List the deleted sequences (`state.deleted`).
     pub deleted_details: bool,
+    /// The first of the matching subjects to list (pages of [`SUBJECTS_PAGE`]).
+    pub offset: usize,
 }
+
+/// Most subjects one `STREAM.INFO` reply lists (as nats-server); clients page with `offset`.
+pub const SUBJECTS_PAGE: usize = 100_000;
 
 /// `STREAM.MSG.GET`'s request: one of `seq`, `last_by_subj`, or `next_by_subj` (from `seq`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

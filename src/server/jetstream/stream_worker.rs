@@ -19,8 +19,7 @@ use tracing::{error, info, warn};
 
 use crate::jetstream::api::types::{StreamInfo, StreamInfoRequest};
 use crate::jetstream::api::{
-    body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, stream_info_reply,
-    ApiCall, ApiError,
+    body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
@@ -803,7 +802,7 @@ impl Worker {
         match call {
             ApiCall::StreamInfo(_) => {
                 let req: StreamInfoRequest = request(payload)?;
-                Ok(body(&stream_info_reply(st.info(&req, now))))
+                Ok(body(&st.info_page(&req, now)))
             }
             ApiCall::StreamPurge(_) => {
                 let body = optional_body(payload)?;
