@@ -98,8 +98,11 @@ pub struct StreamInfoRequest {
     /// Subjects to count messages for (`state.subjects`); empty = none.
     pub subjects_filter: Option<String>,
     /// List the deleted sequences (`state.deleted`).
+    #[serde(deserialize_with = "crate::jetstream::config::null_as_default")]
     pub deleted_details: bool,
-    /// The first of the matching subjects to list (pages of [`SUBJECTS_PAGE`]).
+    /// The first of the matching subjects to list (pages of [`SUBJECTS_PAGE`]); the newer
+    /// Python client sends `null` for none.
+    #[serde(deserialize_with = "crate::jetstream::config::null_as_default")]
     pub offset: usize,
 }
 
@@ -229,5 +232,10 @@ mod tests {
                 .unwrap();
         assert_eq!(r.subjects_filter.as_deref(), Some(">"));
         assert!(r.deleted_details);
+        // nats-jetstream (Python) sends every key, unset ones as `null`.
+        let r: StreamInfoRequest =
+            serde_json::from_str(r#"{"subjects_filter":"a","deleted_details":null,"offset":null}"#)
+                .unwrap();
+        assert_eq!((r.deleted_details, r.offset), (false, 0));
     }
 }
