@@ -45,8 +45,8 @@ pub trait Interest {
     fn has_interest(&mut self, subject: &str) -> bool;
 }
 
-/// Everybody listens everywhere: for callers whose commands never deliver to consumers
-/// (tests, tools).
+/// Everybody listens everywhere: for calls whose decisions never depend on interest (a read's
+/// answer to its requester), and for tests.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Everyone;
 

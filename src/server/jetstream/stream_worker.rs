@@ -23,6 +23,7 @@ use crate::jetstream::api::{
 };
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
+use crate::jetstream::effects::Everyone;
 use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
 use crate::jetstream::{now_nanos, Effects};
 use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
@@ -332,7 +333,9 @@ pub(crate) fn try_read(
         return false;
     };
     let mut sink = RouterSink::new(Arc::clone(account), 0x5EED);
-    let mut fx = AccountInterest::effects(Arc::clone(account), 0x5EED);
+    // A read's answer goes to its requester whether or not anybody listens: no interest
+    // lookup (and no second match cache) on the KV-get path.
+    let mut fx = Effects::new(Box::new(Everyone));
     match call {
         ApiCall::DirectGet(_, subject) => {
             if !st.cfg.allow_direct {
