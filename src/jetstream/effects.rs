@@ -37,6 +37,19 @@ pub enum Effect {
         /// The JSON body.
         payload: Bytes,
     },
+    /// A consumer was created, or its config or pause state changed: the runtime persists
+    /// its config before any later effect (the API reply among them) is carried out.
+    PersistConsumer {
+        /// The consumer.
+        name: String,
+    },
+    /// A consumer was deleted (by the API or for inactivity): its metadata is erased.
+    ForgetConsumer {
+        /// The consumer.
+        name: String,
+    },
+    /// The stream's config changed: the runtime persists it.
+    PersistStreamConfig,
 }
 
 /// Whether anybody listens: answered by the runtime from its subscriptions.
@@ -106,6 +119,25 @@ impl Effects {
             to: to.to_owned(),
             payload,
         });
+    }
+
+    /// Asks the runtime to persist consumer `name`'s config.
+    pub fn persist_consumer(&mut self, name: &str) {
+        self.list.push(Effect::PersistConsumer {
+            name: name.to_owned(),
+        });
+    }
+
+    /// Asks the runtime to erase deleted consumer `name`'s metadata.
+    pub fn forget_consumer(&mut self, name: &str) {
+        self.list.push(Effect::ForgetConsumer {
+            name: name.to_owned(),
+        });
+    }
+
+    /// Asks the runtime to persist the stream's config.
+    pub fn persist_stream_config(&mut self) {
+        self.list.push(Effect::PersistStreamConfig);
     }
 
     /// A header-only status message (`NATS/1.0 404 No Messages` etc.) to `to`. Returns

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use super::ack_subject::AckSubject;
 use super::config::{parse_create_request, parse_stream_config};
 use super::effects::{Effect, Effects, Everyone};
-use super::stream::{store_limits, Incoming, Stream};
+use super::stream::{store_limits, CreateSubject, Incoming, Stream};
 use crate::store::{MemStore, StreamStore};
 
 /// Test time zero (unix nanos): any fixed instant works, the engine reads no clock.
@@ -38,6 +38,8 @@ struct Sent {
 struct Recorder {
     fx: Effects,
     sent: Vec<Sent>,
+    /// What it asked the runtime to persist or erase, in order.
+    persisted: Vec<Effect>,
 }
 
 impl Default for Recorder {
@@ -45,6 +47,7 @@ impl Default for Recorder {
         Recorder {
             fx: Effects::new(Box::new(Everyone)),
             sent: Vec::new(),
+            persisted: Vec::new(),
         }
     }
 }
@@ -74,6 +77,10 @@ impl Recorder {
                     headers: None,
                     payload,
                 },
+                persistence => {
+                    self.persisted.push(persistence);
+                    continue;
+                }
             });
         }
         &mut self.sent
@@ -152,7 +159,16 @@ impl Harness {
         let body = json!({"stream_name": self.st.cfg.name, "config": config});
         let req = parse_create_request(body.to_string().as_bytes()).unwrap();
         self.st
-            .create_consumer(req, Some(name), None, false, "2.11.0", now)
+            .create_consumer(
+                req,
+                CreateSubject {
+                    consumer: Some(name),
+                    ..CreateSubject::default()
+                },
+                "2.11.0",
+                now,
+                &mut self.out.fx,
+            )
             .unwrap();
     }
 
@@ -456,8 +472,13 @@ fn a_paused_consumer_delivers_nothing_until_its_pause_ends_or_it_is_resumed() {
     }
     let until = crate::timefmt::rfc3339_nanos(T0 + 2 * SEC);
     let r =
-        h.st.consumer_pause("c", Some(&json!({ "pause_until": until })), T0)
-            .unwrap();
+        h.st.consumer_pause(
+            "c",
+            Some(&json!({ "pause_until": until })),
+            T0,
+            &mut h.out.fx,
+        )
+        .unwrap();
     assert_eq!(r["paused"], true);
     assert_eq!(r["pause_remaining"], 2 * SEC);
     let info = h.st.consumer_info("c", T0 + SEC).unwrap();
@@ -478,10 +499,17 @@ fn a_paused_consumer_delivers_nothing_until_its_pause_ends_or_it_is_resumed() {
     assert!(serde_json::to_value(&info).unwrap().get("paused").is_none());
     // Paused far ahead, then resumed with an empty body: delivery goes on at once.
     let far = crate::timefmt::rfc3339_nanos(T0 + 3600 * SEC);
-    h.st.consumer_pause("c", Some(&json!({ "pause_until": far })), T0 + 3 * SEC)
-        .unwrap();
+    h.st.consumer_pause(
+        "c",
+        Some(&json!({ "pause_until": far })),
+        T0 + 3 * SEC,
+        &mut h.out.fx,
+    )
+    .unwrap();
     assert!(h.pull("c", long_pull(1), "in2", T0 + 3 * SEC).is_empty());
-    let r = h.st.consumer_pause("c", None, T0 + 4 * SEC).unwrap();
+    let r =
+        h.st.consumer_pause("c", None, T0 + 4 * SEC, &mut h.out.fx)
+            .unwrap();
     assert_eq!(r["paused"], false);
     h.tick(T0 + 4 * SEC);
     assert_eq!(
@@ -493,10 +521,18 @@ fn a_paused_consumer_delivers_nothing_until_its_pause_ends_or_it_is_resumed() {
         [3]
     );
     // Unknown consumer, bad time.
-    assert!(h.st.consumer_pause("nope", None, T0).is_err());
     assert!(h
         .st
-        .consumer_pause("c", Some(&json!({"pause_until": "soon"})), T0)
+        .consumer_pause("nope", None, T0, &mut h.out.fx)
+        .is_err());
+    assert!(h
+        .st
+        .consumer_pause(
+            "c",
+            Some(&json!({"pause_until": "soon"})),
+            T0,
+            &mut h.out.fx
+        )
         .is_err());
 }
 
@@ -555,4 +591,52 @@ fn a_pull_whose_requester_left_is_dropped_and_its_message_kept() {
     let got = h.pull("c", long_pull(1), "in", T0 + MS);
     assert_eq!(got.len(), 1);
     assert_eq!((stream_seq(&got[0]), delivery_count(&got[0])), (1, 1));
+}
+
+#[test]
+fn config_changes_are_effects_the_runtime_persists_in_order() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "d",
+        json!({"durable_name": "d", "ack_policy": "explicit"}),
+        T0,
+    );
+    h.consumer(
+        "eph",
+        json!({"ack_policy": "explicit", "inactive_threshold": 2 * SEC}),
+        T0,
+    );
+    h.st.consumer_pause("d", None, T0, &mut h.out.fx).unwrap();
+    h.st.consumer_delete("d", &mut h.out.fx).unwrap();
+    let mut cfg = h.st.cfg.clone();
+    cfg.max_msgs = 10;
+    h.st.update(cfg, &mut h.out.fx).unwrap();
+    // Inactivity removes the ephemeral consumer: the runtime erases it as it would a delete.
+    h.tick(T0 + 3 * SEC);
+    h.out.sent();
+    let names: Vec<String> = h
+        .out
+        .persisted
+        .iter()
+        .map(|e| match e {
+            Effect::PersistConsumer { name } => format!("persist {name}"),
+            Effect::ForgetConsumer { name } => format!("forget {name}"),
+            Effect::PersistStreamConfig => "stream config".to_owned(),
+            other => panic!("not a persistence effect: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "persist d",
+            "persist eph",
+            "persist d",
+            "forget d",
+            "stream config",
+            "forget eph"
+        ]
+    );
+    // A failed call asks for nothing.
+    assert!(h.st.consumer_delete("d", &mut h.out.fx).is_err());
+    assert!(h.out.fx.is_empty());
 }

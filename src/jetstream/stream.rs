@@ -49,13 +49,16 @@ pub struct Incoming {
     pub payload: Bytes,
 }
 
-/// What happened to a consumer as a result of a call (the driver persists or forgets it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConsumerChange {
-    /// Created (or its config changed): persist its config.
-    Upserted(String),
-    /// Deleted: erase its metadata.
-    Deleted(String),
+/// What a consumer-create request's subject names (see
+/// [`resolve_consumer_name`](super::config::resolve_consumer_name)).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CreateSubject<'a> {
+    /// The consumer name in the subject (`CONSUMER.CREATE.<S>.<C>`), if any.
+    pub consumer: Option<&'a str>,
+    /// The filter tokens after it (`CONSUMER.CREATE.<S>.<C>.<filter…>`), if any.
+    pub filter: Option<&'a str>,
+    /// The legacy form `CONSUMER.DURABLE.CREATE.<S>.<C>`.
+    pub legacy_durable: bool,
 }
 
 /// The store limits a stream config asks for.
@@ -158,8 +161,6 @@ pub struct Stream {
     /// Set after a fatal store error: the stream refuses writes until restart.
     offline: Option<String>,
     server_name: String,
-    /// Consumer changes the driver must persist.
-    pub changes: Vec<ConsumerChange>,
 }
 
 /// What a publish carries in its headers that matters here.
@@ -244,7 +245,6 @@ impl Stream {
             ttl: BTreeSet::new(),
             offline: None,
             server_name: server_name.to_owned(),
-            changes: Vec::new(),
         };
         s.rebuild(now);
         s
@@ -755,7 +755,7 @@ impl Stream {
         for n in gone {
             if let Some(mut c) = self.consumers.remove(&n) {
                 c.deleted(out);
-                self.changes.push(ConsumerChange::Deleted(n));
+                out.forget_consumer(&n);
             }
         }
         self.run_consumers(out, now);
@@ -1155,7 +1155,7 @@ impl Stream {
     ///
     /// # Errors
     /// Store failures applying the new limits.
-    pub fn update(&mut self, cfg: StreamConfig) -> Result<(), ApiError> {
+    pub fn update(&mut self, cfg: StreamConfig, out: &mut Effects) -> Result<(), ApiError> {
         // New consumer limits may not be below what existing consumers already have (as
         // nats-server: `500/10069`, naming them). A durable without an inactivity timer has
         // none to exceed; an unlimited `max_ack_pending` exceeds any cap.
@@ -1186,6 +1186,7 @@ impl Stream {
         if n > 0 {
             self.after_removal();
         }
+        out.persist_stream_config();
         Ok(())
     }
 
@@ -1206,29 +1207,24 @@ impl Stream {
 
     // ------------------------------------------------------------------ consumer API
 
-    /// Creates or updates a consumer per a create request that arrived on the given subject
-    /// form. Returns the consumer info body.
+    /// Creates or updates a consumer per a create request that arrived on the subject form
+    /// `on` names. Returns the consumer info body.
     ///
     /// # Errors
     /// The create/update rules of the consumer API.
     pub fn create_consumer(
         &mut self,
         mut req: CreateConsumerRequest,
-        subject_consumer: Option<&str>,
-        subject_filter: Option<&str>,
-        legacy_durable: bool,
+        on: CreateSubject<'_>,
         version: &str,
         now: i64,
+        out: &mut Effects,
     ) -> Result<ConsumerInfo, ApiError> {
         if !req.stream_name.is_empty() && req.stream_name != self.cfg.name {
             return Err(ApiError::stream_not_found());
         }
-        let name = resolve_consumer_name(
-            &mut req.config,
-            subject_consumer,
-            subject_filter,
-            legacy_durable,
-        )?;
+        let name =
+            resolve_consumer_name(&mut req.config, on.consumer, on.filter, on.legacy_durable)?;
         let mut cfg = req.config;
         // An update of a durable that names it only by `name` (the newer clients' update
         // call) is the same durable, as nats-server takes it.
@@ -1247,7 +1243,7 @@ impl Stream {
             if !existing.cfg.same_as(&cfg) {
                 existing.cfg.check_update(&cfg)?;
                 existing.update_config(cfg);
-                self.changes.push(ConsumerChange::Upserted(name.clone()));
+                out.persist_consumer(&name);
             }
             let c = &self.consumers[&name];
             return Ok(c.info(&self.cfg.name, self.store.as_ref(), now));
@@ -1279,7 +1275,7 @@ impl Stream {
         let c = Consumer::new(name.clone(), cfg, now, self.store.as_ref());
         let info = c.info(&self.cfg.name, self.store.as_ref(), now);
         self.consumers.insert(name.clone(), c);
-        self.changes.push(ConsumerChange::Upserted(name));
+        out.persist_consumer(&name);
         Ok(info)
     }
 
@@ -1309,6 +1305,7 @@ impl Stream {
         name: &str,
         body: Option<&Value>,
         now: i64,
+        out: &mut Effects,
     ) -> Result<Value, ApiError> {
         let until = match body.and_then(|b| b.get("pause_until")) {
             None | Some(Value::Null) => None,
@@ -1325,7 +1322,7 @@ impl Stream {
             .ok_or_else(ApiError::consumer_not_found)?;
         c.set_pause(until, now);
         let paused = c.paused(now);
-        self.changes.push(ConsumerChange::Upserted(name.to_owned()));
+        out.persist_consumer(name);
         let mut v = json!({
             "paused": paused.is_some(),
             // nats-server sends Go's zero time when not paused.
@@ -1348,6 +1345,7 @@ impl Stream {
         name: &str,
         body: Option<&Value>,
         now: i64,
+        out: &mut Effects,
     ) -> Result<Value, ApiError> {
         // Unlike most requests, a `seq` of the wrong type is refused (10025), as nats-server
         // does, rather than read as the default.
@@ -1361,7 +1359,7 @@ impl Stream {
             .get_mut(name)
             .ok_or_else(ApiError::consumer_not_found)?;
         let reset_seq = c.reset(req.seq)?;
-        self.changes.push(ConsumerChange::Upserted(name.to_owned()));
+        out.persist_consumer(name);
         let info = self.consumers[name].info(&self.cfg.name, self.store.as_ref(), now);
         Ok(super::api::body(&ConsumerResetReply { info, reset_seq }))
     }
@@ -1376,7 +1374,7 @@ impl Stream {
             .remove(name)
             .ok_or_else(ApiError::consumer_not_found)?;
         c.deleted(out);
-        self.changes.push(ConsumerChange::Deleted(name.to_owned()));
+        out.forget_consumer(name);
         Ok(json!({"success": true}))
     }
 

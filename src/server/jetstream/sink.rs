@@ -50,23 +50,37 @@ impl RouterSink {
     }
 
     /// Routes every effect recorded in `fx` (leaving it empty), in order, then wakes the
-    /// queues written.
+    /// queues written. For callers whose commands persist nothing (reads): a persistence
+    /// effect here is a bug, logged and skipped.
     pub(crate) fn execute(&mut self, fx: &mut Effects) {
         for e in fx.take() {
-            match e {
-                Effect::Deliver {
-                    to,
-                    subject,
-                    reply,
-                    headers,
-                    payload,
-                } => {
-                    self.send(&to, &subject, reply.as_deref(), headers.as_ref(), &payload);
-                }
-                Effect::Reply { to, payload } => self.reply(&to, payload),
+            if let Some(e) = self.route(e) {
+                tracing::error!(effect = ?e, "a read produced a persistence effect; skipped");
             }
         }
         self.flush();
+    }
+
+    /// Routes one delivery or reply. Any other effect (persistence, the stream worker's job)
+    /// is handed back.
+    pub(crate) fn route(&mut self, e: Effect) -> Option<Effect> {
+        match e {
+            Effect::Deliver {
+                to,
+                subject,
+                reply,
+                headers,
+                payload,
+            } => {
+                self.send(&to, &subject, reply.as_deref(), headers.as_ref(), &payload);
+                None
+            }
+            Effect::Reply { to, payload } => {
+                self.reply(&to, payload);
+                None
+            }
+            other => Some(other),
+        }
     }
 
     /// Wakes every outbound queue written since the last call.

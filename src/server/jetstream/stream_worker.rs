@@ -2,8 +2,10 @@
 //!
 //! The shard serves a worker when a command arrives or the stream's next deadline
 //! (redelivery, pull expiry, heartbeat, age expiry, housekeeping) is due; the worker takes
-//! everything queued — consecutive publishes become one group commit — and answers. Consumer
-//! changes and consumer state are persisted here too: an ack that asked for a reply is
+//! everything queued — consecutive publishes become one group commit — and carries out the
+//! engine's effects in order ([`Worker::execute`]): the catalog writes they ask for (consumer
+//! and stream configs) before the replies that follow them. Consumer state is persisted
+//! here too, from the consumers' dirty flags: an ack that asked for a reply is
 //! answered only after the consumer's state file is durable; other state is written at most
 //! once a second and when the stream stops.
 
@@ -24,8 +26,8 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::effects::Everyone;
-use crate::jetstream::stream::{store_limits, ConsumerChange, Incoming, Stream};
-use crate::jetstream::{now_nanos, Effects};
+use crate::jetstream::stream::{store_limits, CreateSubject, Incoming, Stream};
+use crate::jetstream::{now_nanos, Effect, Effects};
 use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
 use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
@@ -461,11 +463,10 @@ impl Worker {
                 }
                 Cmd::Update(cfg, tx) => {
                     let r = st
-                        .update(*cfg)
+                        .update(*cfg, &mut self.fx)
                         .map(|()| st.info(&StreamInfoRequest::default(), now));
-                    if r.is_ok() {
-                        self.persist_stream_config(st);
-                    }
+                    // The new config is on disk before the caller hears of it.
+                    self.execute(st);
                     let _ = tx.send(r);
                 }
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
@@ -492,7 +493,7 @@ impl Worker {
                 self.last_sync = now;
             }
         }
-        self.persist_changes(st);
+        self.execute(st);
         let must = !ack_replies.is_empty();
         if self.persist_state(st, must, now) {
             for r in ack_replies {
@@ -517,7 +518,7 @@ impl Worker {
                 let _ = w.try_send(());
             }
         }
-        self.sink.execute(&mut self.fx);
+        self.execute(st);
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
         if let Some(done) = stop {
@@ -544,7 +545,7 @@ impl Worker {
         st.publish(batch, &mut self.fx, now);
         // The batch is stored and fsync'd: its pub-acks go out now, not after the rest of the
         // round (consumer state, checkpoint, snapshot).
-        self.sink.execute(&mut self.fx);
+        self.execute(st);
     }
 
     /// Publishes this stream's usage and moves the account's and the server's totals by the
@@ -681,45 +682,60 @@ impl Worker {
         self.persisted(st) && !c.cfg.mem_storage
     }
 
-    /// Persists consumer creations, config changes and deletions.
-    fn persist_changes(&mut self, st: &mut Stream) {
-        let changes = std::mem::take(&mut st.changes);
+    /// Carries out the effects decided so far, in order: persistence here (so that the reply
+    /// that follows it is sent only once it is on disk), deliveries and replies through the
+    /// router; then wakes the queues written.
+    fn execute(&mut self, st: &Stream) {
+        for e in self.fx.take() {
+            let Some(e) = self.sink.route(e) else {
+                continue;
+            };
+            match e {
+                Effect::PersistConsumer { name } => self.persist_consumer(st, &name),
+                Effect::ForgetConsumer { name } => self.forget_consumer(st, &name),
+                Effect::PersistStreamConfig => self.persist_stream_config(st),
+                // Routed by the sink, never handed back.
+                Effect::Deliver { .. } | Effect::Reply { .. } => {}
+            }
+        }
+        self.sink.flush();
+    }
+
+    /// Persists a consumer's creation or config change.
+    fn persist_consumer(&mut self, st: &Stream, name: &str) {
         let Some(sid) = self.id else { return };
-        for ch in changes {
-            match ch {
-                ConsumerChange::Upserted(name) => {
-                    let Some(c) = st.consumers.get(&name) else {
-                        continue;
-                    };
-                    if !self.keeps_state(st, c) {
-                        continue;
-                    }
-                    let bytes = envelope(&c.cfg, c.created);
-                    let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
-                    let r = match self.consumer_ids.get(&name) {
-                        Some(id) => meta.update_consumer_config(*id, &bytes),
-                        None => meta.create_consumer(sid, &name, &bytes).map(|id| {
-                            self.consumer_ids.insert(name.clone(), id);
-                        }),
-                    };
-                    if let Err(e) = r {
-                        error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
-                        self.js.heal(&mut meta);
-                    }
-                }
-                ConsumerChange::Deleted(name) => {
-                    if let Some(id) = self.consumer_ids.remove(&name) {
-                        let r = self
-                            .js
-                            .meta
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .delete_consumer(sid, id);
-                        if let Err(e) = r {
-                            error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
-                        }
-                    }
-                }
+        let Some(c) = st.consumers.get(name) else {
+            return;
+        };
+        if !self.keeps_state(st, c) {
+            return;
+        }
+        let bytes = envelope(&c.cfg, c.created);
+        let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
+        let r = match self.consumer_ids.get(name) {
+            Some(id) => meta.update_consumer_config(*id, &bytes),
+            None => meta.create_consumer(sid, name, &bytes).map(|id| {
+                self.consumer_ids.insert(name.to_owned(), id);
+            }),
+        };
+        if let Err(e) = r {
+            error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not persist the consumer");
+            self.js.heal(&mut meta);
+        }
+    }
+
+    /// Erases a deleted consumer's metadata.
+    fn forget_consumer(&mut self, st: &Stream, name: &str) {
+        let Some(sid) = self.id else { return };
+        if let Some(id) = self.consumer_ids.remove(name) {
+            let r = self
+                .js
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .delete_consumer(sid, id);
+            if let Err(e) = r {
+                error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
             }
         }
     }
@@ -836,37 +852,26 @@ impl Worker {
                 if !exists && !self.consumer_allowed() {
                     return Err(ApiError::max_consumers());
                 }
-                let mut info = st.create_consumer(
-                    req,
-                    consumer.as_deref(),
-                    filter.as_deref(),
-                    *legacy_durable,
-                    &self.version,
-                    now,
-                )?;
-                self.persist_changes(st);
+                let on = CreateSubject {
+                    consumer: consumer.as_deref(),
+                    filter: filter.as_deref(),
+                    legacy_durable: *legacy_durable,
+                };
+                let mut info = st.create_consumer(req, on, &self.version, now, &mut self.fx)?;
                 let (bytes, msgs) = st.usage();
                 self.set_usage(bytes, msgs, st.consumers.len() as u64);
                 info.push_bound = false;
                 Ok(body(&info))
             }
             ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now).map(|i| body(&i)),
-            ApiCall::ConsumerDelete(_, c) => {
-                let r = st.consumer_delete(c, &mut self.fx);
-                self.persist_changes(st);
-                r
-            }
+            ApiCall::ConsumerDelete(_, c) => st.consumer_delete(c, &mut self.fx),
             ApiCall::ConsumerPause(_, c) => {
                 let body = optional_body(payload)?;
-                let r = st.consumer_pause(c, body.as_ref(), now);
-                self.persist_changes(st);
-                r
+                st.consumer_pause(c, body.as_ref(), now, &mut self.fx)
             }
             ApiCall::ConsumerReset(_, c) => {
                 let body = optional_body(payload)?;
-                let r = st.consumer_reset(c, body.as_ref(), now);
-                self.persist_changes(st);
-                r
+                st.consumer_reset(c, body.as_ref(), now, &mut self.fx)
             }
             ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
                 let body = optional_body(payload)?;
