@@ -154,6 +154,8 @@ impl Outbound {
             g.make_room(frame - total + inline);
             let before = g.tail.len();
             encode::encode_msg_line(&mut g.tail, subject, sid, reply, hlen, total);
+            // Every byte this frame puts on the socket: the MSG line, the body, the CRLF.
+            let written = g.tail.len() - before + total + 2;
             if total >= ZERO_COPY_THRESHOLD {
                 let tail = g.tail.split().freeze();
                 g.chunks.push_back(tail);
@@ -169,12 +171,6 @@ impl Outbound {
                 g.tail.put_slice(payload);
                 g.tail.put_slice(b"\r\n");
             }
-            let line = g.tail.len().saturating_sub(before);
-            let written = if total >= ZERO_COPY_THRESHOLD {
-                line + total + 40
-            } else {
-                line
-            };
             g.pending += written;
             g.out_msgs += 1;
             g.out_bytes += total as u64;
@@ -336,6 +332,27 @@ mod tests {
         assert!(all.starts_with(b"PONG\r\nMSG s 9 r 16384\r\n"));
         assert!(all.ends_with(b"\x07\r\n"));
         assert_eq!(all.len(), b.bytes);
+    }
+
+    #[test]
+    fn pending_bytes_are_exactly_what_the_writer_takes() {
+        // Counted too high, `pending` would creep up with every large message until a
+        // subscriber that reads everything looked above its high-water mark for good.
+        let q = Outbound::new(1 << 30);
+        let big = Bytes::from(vec![1u8; ZERO_COPY_THRESHOLD]);
+        let small = Bytes::from_static(b"hello");
+        let h = Bytes::from_static(b"NATS/1.0\r\nA: b\r\n\r\n");
+        for _ in 0..1000 {
+            q.push_msg(b"subject.x", b"12", Some(b"_INBOX.r"), None, &big)
+                .unwrap();
+            q.push_msg(b"s", b"1", None, Some(&h), &big).unwrap();
+            q.push_msg(b"s", b"1", None, Some(&h), &small).unwrap();
+            q.push_msg(b"s", b"1", None, None, &small).unwrap();
+            let b = q.take();
+            assert_eq!(q.pending_bytes(), b.bytes);
+            q.written(b.bytes);
+            assert_eq!(q.pending_bytes(), 0);
+        }
     }
 
     #[test]
