@@ -105,7 +105,7 @@ impl System {
             &payload,
         );
         for c in ctx.wake.drain(..) {
-            c.outbound.wake();
+            c.outbound.flush();
         }
         let _ = ctx.take_counts();
     }

@@ -45,6 +45,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
         let nonce = shared.auth().needs_nonce().then(reader::new_nonce);
         match upgrade(&shared, &client, stream, nonce).await {
             Some(Transport::Plain(stream, start)) => {
+                lend_socket(&client, &stream);
                 let (r, w) = stream.into_split();
                 run_halves(&shared, &client, r, w, start).await;
             }
@@ -56,6 +57,17 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAd
         }
     })
     .await;
+}
+
+/// Gives the connection's outbound queue a second handle on its socket (a duplicated file
+/// descriptor, non-blocking like the first), so that a flush can write on the flusher's thread
+/// (see `server::client::outbound`). Without one the writer task does all the writing.
+fn lend_socket(client: &ClientHandle, stream: &TcpStream) {
+    use std::os::fd::AsFd;
+    match stream.as_fd().try_clone_to_owned() {
+        Ok(fd) => client.outbound.set_direct(std::net::TcpStream::from(fd)),
+        Err(e) => debug!(error = %e, "no second socket handle; the writer task writes alone"),
+    }
 }
 
 /// Serves one connection that arrives as a byte stream already past its transport's own

@@ -289,10 +289,10 @@ impl Session {
     fn flush(&mut self) {
         if self.own_dirty {
             self.own_dirty = false;
-            self.client.outbound.wake();
+            self.client.outbound.flush();
         }
         for c in self.route.wake.drain(..) {
-            c.outbound.wake();
+            c.outbound.flush();
         }
         let (msgs, bytes, slow) = self.route.take_counts();
         let st = &self.shared.stats;

@@ -9,15 +9,13 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
+use super::super::client::outbound::{advance, MAX_IOVECS};
 use super::super::client::{ClientHandle, CloseReason};
 use super::flush_on_close;
-
-/// Most buffers handed to one `writev`.
-const MAX_IOVECS: usize = 64;
 
 /// Runs until the connection closes.
 pub(crate) async fn run<W: AsyncWrite + Unpin>(
@@ -32,7 +30,9 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
             // queue's high-water mark (server/backpressure.rs) resumes as soon as the queue
             // drains below it, not only after the whole batch is on the socket.
             let written = |n| client.outbound.written(n);
-            match tokio::time::timeout(deadline, write_all(&mut w, batch.chunks, written)).await {
+            let r = tokio::time::timeout(deadline, write_all(&mut w, batch.chunks, written)).await;
+            client.outbound.finished_writing();
+            match r {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     debug!(error = %e, "write failed");
@@ -45,6 +45,8 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
                     break;
                 }
             }
+        } else if batch.bytes > 0 {
+            client.outbound.finished_writing();
         }
         if batch.closed {
             break;
@@ -77,21 +79,111 @@ async fn write_all<W: AsyncWrite + Unpin>(
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         written(n);
-        while n > 0 {
-            let Some(c) = chunks.get_mut(start) else {
-                break;
-            };
-            if n >= c.len() {
-                n -= c.len();
-                start += 1;
-            } else {
-                c.advance(n);
-                n = 0;
-            }
-        }
-        while chunks.get(start).is_some_and(Bytes::is_empty) {
-            start += 1;
-        }
+        start = advance(&mut chunks, start, &mut n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// Frames `MSG s 1 <n>\r\n<payload>\r\n` parsed off the front of `buf`.
+    fn frames(buf: &mut Vec<u8>, out: &mut Vec<String>) {
+        loop {
+            let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+                return;
+            };
+            let line = String::from_utf8(buf[..eol].to_vec()).unwrap();
+            let n: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
+            if buf.len() < eol + 2 + n + 2 {
+                return;
+            }
+            out.push(String::from_utf8(buf[eol + 2..eol + 2 + n].to_vec()).unwrap());
+            assert_eq!(&buf[eol + 2 + n..eol + 4 + n], b"\r\n");
+            buf.drain(..eol + 4 + n);
+        }
+    }
+
+    /// Threads that push and flush on their own — writing on their thread when nobody else
+    /// is — and the writer task share one socket: every frame arrives exactly once and each
+    /// thread's in order, with a slow reader at first so that the queue backs up and the
+    /// writer task takes over.
+    #[test]
+    fn flushers_and_the_writer_task_deliver_every_frame_once_in_order() {
+        const THREADS: usize = 4;
+        const FRAMES: usize = 3000;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut reader = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server_side, peer) = listener.accept().unwrap();
+        server_side.set_nonblocking(true).unwrap();
+        let handle = Arc::new(ClientHandle::new(1, peer, 256 << 20));
+        handle.outbound.set_direct(server_side.try_clone().unwrap());
+        let writer = rt.spawn({
+            let handle = Arc::clone(&handle);
+            async move {
+                let s = tokio::net::TcpStream::from_std(server_side).unwrap();
+                run(s, handle, Duration::from_secs(30)).await;
+            }
+        });
+        let pushers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let h = Arc::clone(&handle);
+                std::thread::spawn(move || {
+                    for i in 0..FRAMES {
+                        let body = format!("{t}:{i}:{}", "x".repeat(i * 7 % 20_000));
+                        let pushed = h
+                            .outbound
+                            .push_msg(b"s", b"1", None, None, &Bytes::from(body))
+                            .unwrap();
+                        if pushed.wake || i % 5 == 0 {
+                            h.outbound.flush();
+                        }
+                    }
+                    h.outbound.flush();
+                })
+            })
+            .collect();
+        reader
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let (mut buf, mut got) = (Vec::new(), Vec::new());
+        let mut chunk = vec![0u8; 64 * 1024];
+        while got.len() < THREADS * FRAMES {
+            // Small reads for the first frames: a slow reader, so writes come up short.
+            let want = if got.len() < FRAMES { 512 } else { 8192 };
+            let n = reader.read(&mut chunk[..want]).unwrap();
+            assert!(
+                n > 0,
+                "socket closed after {} frames: {:?}",
+                got.len(),
+                handle.close_reason()
+            );
+            buf.extend_from_slice(&chunk[..n]);
+            frames(&mut buf, &mut got);
+        }
+        for p in pushers {
+            p.join().unwrap();
+        }
+        let mut next = [0usize; THREADS];
+        for f in &got {
+            let mut parts = f.splitn(3, ':');
+            let t: usize = parts.next().unwrap().parse().unwrap();
+            let i: usize = parts.next().unwrap().parse().unwrap();
+            assert_eq!(i, next[t], "thread {t}: frame {i} out of order");
+            assert_eq!(parts.next().unwrap().len(), i * 7 % 20_000);
+            next[t] += 1;
+        }
+        assert_eq!(next, [FRAMES; THREADS]);
+        assert_eq!(handle.outbound.pending_bytes(), 0);
+        handle.close(CloseReason::ClientClosed);
+        rt.block_on(writer).unwrap();
+    }
 }

@@ -86,7 +86,7 @@ impl RouterSink {
     /// Wakes every outbound queue written since the last call.
     pub(crate) fn flush(&mut self) {
         for c in self.ctx.wake.drain(..) {
-            c.outbound.wake();
+            c.outbound.flush();
         }
         let _ = self.ctx.take_counts();
     }
