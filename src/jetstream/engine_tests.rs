@@ -640,3 +640,29 @@ fn config_changes_are_effects_the_runtime_persists_in_order() {
     assert!(h.st.consumer_delete("d", &mut h.out.fx).is_err());
     assert!(h.out.fx.is_empty());
 }
+
+#[test]
+fn a_consumer_created_as_its_messages_expire_counts_only_what_it_will_deliver() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"], "max_age": 100 * MS}));
+    h.publish("s.1", &[], T0);
+    let create = |h: &mut Harness, now: i64| {
+        h.clock.store(now, Ordering::Relaxed);
+        let body = json!({"stream_name": "S", "config": {
+            "deliver_subject": format!("in.{now}"), "deliver_policy": "last_per_subject",
+            "ack_policy": "none", "filter_subject": "s.>"}});
+        let req = parse_create_request(body.to_string().as_bytes()).unwrap();
+        let info =
+            h.st.create_consumer(req, CreateSubject::default(), "2.11.0", now, &mut h.out.fx)
+                .unwrap();
+        h.end_round(now);
+        (
+            info.num_pending,
+            h.out.delivered(&format!("in.{now}")).len(),
+        )
+    };
+    // Before max_age: counted and delivered.
+    assert_eq!(create(&mut h, T0 + 50 * MS), (1, 1));
+    // Created in the round that removes it: neither counted nor delivered (counted but not
+    // delivered, a client reading until nothing is pending would wait forever).
+    assert_eq!(create(&mut h, T0 + 100 * MS + 1), (0, 0));
+}

@@ -706,6 +706,31 @@ impl Stream {
 
     /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
     pub fn tick(&mut self, out: &mut Effects, now: i64) {
+        self.remove_expired(out, now);
+        for c in self.consumers.values_mut() {
+            c.tick(out, now);
+        }
+        let gone: Vec<String> = self
+            .consumers
+            .iter()
+            .filter(|(_, c)| c.expired(now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in gone {
+            if let Some(mut c) = self.consumers.remove(&n) {
+                c.deleted(out);
+                out.forget_consumer(&n);
+            }
+        }
+        self.run_consumers(out, now);
+    }
+
+    /// Removes what `max_age` and per-message TTLs have expired by `now` (placing delete
+    /// markers when the stream asks for them). Run by every tick, and before a consumer is
+    /// created: its info (`num_pending`) must count only messages it will be delivered —
+    /// a client that reads until nothing is pending (async-nats' `keys()`) would otherwise
+    /// wait for a message the same round removes.
+    fn remove_expired(&mut self, out: &mut Effects, now: i64) {
         let mut removed = false;
         // Subjects whose messages age or TTL removes: each left with no message gets a
         // delete marker when the stream asks for them (`subject_delete_marker_ttl`).
@@ -743,22 +768,6 @@ impl Stream {
         if removed && markers {
             self.place_markers(emptied, out, now);
         }
-        for c in self.consumers.values_mut() {
-            c.tick(out, now);
-        }
-        let gone: Vec<String> = self
-            .consumers
-            .iter()
-            .filter(|(_, c)| c.expired(now))
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in gone {
-            if let Some(mut c) = self.consumers.remove(&n) {
-                c.deleted(out);
-                out.forget_consumer(&n);
-            }
-        }
-        self.run_consumers(out, now);
     }
 
     /// Subjects of the (non-marker) messages `max_age` is about to remove, oldest first; at
@@ -1223,6 +1232,7 @@ impl Stream {
         if !req.stream_name.is_empty() && req.stream_name != self.cfg.name {
             return Err(ApiError::stream_not_found());
         }
+        self.remove_expired(out, now);
         let name =
             resolve_consumer_name(&mut req.config, on.consumer, on.filter, on.legacy_durable)?;
         let mut cfg = req.config;

@@ -123,13 +123,7 @@ impl Inner {
 fn write_now(socket: &std::net::TcpStream, chunks: &mut [Bytes], written: impl Fn(usize)) -> usize {
     let mut start = 0;
     while start < chunks.len() {
-        let end = (start + MAX_IOVECS).min(chunks.len());
-        let slices: Vec<IoSlice<'_>> = chunks
-            .get(start..end)
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| IoSlice::new(c))
-            .collect();
+        let slices = io_slices(chunks, start);
         let mut n = match (&*socket).write_vectored(&slices) {
             Ok(0) | Err(_) => return start,
             Ok(n) => n,
@@ -138,6 +132,17 @@ fn write_now(socket: &std::net::TcpStream, chunks: &mut [Bytes], written: impl F
         start = advance(chunks, start, &mut n);
     }
     start
+}
+
+/// The buffers one `writev` takes: at most [`MAX_IOVECS`] from `chunks[start..]`.
+pub(crate) fn io_slices(chunks: &[Bytes], start: usize) -> Vec<IoSlice<'_>> {
+    let end = (start + MAX_IOVECS).min(chunks.len());
+    chunks
+        .get(start..end)
+        .unwrap_or(&[])
+        .iter()
+        .map(|c| IoSlice::new(c))
+        .collect()
 }
 
 /// Consumes `n` written bytes from `chunks[start..]`; returns the new start (empty chunks

@@ -3,9 +3,10 @@
 //!
 //! Each wake-up takes everything queued in one swap, so under load many messages go out in one
 //! system call. A batch that cannot be written within `write_deadline` marks the connection a
-//! slow consumer, as the reference server does.
+//! slow consumer, as the reference server does. A flush that finds the socket free may write a
+//! small backlog on its own thread instead (`Outbound::flush`); whatever it cannot write at
+//! once is left here, and only this task ever waits for the socket.
 
-use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
-use super::super::client::outbound::{advance, MAX_IOVECS};
+use super::super::client::outbound::{advance, io_slices};
 use super::super::client::{ClientHandle, CloseReason};
 use super::flush_on_close;
 
@@ -67,13 +68,7 @@ async fn write_all<W: AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     let mut start = 0;
     while start < chunks.len() {
-        let end = (start + MAX_IOVECS).min(chunks.len());
-        let slices: Vec<IoSlice<'_>> = chunks
-            .get(start..end)
-            .unwrap_or(&[])
-            .iter()
-            .map(|c| IoSlice::new(c))
-            .collect();
+        let slices = io_slices(&chunks, start);
         let mut n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
