@@ -27,8 +27,14 @@ use crate::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc33
 
 /// Bytes of outstanding push deliveries after which a flow-control request is sent.
 const FLOW_CONTROL_BYTES: u64 = 2 << 20;
-/// How often a push consumer without interest checks again.
+/// How often a push consumer without interest checks again, at most.
 const INTEREST_POLL_NS: i64 = 100_000_000;
+/// The first check after interest is found missing: a client typically subscribes to its
+/// deliver subject right after the create reply, so the checks start 1 ms apart and double up
+/// to [`INTEREST_POLL_NS`]. (Polling only every 100 ms, a bucket's 100 ms `max_age` removed
+/// the message the new consumer had counted as pending before it was delivered, and
+/// async-nats' `kv.keys()` waited for it forever.)
+const INTEREST_POLL_FIRST_NS: i64 = 1_000_000;
 
 /// The most messages one consumer holds delivered and unacknowledged, whatever its
 /// `max_ack_pending` says (`-1`, unlimited, included): each costs a pending entry (~80 bytes),
@@ -84,6 +90,8 @@ struct PushState {
     retry_at: i64,
     /// Since when there has been no interest (ephemeral clean-up).
     unbound_since: Option<i64>,
+    /// The wait before the next interest check (doubles per miss, reset by interest).
+    poll_ns: i64,
     /// Bytes delivered since the last flow-control request was answered.
     fc_bytes: u64,
     /// The outstanding flow-control reply subject, while stalled.
@@ -865,11 +873,17 @@ impl Consumer {
         if bound {
             p.unbound_since = None;
             p.retry_at = 0;
+            p.poll_ns = 0;
         } else {
             if p.unbound_since.is_none() {
                 p.unbound_since = Some(now);
             }
-            p.retry_at = now.saturating_add(INTEREST_POLL_NS);
+            p.poll_ns = if p.poll_ns == 0 {
+                INTEREST_POLL_FIRST_NS
+            } else {
+                (p.poll_ns * 2).min(INTEREST_POLL_NS)
+            };
+            p.retry_at = now.saturating_add(p.poll_ns);
         }
     }
 

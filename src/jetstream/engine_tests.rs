@@ -666,3 +666,31 @@ fn a_consumer_created_as_its_messages_expire_counts_only_what_it_will_deliver() 
     // delivered, a client reading until nothing is pending would wait forever).
     assert_eq!(create(&mut h, T0 + 100 * MS + 1), (0, 0));
 }
+
+#[test]
+fn a_push_consumer_without_a_subscriber_checks_again_soon_then_less_often() {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.out.fx = Effects::new(Box::new(AllBut("late")));
+    h.publish("s.1", &[], T0);
+    h.consumer(
+        "p",
+        json!({"deliver_subject": "late", "ack_policy": "none"}),
+        T0,
+    );
+    h.end_round(T0);
+    // Checks 1 ms apart at first, doubling (the client subscribes right after the create).
+    let mut at = T0;
+    for wait in [1, 2, 4, 8] {
+        assert_eq!(h.st.next_deadline(), Some(at + wait * MS));
+        at += wait * MS;
+        h.tick(at);
+    }
+    assert!(h.out.delivered("late").is_empty());
+    // The subscriber arrives: the next check delivers.
+    h.out.sent();
+    h.out.fx = Effects::new(Box::new(Everyone));
+    let next = h.st.next_deadline().unwrap();
+    assert_eq!(next, at + 16 * MS);
+    h.tick(next);
+    assert_eq!(h.out.delivered("late").len(), 1);
+}
