@@ -8,6 +8,9 @@
 4. Many streams (`--streams N`, off by default): create N file streams with one message each
    (`--kv`: N KV buckets with one key each, as the clients create them); create rate, server
    threads, peak RSS, and idle CPU over 5 s once settled (12 s later).
+5. Stream churn under load (`--churn N`, off by default): one connection keeps a file stream
+   busy with acknowledged publishes (200 in flight) while another creates a file stream,
+   publishes one message and deletes it, N times; p50/p99 of create and delete.
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -220,13 +223,80 @@ def many_streams(pid, port, n, kv=False):
     return rate, threads, proc_field(pid, "VmHWM") / 1024, idle
 
 
+def churn(port, n):
+    import threading
+    stop = threading.Event()
+    busy = client(port)
+    request(busy, "$JS.API.STREAM.CREATE.BUSY", json.dumps({"name": "BUSY", "subjects": ["busy"]}), "_INBOX.busy", 10)
+    acked = [0]
+
+    def load():
+        busy.sendall(b"SUB _INBOX.acks 1\r\n")
+        burst = b"PUB busy _INBOX.acks 64\r\n" + b"x" * 64 + b"\r\n"
+        busy.settimeout(10)
+        while not stop.is_set():
+            busy.sendall(burst * 200)
+            got, buf = 0, b""
+            while got < 200:
+                chunk = busy.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+                got = buf.count(b"MSG _INBOX.acks")
+            acked[0] += got
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    time.sleep(0.5)
+    s = client(port)
+    creates, deletes, failed = [], [], 0
+    for i in range(n):
+        cfg = json.dumps({"name": f"C{i}", "subjects": [f"churn.{i}"]})
+        t0 = time.perf_counter()
+        r1 = request(s, f"$JS.API.STREAM.CREATE.C{i}", cfg, f"_INBOX.c{i}", 10)
+        t1 = time.perf_counter()
+        r2 = request(s, f"churn.{i}", "x", f"_INBOX.p{i}", 10)
+        t2 = time.perf_counter()
+        r3 = request(s, f"$JS.API.STREAM.DELETE.C{i}", "", f"_INBOX.d{i}", 10)
+        t3 = time.perf_counter()
+        creates.append(t1 - t0)
+        deletes.append(t3 - t2)
+        failed += any(b'"error"' in r or not r.endswith(b"}\r\n") for r in (r1, r2, r3))
+    stop.set()
+    t.join(15)
+    if failed:
+        print(f"  ({failed} of {n} rounds answered with an error or not within 10 s)")
+
+    def pct(v, q):
+        v = sorted(v)
+        return v[min(len(v) - 1, int(q * len(v)))] * 1e6
+
+    return [pct(creates, 0.5), pct(creates, 0.99), pct(deletes, 0.5), pct(deletes, 0.99)], acked[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sealstream", default="target/release/sealstream-server")
     ap.add_argument("--nats", default=".venv/bin/nats-server")
     ap.add_argument("--streams", type=int, default=0, help="run the many-streams scenario")
     ap.add_argument("--kv", action="store_true", help="many-streams: KV buckets, not plain streams")
+    ap.add_argument("--churn", type=int, default=0, help="run the stream-churn scenario")
     a = ap.parse_args()
+    if a.churn:
+        got = []
+        for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
+            with tempfile.TemporaryDirectory() as d:
+                p, port = start(binary, d)
+                try:
+                    lat, acked = churn(port, a.churn)
+                finally:
+                    p.kill()
+                    p.wait()
+            got.append(lat)
+            print(f"{name:12} churn x{a.churn} beside a busy stream ({acked} acked meanwhile): create p50 {lat[0]:.0f} us p99 {lat[1]:.0f} us, delete p50 {lat[2]:.0f} us p99 {lat[3]:.0f} us")
+        (n, s_) = got
+        print("ratio sealstream/nats-server: create p50 {:.2f} p99 {:.2f}, delete p50 {:.2f} p99 {:.2f}".format(*(b / a for a, b in zip(n, s_))))
+        return
     if a.streams:
         for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
             with tempfile.TemporaryDirectory() as d:

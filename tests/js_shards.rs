@@ -149,3 +149,119 @@ fn store_threads_out_of_range_is_a_config_error() {
         "{text}"
     );
 }
+
+/// How many stream directories the sealed store holds (`<store>/…/s/<id>/`).
+fn stream_dirs(root: &std::path::Path) -> usize {
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if !e.path().is_dir() {
+                continue;
+            }
+            if e.file_name() == "s" {
+                return std::fs::read_dir(e.path()).unwrap().count();
+            }
+            todo.push(e.path());
+        }
+    }
+    0
+}
+
+/// A stream is deleted while the only store thread is busy with another stream's publishes
+/// (each fsync'd): the delete is answered, the deleted stream's waiting pull ends with 409, its
+/// files go, the busy stream keeps every message, and nothing of the deleted one comes back
+/// after a restart.
+#[tokio::test]
+async fn a_stream_deleted_while_its_store_thread_is_busy_is_gone_with_its_files() {
+    let mut s = TestServer::start_js_with(&[], Some("jetstream { store_threads: 1 }"));
+    if s.is_reference() {
+        return;
+    }
+    let root = s.store_dir().unwrap();
+    let c = async_nats::connect(s.url()).await.unwrap();
+    create_stream(&c, r#"{"name":"BUSY","subjects":["busy"]}"#).await;
+    create_stream(&c, r#"{"name":"GONE","subjects":["gone"]}"#).await;
+    for _ in 0..20 {
+        publish_seq(&c, "gone", "old").await;
+    }
+    api_ok(
+        &c,
+        "CONSUMER.DURABLE.CREATE.GONE.P",
+        r#"{"stream_name":"GONE","config":{"durable_name":"P","ack_policy":"explicit","filter_subject":"nothing"}}"#,
+    )
+    .await;
+    assert_eq!(stream_dirs(&root), 2);
+    let inbox = c.new_inbox();
+    let mut pulled = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish_with_reply(
+        "$JS.API.CONSUMER.MSG.NEXT.GONE.P",
+        inbox,
+        r#"{"batch":1,"expires":30000000000}"#.into(),
+    )
+    .await
+    .unwrap();
+    c.flush().await.unwrap();
+    // Keep the store thread busy: publishes with replies, each acknowledged after its fsync.
+    const FLOOD: u64 = 3000;
+    let flooder = c.clone();
+    let flood = tokio::spawn(async move {
+        let inbox = flooder.new_inbox();
+        let mut acks = flooder.subscribe(inbox.clone()).await.unwrap();
+        for _ in 0..FLOOD {
+            flooder
+                .publish_with_reply("busy", inbox.clone(), "m".into())
+                .await
+                .unwrap();
+        }
+        for _ in 0..FLOOD {
+            tokio::time::timeout(Duration::from_secs(30), futures::StreamExt::next(&mut acks))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    });
+    let v = api_ok(&c, "STREAM.DELETE.GONE", "").await;
+    assert_eq!(v["success"], true, "{v}");
+    let end = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut pulled),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        end.status,
+        Some(async_nats::StatusCode::from_u16(409).unwrap())
+    );
+    flood.await.unwrap();
+    // Deleted means unreadable at once (the keys went first); the files follow within the
+    // round their store thread was in.
+    let mut dirs = stream_dirs(&root);
+    for _ in 0..100 {
+        if dirs == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        dirs = stream_dirs(&root);
+    }
+    assert_eq!(dirs, 1, "the deleted stream's directory is removed");
+    assert_eq!(
+        stream_info(&c, "BUSY", "").await["state"]["messages"],
+        FLOOD
+    );
+    let names = api_ok(&c, "STREAM.NAMES", "").await;
+    assert_eq!(names["streams"], serde_json::json!(["BUSY"]), "{names}");
+    // The name is free again, and the new stream starts empty.
+    create_stream(&c, r#"{"name":"GONE","subjects":["gone"]}"#).await;
+    assert_eq!(publish_seq(&c, "gone", "new").await, 1);
+    drop(c);
+    s.restart(true);
+    let c = async_nats::connect(s.url()).await.unwrap();
+    let info = stream_info(&c, "GONE", "").await;
+    assert_eq!(info["state"]["messages"], 1, "{info}");
+    assert_eq!(
+        stream_info(&c, "BUSY", "").await["state"]["messages"],
+        FLOOD
+    );
+    assert_eq!(stream_dirs(&root), 2);
+}

@@ -1207,6 +1207,11 @@ impl Stream {
         }
     }
 
+    /// Drops the store unsynced: the stream was deleted and its keys are erased.
+    pub fn abandon(&mut self) {
+        self.store.abandon();
+    }
+
     /// Closes the store (checkpoint) — at shutdown or before deletion.
     pub fn close(&mut self) {
         if let Err(e) = self.store.close() {

@@ -186,4 +186,8 @@ impl StreamStore for MemStore {
         self.closed = true;
         Ok(())
     }
+
+    fn abandon(&mut self) {
+        self.closed = true;
+    }
 }

@@ -399,6 +399,11 @@ pub trait StreamStore: Send {
     /// # Errors
     /// Write errors from the final checkpoint.
     fn close(&mut self) -> Result<(), StoreError>;
+
+    /// Closes without a final checkpoint or sync: the stream was deleted (its keys are
+    /// erased) and its files are about to be removed. Later calls fail with
+    /// [`StoreError::Closed`].
+    fn abandon(&mut self);
 }
 
 /// Current time in unix nanoseconds.

@@ -312,33 +312,50 @@ fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, Api
     Ok(body(&info))
 }
 
+/// Deletes a stream without waiting for its store thread, which may be in another stream's
+/// fsync: the keys are erased here (the commit point, durable before the reply), the stream
+/// leaves the table and its subjects, and its files go here if the stream is idle, else when
+/// its thread finishes its round and finds it erased (`stream_worker::Worker::remove`). A
+/// crash in between leaves files nobody can read, which the next start sweeps.
 fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value, ApiError> {
     let s = acc
         .streams
-        .remove(name)
+        .get(name)
         .ok_or_else(ApiError::stream_not_found)?;
-    acc.unsubscribe_stream(&s.subs);
-    stream_worker::delete_and_wait(&s);
-    if let Some(id) = s.id {
-        // Crypto-erase: the stream's data key goes first, then its files.
-        let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
-        let mut r = meta.delete_stream(id);
-        if r.is_err() && js.heal(&mut meta) {
-            // A full disk: the reserve was released and the metadata reopened; once more.
-            r = meta.delete_stream(id);
+    match s.id {
+        Some(id) => {
+            let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = meta.erase_stream(id);
+            if r.is_err() && js.heal(&mut meta) {
+                // A full disk: the reserve was released and the metadata reopened; once more.
+                r = meta.erase_stream(id);
+            }
+            if let Err(e) = r {
+                drop(meta);
+                warn!(stream = %name, error = %e, "stream delete did not complete; the stream is still served");
+                return Err(ApiError::new(
+                    500,
+                    10050,
+                    format!("stream delete failed: {e}"),
+                ));
+            }
+            // Under the metadata lock: the stream's thread writes no metadata after this.
+            s.erased.store(true, Ordering::Release);
+            drop(meta);
         }
-        drop(meta);
-        if let Err(e) = r {
-            warn!(stream = %name, error = %e, "stream delete did not complete; the stream is served again");
-            stream_worker::reload_stream(js, acc, name);
-            return Err(ApiError::new(
-                500,
-                10050,
-                format!("stream delete failed: {e}"),
-            ));
-        }
-        js.restore_reserve();
+        None => s.erased.store(true, Ordering::Release),
     }
+    acc.streams.remove(name);
+    acc.unsubscribe_stream(&s.subs);
+    // Its storage stops counting toward the quotas now, not when its thread next runs.
+    stream_worker::set_usage(&s.usage, s.cfg.storage, [&acc.used, &js.used], [0; 3]);
+    // An idle stream's files go now (a caller that deleted it to free space finds the space
+    // free); a busy one's when its thread finishes the round it is in.
+    if let Ok(mut st) = s.stream.try_lock() {
+        stream_worker::remove_files(js, &mut st, s.id);
+    }
+    // Rings the stream's thread, which ends its consumers' pulls and removes what is left.
+    let _ = s.tx.send(Cmd::EndPulls);
     info!(account = %acc.name, stream = %name, "stream deleted (data key destroyed)");
     Ok(json!({"success": true}))
 }

@@ -39,7 +39,9 @@ pub(crate) enum Cmd {
     /// Publish a fresh [`Published`] snapshot at the end of this round, then signal.
     Snapshot(std::sync::mpsc::SyncSender<()>),
     /// The stream is being deleted: every consumer's waiting pull requests end with
-    /// `409 Consumer Deleted`, as when the consumer itself is deleted. A `Stop` follows.
+    /// `409 Consumer Deleted`, as when the consumer itself is deleted. A `Stop` follows,
+    /// unless the stream's keys were erased already: then it only rings the thread, which
+    /// finds the stream erased and removes it.
     EndPulls,
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<SyncSender<()>>),

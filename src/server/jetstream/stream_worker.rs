@@ -10,7 +10,7 @@
 //! once a second and when the stream stops.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -113,19 +113,6 @@ pub(crate) fn load_streams(js: &Arc<JetStream>, acc: &Arc<AccountJs>) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .list_streams(&acc.name);
-    load(js, acc, metas);
-}
-
-/// Loads (again) one stream of `acc` by name, e.g. after its deletion could not be committed.
-pub(crate) fn reload_stream(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) {
-    let metas: Vec<_> = js
-        .meta
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .list_streams(&acc.name)
-        .into_iter()
-        .filter(|m| m.name == name)
-        .collect();
     load(js, acc, metas);
 }
 
@@ -233,7 +220,9 @@ pub(crate) fn spawn(
     snapshot.publish(published(&stream, now_nanos()));
     let stream = Arc::new(Mutex::new(stream));
     let budget = Budget::new(STREAM_INTAKE_BYTES);
+    let erased = Arc::new(AtomicBool::new(false));
     let worker = Worker {
+        erased: Arc::clone(&erased),
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
@@ -264,7 +253,66 @@ pub(crate) fn spawn(
         usage,
         snapshot,
         budget,
+        erased,
     }));
+}
+
+/// Sets a stream's usage (`[bytes, msgs, consumers]`) and moves its account's and the
+/// server's totals by the difference. Deltas, so that the API thread zeroing a deleted stream
+/// and its worker's last round leave the totals right in either order.
+pub(crate) fn set_usage(
+    usage: &Usage,
+    storage: StorageType,
+    totals: [&super::table::UsageTotals; 2],
+    [bytes, msgs, consumers]: [u64; 3],
+) {
+    let old_bytes = usage.bytes.swap(bytes, Ordering::Relaxed);
+    let old_consumers = usage.consumers.swap(consumers, Ordering::Relaxed);
+    usage.msgs.store(msgs, Ordering::Relaxed);
+    let delta = bytes.wrapping_sub(old_bytes);
+    if delta != 0 {
+        for t in totals {
+            let field = match storage {
+                StorageType::File => &t.file,
+                StorageType::Memory => &t.memory,
+            };
+            field.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+    let delta = consumers.wrapping_sub(old_consumers);
+    if delta != 0 {
+        totals[0].consumers.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// The metadata store, unless the stream's keys were erased: the API thread sets `erased`
+/// while it holds this lock, so no write for the stream reaches the metadata after its
+/// deletion committed.
+fn live_meta<'a>(
+    js: &'a JetStream,
+    erased: &AtomicBool,
+) -> Option<std::sync::MutexGuard<'a, crate::store::meta::MetaStore>> {
+    let meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+    (!erased.load(Ordering::Acquire)).then_some(meta)
+}
+
+/// Drops an erased stream's store unsynced and removes its files, then puts the space
+/// reserve back (the files gave room for it). Idempotent: the API thread does it when the
+/// stream is idle, its thread otherwise (whoever holds the stream's lock).
+pub(crate) fn remove_files(js: &JetStream, st: &mut Stream, id: Option<StreamId>) {
+    st.abandon();
+    let Some(id) = id else { return };
+    let dir = js
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .erased_stream_files(id);
+    if let Some(dir) = dir {
+        if let Err(e) = crate::store::meta::remove_erased_stream_files(&dir) {
+            warn!(stream = %st.cfg.name, error = %e, "a deleted stream's files were not all removed; the next start removes them");
+        }
+        js.restore_reserve();
+    }
 }
 
 /// The stream's view for monitoring.
@@ -305,6 +353,8 @@ pub(crate) struct Worker {
     snapshot: Arc<SnapshotCell>,
     /// The intake budget publishes were counted against (given back after each round).
     budget: Arc<Budget>,
+    /// The stream was deleted: its keys are erased (see [`live_meta`]).
+    erased: Arc<AtomicBool>,
     changed_since_snapshot: bool,
     last_snapshot: i64,
     /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
@@ -371,6 +421,10 @@ impl ShardTask for Worker {
         let (round, disconnected) = queue.take(MAX_ROUND);
         let full = round.len() == MAX_ROUND;
         let mut st = lock(&shared);
+        if self.erased.load(Ordering::Acquire) {
+            self.remove(&mut st, round);
+            return Served::Stopped;
+        }
         if self.round(&mut st, round) {
             return Served::Stopped;
         }
@@ -551,23 +605,12 @@ impl Worker {
     /// Publishes this stream's usage and moves the account's and the server's totals by the
     /// difference (wrapping adds of the delta: the totals are sums of every stream's figure).
     fn set_usage(&self, bytes: u64, msgs: u64, consumers: u64) {
-        let old_bytes = self.usage.bytes.swap(bytes, Ordering::Relaxed);
-        let old_consumers = self.usage.consumers.swap(consumers, Ordering::Relaxed);
-        self.usage.msgs.store(msgs, Ordering::Relaxed);
-        let delta = bytes.wrapping_sub(old_bytes);
-        if delta != 0 {
-            for totals in [&self.acc.used, &self.js.used] {
-                let field = match self.storage {
-                    StorageType::File => &totals.file,
-                    StorageType::Memory => &totals.memory,
-                };
-                field.fetch_add(delta, Ordering::Relaxed);
-            }
-        }
-        let delta = consumers.wrapping_sub(old_consumers);
-        if delta != 0 {
-            self.acc.used.consumers.fetch_add(delta, Ordering::Relaxed);
-        }
+        set_usage(
+            &self.usage,
+            self.storage,
+            [&self.acc.used, &self.js.used],
+            [bytes, msgs, consumers],
+        );
     }
 
     /// The storage error publishes get when the account's (`max_file`/`max_memory`) or the
@@ -647,17 +690,37 @@ impl Worker {
                 .filter_map(|(n, c)| Some((*self.consumer_ids.get(n)?, c.generation)))
                 .collect(),
         };
-        let r = self
-            .js
-            .meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .persist_stream_checkpoint(id, &cp.encode());
+        let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+            return;
+        };
+        let r = meta.persist_stream_checkpoint(id, &cp.encode());
+        drop(meta);
         if let Err(e) = r {
             warn!(stream = %st.cfg.name, error = %e, "could not record the stream's checkpoint");
         }
         self.last_checkpoint = now_nanos();
         self.changed_since_checkpoint = false;
+    }
+
+    /// The stream was deleted (its keys are erased already): what is still queued is
+    /// answered as for a stream that does not exist, waiting pulls end with `409 Consumer
+    /// Deleted`, the store is dropped unsynced and its files removed.
+    fn remove(&mut self, st: &mut Stream, queued: Vec<Cmd>) {
+        for cmd in queued {
+            if let Cmd::Api { call, reply, .. } = cmd {
+                if !reply.is_empty() {
+                    self.fx
+                        .reply(&reply, err_reply(&call, &ApiError::stream_not_found()));
+                }
+            }
+        }
+        for c in st.consumers.values_mut() {
+            c.deleted(&mut self.fx);
+        }
+        self.execute(st);
+        self.set_usage(0, 0, 0);
+        self.budget.close();
+        remove_files(&self.js, st, self.id);
     }
 
     fn persisted(&self, st: &Stream) -> bool {
@@ -667,12 +730,10 @@ impl Worker {
     fn persist_stream_config(&self, st: &Stream) {
         let Some(id) = self.id else { return };
         let bytes = envelope(&st.cfg, st.created);
-        let r = self
-            .js
-            .meta
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .update_stream_config(id, &bytes);
+        let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+            return;
+        };
+        let r = meta.update_stream_config(id, &bytes);
         if let Err(e) = r {
             error!(stream = %st.cfg.name, error = %e, "could not persist the stream config");
         }
@@ -711,7 +772,9 @@ impl Worker {
             return;
         }
         let bytes = envelope(&c.cfg, c.created);
-        let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+            return;
+        };
         let r = match self.consumer_ids.get(name) {
             Some(id) => meta.update_consumer_config(*id, &bytes),
             None => meta.create_consumer(sid, name, &bytes).map(|id| {
@@ -728,12 +791,10 @@ impl Worker {
     fn forget_consumer(&mut self, st: &Stream, name: &str) {
         let Some(sid) = self.id else { return };
         if let Some(id) = self.consumer_ids.remove(name) {
-            let r = self
-                .js
-                .meta
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .delete_consumer(sid, id);
+            let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+                return;
+            };
+            let r = meta.delete_consumer(sid, id);
             if let Err(e) = r {
                 error!(stream = %st.cfg.name, consumer = %name, error = %e, "could not delete the consumer's metadata");
             }
@@ -761,7 +822,9 @@ impl Worker {
                 continue;
             };
             c.generation += 1;
-            let mut meta = self.js.meta.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+                return true;
+            };
             let mut r = meta.persist_consumer_state(sid, *id, c.generation, &bytes);
             if r.is_err() && self.js.heal(&mut meta) {
                 r = meta.persist_consumer_state(sid, *id, c.generation, &bytes);

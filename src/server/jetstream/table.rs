@@ -11,7 +11,7 @@
 //! so monitoring never touches the stream itself.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::jetstream::api::types::{ConsumerInfo, StreamInfo};
@@ -38,6 +38,9 @@ pub(crate) struct StreamRef {
     pub(crate) snapshot: Arc<SnapshotCell>,
     /// What publishers have queued for the stream (bounded; see `server::backpressure`).
     pub(crate) budget: Arc<crate::server::backpressure::Budget>,
+    /// Set (under the metadata lock) once the stream's keys are erased: its store thread
+    /// then touches the metadata no more and removes the files (see `api::delete`).
+    pub(crate) erased: Arc<AtomicBool>,
 }
 
 impl StreamRef {
@@ -52,6 +55,7 @@ impl StreamRef {
             usage: Arc::clone(&self.usage),
             snapshot: Arc::clone(&self.snapshot),
             budget: Arc::clone(&self.budget),
+            erased: Arc::clone(&self.erased),
         }
     }
 }

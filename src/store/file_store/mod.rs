@@ -545,4 +545,9 @@ impl StreamStore for FileStore {
         self.active = None;
         r
     }
+
+    fn abandon(&mut self) {
+        self.closed = true;
+        self.active = None;
+    }
 }

@@ -360,13 +360,27 @@ impl MetaStore {
         self.state.streams.get(&stream_id)?.checkpoint.as_deref()
     }
 
-    /// Deletes a stream: its data keys (and its name, via a new catalog key) are erased in
-    /// one committed keyring generation first; only then are its files removed.
+    /// Deletes a stream: [`erase_stream`](Self::erase_stream), then its files go.
     ///
     /// # Errors
     /// [`MetaError::StreamNotFound`], I/O (fatal; a restart finishes the deletion if the
     /// commit point was reached).
     pub fn delete_stream(&mut self, stream_id: StreamId) -> Result<(), MetaError> {
+        self.erase_stream(stream_id)?;
+        self.mutate(|s| {
+            tmp::remove_dir_durable(&s.stream_dir(&stream_id))?;
+            s.step(Step::StreamFilesRemoved)
+        })
+    }
+
+    /// Erases a stream: its data keys (and its name, via a new catalog key) go in one committed
+    /// keyring generation. From here its files are ciphertext nobody can read; they are removed
+    /// by [`remove_stream_files`](Self::remove_stream_files) once nothing writes them any more,
+    /// or by the next open's sweep if the process stops first.
+    ///
+    /// # Errors
+    /// [`MetaError::StreamNotFound`], I/O (fatal).
+    pub fn erase_stream(&mut self, stream_id: StreamId) -> Result<(), MetaError> {
         self.live_stream(&stream_id)?;
         self.mutate(|s| {
             let mut state = s.state.clone();
@@ -375,10 +389,15 @@ impl MetaStore {
                 .map_err(|_| MetaError::StreamNotFound(stream_id.to_hex()))?;
             s.commit_catalog_and_keyring(state, |kr| {
                 kr.remove_stream(&stream_id);
-            })?;
-            tmp::remove_dir_durable(&s.stream_dir(&stream_id))?;
-            s.step(Step::StreamFilesRemoved)
+            })
         })
+    }
+
+    /// Where an erased stream's files are, for its own store thread to remove them with
+    /// [`remove_erased_stream_files`] after closing them (no lock held while they go).
+    /// `None` while the stream is live: its files are never removed then.
+    pub fn erased_stream_files(&self, stream_id: StreamId) -> Option<PathBuf> {
+        (!self.state.streams.contains_key(&stream_id)).then(|| self.stream_dir(&stream_id))
     }
 
     /// Deletes an account (tenant erasure): every stream's data keys, the account's key group
@@ -426,5 +445,20 @@ impl MetaStore {
             let state = s.state.clone();
             s.commit_catalog_and_keyring(state, |_| {})
         })
+    }
+}
+
+/// Removes an erased stream's files, found with [`MetaStore::erased_stream_files`] (no-op when
+/// they are gone already). Needs no lock: nothing else writes an erased stream's directory.
+/// Not made durable (no directory fsync): a crash can bring back only ciphertext under an
+/// erased key, in a directory the catalog no longer names, which the next open sweeps.
+///
+/// # Errors
+/// I/O; the next open's sweep removes what is left.
+pub fn remove_erased_stream_files(dir: &std::path::Path) -> Result<(), MetaError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(super::error::io_err("remove directory", dir)(e)),
     }
 }

@@ -1266,3 +1266,40 @@ fn the_store_can_move_to_its_own_thread() {
     assert_send::<MetaStore>();
     assert_send::<StreamHandle>();
 }
+
+#[test]
+fn an_erased_stream_is_unreadable_at_once_and_its_files_go_by_its_owner_or_the_next_open() {
+    let f = fx();
+    let mut m = open(&f);
+    let p = populate(&mut m);
+    let uuid = m.store_uuid();
+    let dir = m.open_stream(p.s1).unwrap().dir;
+    assert_eq!(
+        m.erased_stream_files(p.s1),
+        None,
+        "a live stream's files stay"
+    );
+    m.erase_stream(p.s1).unwrap();
+    // The commit point is passed: no key, no name; the files are still there.
+    assert!(!current_keyring(&f, &uuid, &f.key).holds(&p.s1));
+    assert!(m.stream_by_name("ACC-A", "orders").is_none());
+    assert!(dir.exists());
+    assert_eq!(m.erased_stream_files(p.s1).as_deref(), Some(dir.as_path()));
+    assert!(matches!(
+        m.erase_stream(p.s1),
+        Err(MetaError::StreamNotFound(_))
+    ));
+    // The process stops before the files went: the next open sweeps them.
+    drop(m);
+    let m = open(&f);
+    assert!(!dir.exists(), "the sweep removed the erased stream's files");
+    assert!(m.stream_by_name("ACC-B", "orders").is_some());
+    let a = m.list_streams("ACC-A");
+    assert_eq!(
+        a.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["events"]
+    );
+    assert_eq!(m.list_consumers(p.s2).unwrap().len(), 1);
+    // And the owner's own removal is a no-op once they are gone.
+    super::remove_erased_stream_files(&dir).unwrap();
+}

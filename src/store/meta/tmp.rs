@@ -60,7 +60,11 @@ pub(crate) fn create_dir_durable(dir: &Path) -> Result<(), MetaError> {
     }
 }
 
-/// Overwrites a file with random bytes, fsyncs, removes it and fsyncs its directory.
+/// Overwrites a file with random bytes, fdatasyncs, and removes it.
+///
+/// The removal is not made durable (no directory fsync): what a crash could bring back is the
+/// name of a file whose bytes are already noise on disk, a generation not in force, which the
+/// next open shreds again. Two fsyncs fewer on every stream delete.
 ///
 /// Best effort against recovery from the same device: copy-on-write file systems, SSD
 /// remapping and backups may keep old blocks, which is why the key hierarchy never relies on
@@ -78,10 +82,9 @@ pub(crate) fn shred_and_remove(path: &Path) -> Result<(), MetaError> {
                 .open(path)
                 .map_err(io_err("open for shredding", path))?;
             f.write_all(&noise).map_err(io_err("shred", path))?;
-            f.sync_all().map_err(io_err("fsync", path))?;
+            f.sync_data().map_err(io_err("fsync", path))?;
             drop(f);
-            fs::remove_file(path).map_err(io_err("remove", path))?;
-            fsync_dir(parent_of(path))
+            fs::remove_file(path).map_err(io_err("remove", path))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err("stat", path)(e)),
