@@ -2371,3 +2371,196 @@ async fn filters_outside_the_stream_subjects_are_accepted() {
     assert_ok(&v, "filter_subjects");
     assert_eq!(v["config"]["filter_subjects"], json!(["one", "two"]));
 }
+
+// ---------------------------------------------------------------------------------------
+// priority groups (ADR-42): overflow and prioritized
+
+/// A consumer create that must fail with `code`/`err_code`.
+async fn consumer_refused(c: &Client, name: &str, config: Value, code: u64, want: u64) {
+    let v = api(
+        c,
+        &format!("$JS.API.CONSUMER.CREATE.PG.{name}"),
+        json!({"stream_name": "PG", "config": config}),
+    )
+    .await;
+    assert_err(&v, code, want, name);
+}
+
+#[tokio::test]
+async fn priority_group_configs_are_checked_and_echoed() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "PG", "subjects": ["pg.>"]})).await;
+    let base = |extra: Value| {
+        let mut v = json!({"durable_name": "x", "ack_policy": "explicit"});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        v
+    };
+    consumer_refused(
+        &c,
+        "x",
+        base(json!({"priority_policy": "overflow"})),
+        400,
+        10159,
+    )
+    .await;
+    consumer_refused(&c, "x", base(json!({"priority_groups": ["A"]})), 400, 10196).await;
+    for bad in ["a b", "seventeen-chars-x"] {
+        let cfg = base(json!({"priority_policy": "overflow", "priority_groups": [bad]}));
+        consumer_refused(&c, "x", cfg, 400, 10162).await;
+    }
+    let cfg = base(json!({"priority_policy": "overflow", "priority_groups": [""]}));
+    consumer_refused(&c, "x", cfg, 400, 10161).await;
+    let v = add_consumer(
+        &c,
+        "PG",
+        "x",
+        base(json!({"priority_policy": "overflow", "priority_groups": ["A", "B"]})),
+    )
+    .await;
+    assert_eq!(v["config"]["priority_policy"], "overflow", "{v}");
+    assert_eq!(v["config"]["priority_groups"], json!(["A", "B"]), "{v}");
+    assert_eq!(v["config"]["metadata"]["_nats.req.level"], "1", "{v}");
+    let info = consumer_info(&c, "PG", "x").await;
+    // nats-server 2.15.1 reports the first group's state only; sealstream reports each.
+    assert_eq!(info["priority_groups"][0]["group"], "A", "{info}");
+}
+
+#[tokio::test]
+async fn overflow_pulls_are_served_only_while_the_consumer_is_behind() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "PG", "subjects": ["pg.>"]})).await;
+    for i in 0..5 {
+        publish(&c, "pg.1", format!("{i}").as_bytes()).await;
+    }
+    add_consumer(
+        &c,
+        "PG",
+        "o",
+        json!({"durable_name": "o", "ack_policy": "explicit",
+               "priority_policy": "overflow", "priority_groups": ["A"]}),
+    )
+    .await;
+    let wait = Duration::from_secs(5);
+    let p = pull(
+        &c,
+        "PG",
+        "o",
+        json!({"batch": 1, "expires": 300_000_000}),
+        1,
+        wait,
+    )
+    .await;
+    assert_eq!(p.status_code(), Some(400));
+    assert_eq!(p.description(), "Bad Request - Priority Group missing");
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "Z"});
+    let p = pull(&c, "PG", "o", req, 1, wait).await;
+    assert_eq!(p.description(), "Bad Request - Invalid Priority Group");
+    // 5 pending: a request for at least 10 gets nothing.
+    let req = json!({"batch": 1, "no_wait": true, "group": "A", "min_pending": 10});
+    let p = pull(&c, "PG", "o", req, 1, wait).await;
+    assert!(p.msgs.is_empty());
+    assert_eq!(p.status_code(), Some(404));
+    let req = json!({"batch": 2, "expires": 300_000_000, "group": "A", "min_pending": 10});
+    let p = pull(&c, "PG", "o", req, 2, wait).await;
+    assert!(p.msgs.is_empty());
+    assert_eq!(p.status_code(), Some(408));
+    // At least 5: one message, then 4 pending is too few for the second.
+    let req = json!({"batch": 2, "expires": 300_000_000, "group": "A", "min_pending": 5});
+    let p = pull(&c, "PG", "o", req, 2, wait).await;
+    assert_eq!(p.stream_seqs(), [1]);
+    assert_eq!(p.status_code(), Some(408));
+    // One ack outstanding: at least 2 gets nothing, at least 1 is served.
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "A", "min_ack_pending": 2});
+    let p = pull(&c, "PG", "o", req, 1, wait).await;
+    assert!(p.msgs.is_empty());
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "A", "min_ack_pending": 1});
+    let p = pull(&c, "PG", "o", req, 1, wait).await;
+    assert_eq!(p.stream_seqs(), [2]);
+    // Without a threshold the group is served as usual.
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "A"});
+    assert_eq!(pull(&c, "PG", "o", req, 1, wait).await.stream_seqs(), [3]);
+    // Thresholds belong to overflow consumers only.
+    add_consumer(
+        &c,
+        "PG",
+        "plain",
+        json!({"durable_name": "plain", "ack_policy": "explicit"}),
+    )
+    .await;
+    let req = json!({"batch": 1, "expires": 300_000_000, "min_pending": 1});
+    let p = pull(&c, "PG", "plain", req, 1, wait).await;
+    assert_eq!(p.status_code(), Some(400));
+    assert_eq!(
+        p.description(),
+        "Bad Request - Not a Overflow Priority consumer"
+    );
+}
+
+#[tokio::test]
+async fn prioritized_pulls_are_served_lowest_priority_first() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "PG", "subjects": ["pg.>"]})).await;
+    add_consumer(
+        &c,
+        "PG",
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit",
+               "priority_policy": "prioritized", "priority_groups": ["A"]}),
+    )
+    .await;
+    let wait = Duration::from_secs(5);
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "A", "priority": 10});
+    let p = pull(&c, "PG", "p", req, 1, wait).await;
+    assert_eq!(
+        p.description(),
+        "Bad Request - Priority must be between 0 and 9"
+    );
+    // Three waiting requests, in the order 5, 1, 0; five messages arrive.
+    let mut subs = Vec::new();
+    for priority in [5, 1, 0] {
+        let inbox = c.new_inbox();
+        let sub = c.subscribe(inbox.clone()).await.unwrap();
+        let req =
+            json!({"batch": 2, "expires": 3_000_000_000u64, "group": "A", "priority": priority});
+        c.publish_with_reply(
+            "$JS.API.CONSUMER.MSG.NEXT.PG.p",
+            inbox,
+            serde_json::to_vec(&req).unwrap().into(),
+        )
+        .await
+        .unwrap();
+        subs.push(sub);
+    }
+    let mut queued = false;
+    for _ in 0..100 {
+        if consumer_info(&c, "PG", "p").await["num_waiting"] == 3 {
+            queued = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(queued, "three pull requests waiting");
+    for i in 0..5 {
+        publish(&c, "pg.1", format!("{i}").as_bytes()).await;
+    }
+    let mut got = Vec::new();
+    for sub in &mut subs {
+        let mut seqs = Vec::new();
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+            if m.status.is_none() {
+                seqs.push(ack_meta(&m).stream_seq);
+            }
+            if seqs.len() == 2 {
+                break;
+            }
+        }
+        got.push(seqs);
+    }
+    // Priority 0 first, then 1, then 5 gets what is left.
+    assert_eq!(got, [vec![5], vec![3, 4], vec![1, 2]]);
+}

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::ack_subject::AckSubject;
+use super::api::types::PriorityGroupState;
 use super::api::types::{ConsumerInfo, SequenceInfo};
-use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PullRequest};
+use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PriorityPolicy, PullRequest};
 use super::Effects;
 use crate::store::{StoredMsg, StreamStore};
 use crate::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
@@ -79,6 +80,12 @@ struct Waiting {
     heartbeat: i64,
     next_heartbeat: i64,
     delivered: u64,
+    /// Overflow: served only while at least this many messages are pending (`0`: unset).
+    min_pending: u64,
+    /// Overflow: served only while at least this many acks are outstanding (`0`: unset).
+    min_ack_pending: u64,
+    /// Prioritized: lower goes first.
+    priority: i64,
 }
 
 /// Push delivery state.
@@ -460,6 +467,12 @@ impl Consumer {
             push_bound: self.push.as_ref().is_some_and(|p| p.bound),
             paused: paused.is_some(),
             pause_remaining: paused.map(|t| t - now),
+            priority_groups: self
+                .cfg
+                .priority_groups
+                .iter()
+                .map(|g| PriorityGroupState::unpinned(g))
+                .collect(),
         }
     }
 
@@ -533,6 +546,10 @@ impl Consumer {
             out.status(reply, status_block(409, "Consumer is push based", &[]));
             return;
         }
+        if let Err(text) = self.check_priority(&req) {
+            out.status(reply, status_block(400, text, &[]));
+            return;
+        }
         if self.cfg.max_batch > 0 && req.batch > self.cfg.max_batch as u64 {
             let t = format!("Exceeded MaxRequestBatch of {}", self.cfg.max_batch);
             out.status(reply, status_block(409, &t, &[]));
@@ -574,7 +591,60 @@ impl Consumer {
             heartbeat: pull_heartbeat(req.idle_heartbeat),
             next_heartbeat: now.saturating_add(pull_heartbeat(req.idle_heartbeat)),
             delivered: 0,
+            min_pending: u64::try_from(req.min_pending).unwrap_or(0),
+            min_ack_pending: u64::try_from(req.min_ack_pending).unwrap_or(0),
+            priority: req.priority,
         });
+    }
+
+    /// A pull request's priority-group fields against the consumer's policy; the error is the
+    /// `400` status text nats-server 2.15.1 sends.
+    fn check_priority(&self, req: &PullRequest) -> Result<(), &'static str> {
+        let policy = self.cfg.priority_policy;
+        if policy != PriorityPolicy::None {
+            match req.group.as_deref() {
+                None | Some("") => return Err("Bad Request - Priority Group missing"),
+                Some(g) if !self.cfg.priority_groups.iter().any(|x| x == g) => {
+                    return Err("Bad Request - Invalid Priority Group")
+                }
+                Some(_) => {}
+            }
+        }
+        if (req.min_pending > 0 || req.min_ack_pending > 0) && policy != PriorityPolicy::Overflow {
+            return Err("Bad Request - Not a Overflow Priority consumer");
+        }
+        if policy == PriorityPolicy::Prioritized && !(0..=9).contains(&req.priority) {
+            return Err("Bad Request - Priority must be between 0 and 9");
+        }
+        Ok(())
+    }
+
+    /// Which waiting request is served next: the first in line, except that `overflow` skips
+    /// requests whose `min_pending` / `min_ack_pending` the consumer does not reach (either
+    /// one reached suffices) and `prioritized` takes the lowest priority first (in arrival
+    /// order among equals).
+    fn next_waiting(&self, store: &dyn StreamStore) -> Option<usize> {
+        match self.cfg.priority_policy {
+            PriorityPolicy::Prioritized => {
+                let best = self.waiting.iter().map(|w| w.priority).min()?;
+                self.waiting.iter().position(|w| w.priority == best)
+            }
+            PriorityPolicy::Overflow => {
+                let mut pending = None;
+                let acks = self.pending.len() as u64;
+                self.waiting.iter().position(|w| {
+                    if w.min_pending == 0 && w.min_ack_pending == 0 {
+                        return true;
+                    }
+                    let behind = w.min_pending > 0
+                        && *pending.get_or_insert_with(|| self.num_pending(store)) >= w.min_pending;
+                    behind || (w.min_ack_pending > 0 && acks >= w.min_ack_pending)
+                })
+            }
+            PriorityPolicy::None | PriorityPolicy::PinnedClient => {
+                (!self.waiting.is_empty()).then_some(0)
+            }
+        }
     }
 
     /// Ends every waiting request with `409 Consumer Deleted` (the consumer is going away).
@@ -906,7 +976,8 @@ impl Consumer {
             if budget == 0 || paused {
                 break;
             }
-            // Who receives?
+            // Who receives? (`serving`: the waiting pull request's index.)
+            let mut serving = 0;
             let target = if let Some(p) = &self.push {
                 if p.fc_pending.is_some() {
                     break;
@@ -919,8 +990,11 @@ impl Consumer {
                     None => break,
                 }
             } else {
-                match self.waiting.front() {
-                    Some(w) => w.reply.clone(),
+                match self.next_waiting(store) {
+                    Some(i) => {
+                        serving = i;
+                        self.waiting[i].reply.clone()
+                    }
                     None => break,
                 }
             };
@@ -944,9 +1018,9 @@ impl Consumer {
             let size = (msg.subject.len()
                 + msg.headers.as_ref().map_or(0, Bytes::len)
                 + msg.payload.len()) as u64;
-            if let Some(w) = self.waiting.front() {
+            if let Some(w) = self.waiting.get(serving) {
                 if w.bytes_left.is_some_and(|b| size > b) {
-                    if let Some(w) = self.waiting.pop_front() {
+                    if let Some(w) = self.waiting.remove(serving) {
                         out.status(
                             &w.reply,
                             status_block(
@@ -1007,7 +1081,7 @@ impl Consumer {
                 p.fc_bytes += size;
             } else if !bound {
                 // The requester went away: drop its request, keep the message.
-                self.waiting.pop_front();
+                self.waiting.remove(serving);
                 continue;
             }
             // Delivered.
@@ -1048,7 +1122,7 @@ impl Consumer {
                 self.floor_sseq = self.delivered_sseq;
                 done.push(msg.seq);
             }
-            if let Some(w) = self.waiting.front_mut() {
+            if let Some(w) = self.waiting.get_mut(serving) {
                 w.batch_left = w.batch_left.saturating_sub(1);
                 w.delivered += 1;
                 if let Some(b) = &mut w.bytes_left {
@@ -1056,7 +1130,7 @@ impl Consumer {
                 }
                 w.next_heartbeat = now.saturating_add(w.heartbeat);
                 if w.batch_left == 0 {
-                    self.waiting.pop_front();
+                    self.waiting.remove(serving);
                 }
             }
             let fc_due = self.push.as_ref().is_some_and(|p| {

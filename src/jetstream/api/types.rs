@@ -186,6 +186,28 @@ pub struct ConsumerInfo {
     /// Nanoseconds until a paused consumer resumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_remaining: Option<i64>,
+    /// Each priority group's state (ADR-42).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub priority_groups: Vec<PriorityGroupState>,
+}
+
+/// One priority group in consumer info.
+#[derive(Debug, Clone, Serialize)]
+pub struct PriorityGroupState {
+    /// The group's name.
+    pub group: String,
+    /// When a client was pinned (the zero time: none; pinning is not built).
+    pub pinned_ts: String,
+}
+
+impl PriorityGroupState {
+    /// A group nobody is pinned to.
+    pub fn unpinned(group: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            pinned_ts: "0001-01-01T00:00:00Z".to_owned(),
+        }
+    }
 }
 
 #[cfg(test)]

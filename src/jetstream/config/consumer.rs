@@ -15,7 +15,7 @@ use super::stream::{
 };
 use super::{
     enum_field, metadata_size, null_as_default, set_server_metadata, user_metadata_eq,
-    zero_as_none, AckPolicy, DeliverPolicy, ReplayPolicy, Retention, StreamConfig,
+    zero_as_none, AckPolicy, DeliverPolicy, PriorityPolicy, ReplayPolicy, Retention, StreamConfig,
 };
 use crate::jetstream::api::errors::ApiError;
 use crate::timefmt::{format_go_duration, parse_rfc3339};
@@ -128,6 +128,24 @@ pub struct ConsumerConfig {
     /// Paused until this time (RFC 3339 as given; `CONSUMER.PAUSE` sets and clears it).
     #[serde(deserialize_with = "rfc3339")]
     pub pause_until: Option<String>,
+    /// Pull priority groups (ADR-42): the groups a pull request must name.
+    #[serde(deserialize_with = "null_as_default")]
+    pub priority_groups: Vec<String>,
+    /// How waiting pulls of the groups are chosen.
+    pub priority_policy: PriorityPolicy,
+    /// Pinned-client timeout, nanoseconds (echoed; `pinned_client` itself is refused).
+    #[serde(deserialize_with = "null_as_default")]
+    pub priority_timeout: i64,
+}
+
+/// The longest priority group name nats-server accepts.
+const MAX_GROUP_NAME: usize = 16;
+
+/// A priority group name: 1–16 of `A-Z a-z 0-9 - _ / =`.
+fn valid_group_name(g: &str) -> bool {
+    g.len() <= MAX_GROUP_NAME
+        && g.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/' | b'='))
 }
 
 /// `deliver_policy` also accepts the reference's legacy spelling `undefined` (= `all`).
@@ -551,11 +569,60 @@ impl ConsumerConfig {
             return Err(ApiError::replicas_not_supported());
         }
 
-        // Pausing is an API level 1 feature (priority groups, also level 1, are refused).
-        let level = u32::from(self.pause_until.is_some());
+        self.check_priority_groups()?;
+        // Pausing and priority groups are API level 1 features.
+        let level =
+            u32::from(self.pause_until.is_some() || self.priority_policy != PriorityPolicy::None);
         set_server_metadata(&mut self.metadata, level, server_version);
         if metadata_size(&self.metadata) > MAX_METADATA_SIZE {
             return policy("consumer metadata exceeds maximum size of 128 KiB".into());
+        }
+        Ok(())
+    }
+
+    /// Priority groups (ADR-42), with the codes and texts nats-server 2.15.1 answers.
+    fn check_priority_groups(&self) -> Result<(), ApiError> {
+        let none = self.priority_policy == PriorityPolicy::None;
+        if !none && self.priority_groups.is_empty() {
+            return Err(ApiError::new(
+                400,
+                10159,
+                "Setting PriorityPolicy requires at least one PriorityGroup to be set",
+            ));
+        }
+        if none && !self.priority_groups.is_empty() {
+            return Err(ApiError::new(
+                400,
+                10196,
+                "consumer can not have priority groups when policy is none",
+            ));
+        }
+        for g in &self.priority_groups {
+            if g.is_empty() {
+                return Err(ApiError::new(
+                    400,
+                    10161,
+                    "Group name cannot be an empty string",
+                ));
+            }
+            if !valid_group_name(g) {
+                return Err(ApiError::new(
+                    400,
+                    10162,
+                    "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters",
+                ));
+            }
+        }
+        if self.priority_policy == PriorityPolicy::PinnedClient {
+            // Named in docs/compatibility.md: pinning (Nats-Pin-Id, UNPIN) is not built yet.
+            return Err(ApiError::invalid_consumer_policy(
+                "priority policy pinned_client is not supported",
+            ));
+        }
+        if !none && self.is_push() {
+            return Err(ApiError::invalid_consumer_policy(
+                "priority groups are only supported on pull consumers",
+            ));
         }
         Ok(())
     }
@@ -735,6 +802,16 @@ struct ConsumerConfigView<'a> {
     metadata: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pause_until: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    priority_groups: &'a [String],
+    #[serde(skip_serializing_if = "is_no_priority")]
+    priority_policy: PriorityPolicy,
+    #[serde(skip_serializing_if = "is_zero")]
+    priority_timeout: i64,
+}
+
+fn is_no_priority(p: &PriorityPolicy) -> bool {
+    *p == PriorityPolicy::None
 }
 
 impl Serialize for ConsumerConfig {
@@ -770,13 +847,16 @@ impl Serialize for ConsumerConfig {
             mem_storage: self.mem_storage,
             metadata: &self.metadata,
             pause_until: self.pause_until.as_deref(),
+            priority_groups: &self.priority_groups,
+            priority_policy: self.priority_policy,
+            priority_timeout: self.priority_timeout,
         }
         .serialize(s)
     }
 }
 
 /// A pull request (`CONSUMER.MSG.NEXT`, §7.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequest {
     /// Messages wanted (at least 1).
     pub batch: u64,
@@ -788,6 +868,14 @@ pub struct PullRequest {
     pub max_bytes: u64,
     /// Per-request idle heartbeat, nanoseconds; `0` = none.
     pub idle_heartbeat: i64,
+    /// The priority group the request belongs to (ADR-42).
+    pub group: Option<String>,
+    /// Overflow: serve only while the consumer has at least this many pending; `0` = unset.
+    pub min_pending: i64,
+    /// Overflow: serve only while at least this many acks are outstanding; `0` = unset.
+    pub min_ack_pending: i64,
+    /// Prioritized: 0 (first) to 9.
+    pub priority: i64,
 }
 
 impl Default for PullRequest {
@@ -798,6 +886,10 @@ impl Default for PullRequest {
             no_wait: false,
             max_bytes: 0,
             idle_heartbeat: 0,
+            group: None,
+            min_pending: 0,
+            min_ack_pending: 0,
+            priority: 0,
         }
     }
 }
@@ -810,11 +902,16 @@ struct RawPullRequest {
     no_wait: Option<bool>,
     max_bytes: Option<i64>,
     idle_heartbeat: Option<i64>,
+    group: Option<String>,
+    min_pending: Option<i64>,
+    min_ack_pending: Option<i64>,
+    priority: Option<i64>,
 }
 
 /// Parses a pull request body (§7.1): empty → batch 1 waiting indefinitely; decimal text →
-/// that batch; otherwise JSON (`batch`, `expires`, `no_wait`, `max_bytes`, `idle_heartbeat`;
-/// priority-group fields and unknown keys ignored). A batch of 0 or less means 1; negative
+/// that batch; otherwise JSON (`batch`, `expires`, `no_wait`, `max_bytes`, `idle_heartbeat`,
+/// the priority-group fields `group`, `min_pending`, `min_ack_pending`, `priority`; unknown
+/// keys ignored). A batch of 0 or less means 1; negative
 /// durations and byte caps mean "none" (our choice). The error is the text for
 /// `NATS/1.0 400 Bad Request - <reason>`: `heartbeat value too large` when
 /// `2 * idle_heartbeat > expires`, else the JSON parser's text.
@@ -845,6 +942,10 @@ pub fn parse_pull_request(body: &[u8]) -> Result<PullRequest, String> {
             .and_then(|b| u64::try_from(b).ok())
             .unwrap_or(0),
         idle_heartbeat: raw.idle_heartbeat.unwrap_or(0).max(0),
+        group: raw.group,
+        min_pending: raw.min_pending.unwrap_or(0).max(0),
+        min_ack_pending: raw.min_ack_pending.unwrap_or(0).max(0),
+        priority: raw.priority.unwrap_or(0),
     };
     if req.idle_heartbeat > 0 && req.idle_heartbeat.saturating_mul(2) > req.expires {
         return Err("heartbeat value too large".to_string());
@@ -1354,9 +1455,16 @@ mod tests {
                 expires: 999_900_000,
                 no_wait: true,
                 max_bytes: 0,
-                idle_heartbeat: 0
+                idle_heartbeat: 0,
+                ..PullRequest::default()
             }
         );
+        let r = parse_pull_request(
+            br#"{"batch":1,"group":"A","min_pending":3,"min_ack_pending":2,"priority":4}"#,
+        )
+        .unwrap();
+        assert_eq!(r.group.as_deref(), Some("A"));
+        assert_eq!((r.min_pending, r.min_ack_pending, r.priority), (3, 2, 4));
         let r = parse_pull_request(
             br#"{"batch":5,"expires":800000000,"no_wait":true,"max_bytes":0,"min_pending":null,"min_ack_pending":null,"group":null,"id":null,"priority":null}"#,
         )

@@ -175,6 +175,22 @@ api_enum!(
 );
 
 api_enum!(
+    /// How a pull consumer's priority groups choose among waiting pull requests (ADR-42).
+    PriorityPolicy, "priority_policy", {
+        /// No priority groups.
+        #[default]
+        None => "none",
+        /// A request may ask to be served only while the consumer is behind (`min_pending`,
+        /// `min_ack_pending`).
+        Overflow => "overflow",
+        /// One client at a time is served (not implemented: refused at create).
+        PinnedClient => "pinned_client",
+        /// The request with the lowest `priority` (0–9) is served first.
+        Prioritized => "prioritized",
+    }
+);
+
+api_enum!(
     /// Stream retention policy (§4.1, §5.6).
     Retention, "retention", {
         /// Only limits remove messages.
