@@ -1698,7 +1698,7 @@ async fn expiry_leaves_a_delete_marker_that_expires_in_turn() {
 /// Atomic batches (ADR-50) and message schedules (ADR-51) are not implemented: a publish
 /// that carries their headers is refused with the codes nats-server gives a stream without
 /// them — never stored as a plain message a client would take for a committed batch or an
-/// armed schedule — and a stream asking for them (or for a subject transform) is refused at
+/// armed schedule — and a stream asking for them is refused at
 /// create rather than created without them.
 #[tokio::test]
 async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
@@ -1732,10 +1732,6 @@ async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
         (
             r#""allow_msg_schedules":true"#,
             "message schedules (allow_msg_schedules) are not supported",
-        ),
-        (
-            r#""subject_transform":{"src":"nx.>","dest":"ny.>"}"#,
-            "subject transforms are not supported",
         ),
     ] {
         let body = format!(r#"{{"name":"NX","subjects":["nx.>"],{extra}}}"#);

@@ -14,6 +14,8 @@
 //! - [`stream`]: publish checks (dedupe, expected-* headers, rollup, TTL), limits, purge, get,
 //!   info, retention.
 //! - [`consumer`]: delivery cursor, pending acks, redelivery, pull requests, push delivery.
+//! - [`source`]: mirrors and sources: what a stream copies from other streams, and where
+//!   each copy resumes.
 
 pub use effects::{Effect, Effects, Interest};
 
@@ -25,6 +27,7 @@ pub mod dedupe;
 pub mod effects;
 #[cfg(test)]
 mod engine_tests;
+pub mod source;
 pub mod stream;
 
 /// The JetStream API level this server implements (INFO `api_lvl`, account info `api.level`).

@@ -29,11 +29,13 @@ use super::config::{
 };
 use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
+use super::source::{self, SourceBatch, SourceLink};
 use super::Effects;
 use crate::proto::headers::HeaderMap;
 use crate::store::{
     AppendRejected, Discard, NewMsg, PurgeRequest, StoreError, StoreLimits, StreamStore,
 };
+use crate::subject::transform::Transform;
 use crate::timefmt::{parse_msg_ttl, rfc3339_nanos};
 
 /// A message published to one of the stream's subjects.
@@ -161,6 +163,10 @@ pub struct Stream {
     /// Set after a fatal store error: the stream refuses writes until restart.
     offline: Option<String>,
     server_name: String,
+    /// The origins a mirror or sourcing stream copies from (see [`super::source`]).
+    links: Vec<SourceLink>,
+    /// The stream's own `subject_transform`, compiled.
+    transform: Option<Transform>,
 }
 
 /// What a publish carries in its headers that matters here.
@@ -245,9 +251,97 @@ impl Stream {
             ttl: BTreeSet::new(),
             offline: None,
             server_name: server_name.to_owned(),
+            links: Vec::new(),
+            transform: None,
         };
+        s.relink();
         s.rebuild(now);
+        source::positions(&mut s.links, s.store.as_ref());
         s
+    }
+
+    /// Builds the source links and the subject transform from the config, keeping the
+    /// positions of links that copy the same as before.
+    fn relink(&mut self) {
+        self.links = source::links_for(self.cfg.mirror.as_ref(), &self.cfg.sources, &self.links);
+        self.transform = self
+            .cfg
+            .subject_transform
+            .as_ref()
+            .and_then(|t| t.compile().ok());
+    }
+
+    // ------------------------------------------------------------------ sources
+
+    /// The origins this stream copies from.
+    pub fn source_links(&self) -> &[SourceLink] {
+        &self.links
+    }
+
+    /// Records why link `idx` could not read its origin (its stream info shows it).
+    pub fn source_failed(&mut self, idx: usize, e: ApiError) {
+        if let Some(l) = self.links.get_mut(idx) {
+            l.error = Some(e);
+        }
+    }
+
+    /// Stores what link `idx` read from its origin, as one commit (a mirror at the origin's
+    /// sequences and times, a source with its `Nats-Stream-Source` header at the next
+    /// sequences), and moves the link past what was read.
+    pub fn take_sourced(&mut self, idx: usize, batch: SourceBatch, out: &mut Effects, now: i64) {
+        let Some(link) = self.links.get(idx) else {
+            return;
+        };
+        let mirror = link.mirror;
+        let mut queue = Vec::with_capacity(batch.msgs.len());
+        let mut last_copied = link.last_copied;
+        for m in &batch.msgs {
+            let Some((subject, headers)) = link.copy_of(m) else {
+                continue;
+            };
+            let msg_id = if mirror || self.cfg.duplicate_window == 0 {
+                None
+            } else {
+                PubHeaders::parse(headers.as_ref()).msg_id
+            };
+            last_copied = m.seq;
+            if msg_id
+                .as_ref()
+                .is_some_and(|id| self.dedupe.get(id).is_some())
+            {
+                continue;
+            }
+            queue.push(Queued {
+                msg: NewMsg {
+                    subject,
+                    headers,
+                    payload: m.payload.clone(),
+                    seq: mirror.then_some(m.seq),
+                    ts: mirror.then_some(m.ts),
+                },
+                reply: None,
+                msg_id,
+                dup_of: None,
+                val: None,
+            });
+        }
+        if self.offline.is_some() {
+            return;
+        }
+        self.flush(&mut queue, out, now);
+        if self.offline.is_some() {
+            return;
+        }
+        if let Some(l) = self.links.get_mut(idx) {
+            l.next_seq = batch.scanned_to + 1;
+            l.last_copied = last_copied;
+            if last_copied > 0 {
+                l.not_before = None;
+            }
+            l.last_contact = Some(now);
+            l.lag = batch.origin_last.saturating_sub(batch.scanned_to);
+            l.error = None;
+        }
     }
 
     fn rebuild(&mut self, now: i64) {
@@ -306,7 +400,12 @@ impl Stream {
     pub fn publish(&mut self, batch: Vec<Incoming>, out: &mut Effects, now: i64) {
         self.dedupe.prune(now, self.cfg.duplicate_window);
         let mut queue: Vec<Queued> = Vec::new();
-        for m in batch {
+        for mut m in batch {
+            if let Some(t) = &self.transform {
+                if let Some(to) = t.apply(&m.subject) {
+                    m.subject = to;
+                }
+            }
             if let Err(e) = self.precheck(&m) {
                 self.answer(out, m.reply.as_deref(), Err(e));
                 continue;
@@ -340,6 +439,7 @@ impl Stream {
                     subject: m.subject,
                     headers: m.headers,
                     payload: m.payload,
+                    ..NewMsg::default()
                 },
                 reply: m.reply,
                 msg_id: h.msg_id,
@@ -522,6 +622,7 @@ impl Stream {
                 subject: m.subject,
                 headers: m.headers,
                 payload,
+                ..NewMsg::default()
             },
             reply: m.reply,
             msg_id: h.msg_id.clone(),
@@ -980,6 +1081,13 @@ impl Stream {
             cluster: Some(ClusterInfo {
                 leader: self.server_name.clone(),
             }),
+            mirror: self.links.iter().find(|l| l.mirror).map(|l| l.info(now)),
+            sources: self
+                .links
+                .iter()
+                .filter(|l| !l.mirror)
+                .map(|l| l.info(now))
+                .collect(),
             ts: rfc3339_nanos(now),
             did_create: false,
         };
@@ -1188,6 +1296,7 @@ impl Stream {
         }
         let limits = store_limits(&cfg);
         self.cfg = cfg;
+        self.relink();
         let n = self.store.set_limits(limits).map_err(|e| {
             self.note_store_error(&e);
             store_failed(&e)

@@ -430,3 +430,22 @@ fn a_wrong_data_key_is_an_error_and_changes_nothing() {
         "{r:?}"
     );
 }
+
+#[test]
+fn messages_stored_at_their_own_sequences_reopen_with_the_gaps() {
+    let io = FaultIo::new();
+    let mut s = open(&io).unwrap();
+    let at = |seq: u64| NewMsg {
+        seq: Some(seq),
+        ts: Some(i64::try_from(seq).unwrap() * 1_000),
+        ..NewMsg::new("m.x", format!("{seq}"))
+    };
+    s.append_batch(&[at(2), at(3)]).unwrap();
+    s.append_batch(&[at(7)]).unwrap();
+    s.close().unwrap();
+    let s = reopen(&io.crash_image(&CrashOptions::default())).unwrap();
+    let st = s.state();
+    assert_eq!((st.msgs, st.first_seq, st.last_seq), (3, 2, 7));
+    assert_eq!(s.get(7).unwrap().unwrap().ts, 7_000);
+    assert!(s.get(5).unwrap().is_none());
+}

@@ -435,7 +435,8 @@ impl<L: Clone> Index<L> {
     }
 
     /// Applies a batch: checks each message against `limits` in order, inserts the accepted
-    /// ones (sequence `last + 1`, timestamp `max(now, last_ts)`, location from `loc_for(message
+    /// ones (sequence `last + 1` or the message's own when beyond that, timestamp `max(now or
+    /// the message's own, last_ts)`, location from `loc_for(message
     /// index, seq, ts)`), and removes what discard-old limits push out. Returns the per-message
     /// results and the undo log.
     pub fn apply_append(
@@ -487,8 +488,11 @@ impl<L: Clone> Index<L> {
                     continue;
                 }
             }
-            let seq = self.last_seq + 1;
-            let ts = now.max(self.last_ts);
+            let seq = m
+                .seq
+                .filter(|s| *s > self.last_seq)
+                .unwrap_or(self.last_seq + 1);
+            let ts = m.ts.unwrap_or(now).max(self.last_ts);
             let subject = self.intern(&m.subject);
             let size32 = u32::try_from(size).unwrap_or(u32::MAX);
             self.insert(
@@ -722,11 +726,7 @@ mod tests {
             max_msgs: Some(1),
             ..StoreLimits::default()
         };
-        let m = |s: &str| NewMsg {
-            subject: s.to_owned(),
-            headers: None,
-            payload: bytes::Bytes::from_static(b"x"),
-        };
+        let m = |s: &str| NewMsg::new(s, bytes::Bytes::from_static(b"x"));
         ix.apply_append(&limits, &[m("a")], 1, |_, _, _| 0);
         // "b" pushes "a" out (max_msgs 1): "a"'s id is free and "c" may take it.
         let out = ix.apply_append(&limits, &[m("b"), m("c")], 2, |_, _, _| 0);

@@ -69,7 +69,7 @@ pub use recovery::RecoveryReport;
 pub use segment::StreamKeys;
 
 /// A message to append.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NewMsg {
     /// Subject (non-empty, at most 65,535 bytes).
     pub subject: String,
@@ -77,6 +77,13 @@ pub struct NewMsg {
     pub headers: Option<Bytes>,
     /// Payload.
     pub payload: Bytes,
+    /// The sequence to store it at when that is beyond the next one (the sequences between
+    /// are left out, as if deleted): a mirror keeps its origin's sequences. `None` (or a
+    /// sequence not beyond the last): the next one.
+    pub seq: Option<u64>,
+    /// The time to record instead of now (a mirror keeps its origin's timestamps); never
+    /// earlier than the last stored message's.
+    pub ts: Option<i64>,
 }
 
 impl NewMsg {
@@ -84,8 +91,8 @@ impl NewMsg {
     pub fn new(subject: impl Into<String>, payload: impl Into<Bytes>) -> Self {
         NewMsg {
             subject: subject.into(),
-            headers: None,
             payload: payload.into(),
+            ..NewMsg::default()
         }
     }
 }

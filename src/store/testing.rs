@@ -39,6 +39,7 @@ pub fn suite(make: Make<'_>) {
         ("compact_keeps_everything", compact_keeps_everything),
         ("checkpoint_and_close", checkpoint_and_close),
         ("big_batch", big_batch),
+        ("own_sequences_leave_gaps", own_sequences_leave_gaps),
     ];
     for (name, case) in cases {
         tracing::debug!(case = name, "store conformance");
@@ -476,6 +477,40 @@ fn big_batch(make: Make<'_>) {
     let g = s.get(300).expect("get").expect("stored");
     assert_eq!((g.subject.as_str(), g.payload.len()), ("big.5", 1024));
     assert_eq!(s.state().num_subjects, 7);
+}
+
+/// A message that names its sequence (a mirror's copy of its origin's) is stored at it, the
+/// sequences skipped count as deleted, and a sequence not beyond the last is ignored.
+fn own_sequences_leave_gaps(make: Make<'_>) {
+    let mut s = make();
+    let at = |seq: u64, ts: i64| NewMsg {
+        seq: Some(seq),
+        ts: Some(ts),
+        ..m("a", "x")
+    };
+    assert_eq!(append(s.as_mut(), &[at(5, 1_000)]), vec![5]);
+    let st = s.state();
+    assert_eq!(
+        (st.msgs, st.first_seq, st.last_seq),
+        (1, 5, 5),
+        "first at 5"
+    );
+    assert_eq!(
+        s.get(5).expect("get").expect("stored").ts,
+        1_000,
+        "its time kept"
+    );
+    assert_eq!(
+        append(s.as_mut(), &[at(9, 2_000), at(3, 3_000)]),
+        vec![9, 10]
+    );
+    let st = s.state();
+    assert_eq!(
+        (st.msgs, st.first_seq, st.last_seq, st.num_deleted),
+        (3, 5, 10, 3),
+        "gaps are deleted sequences"
+    );
+    assert_eq!(append(s.as_mut(), &[m("b", "y")]), vec![11]);
 }
 
 /// Helpers shared by the store's own tests.

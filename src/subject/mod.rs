@@ -7,6 +7,8 @@
 //!   subscriptions and queue groups.
 //! - [`mapping`]: import mappings between accounts and the rule that keeps them inside
 //!   their export.
+//! - [`transform`]: stream subject transforms (`$1`, `{{wildcard(1)}}`), which rename what
+//!   one stream stores.
 //! - [`cache`]: [`MatchCache`], a bounded memo of tree results keyed by subject and checked
 //!   against the tree's generation.
 //!
@@ -33,6 +35,7 @@ pub mod mapping;
     reason = "style guide layout: subject/subject.rs holds the token rules"
 )]
 pub mod subject;
+pub mod transform;
 pub mod tree;
 
 pub use cache::{MatchCache, MATCH_CACHE_CAPACITY, MAX_CACHED_SUBJECT_LEN};

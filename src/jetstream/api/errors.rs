@@ -136,6 +136,34 @@ pub enum ErrorKind {
     AtomicPublishDisabled,
     /// A `Nats-Schedule` publish (ADR-51 schedules are not implemented here).
     SchedulesDisabled,
+    /// A mirror with `subjects`.
+    MirrorWithSubjects,
+    /// A mirror with `sources`.
+    MirrorWithSources,
+    /// A mirror with `first_seq`.
+    MirrorWithFirstSeq,
+    /// A mirror whose origin name is not a stream name.
+    MirrorNameInvalid,
+    /// A source whose origin name is not a stream name.
+    SourceNameInvalid,
+    /// A mirror with both `filter_subject` and `subject_transforms`.
+    MirrorFilterAndTransforms,
+    /// A source with both `filter_subject` and `subject_transforms`.
+    SourceFilterAndTransforms,
+    /// A mirror's or source's transform that does not parse (the reason follows).
+    SourceTransformInvalid,
+    /// A stream's `subject_transform` that does not parse (the reason follows).
+    StreamTransformInvalid,
+    /// Transforms of one source whose filters overlap.
+    SourceFiltersOverlap,
+    /// Two sources alike.
+    DuplicateSource,
+    /// An update that adds, changes or (other than by removing it) touches the mirror.
+    MirrorUpdate,
+    /// `external.api` overlapping this account's own API (description is the whole text).
+    ExternalApiOverlap,
+    /// A mirror's or source's `filter_subject` that is not a subject (description whole).
+    SourceFilterInvalid,
 }
 
 impl ErrorKind {
@@ -257,6 +285,37 @@ impl ErrorKind {
             // `allow_msg_schedules`; here no stream has them.
             AtomicPublishDisabled => (400, 10174, "atomic publish is disabled"),
             SchedulesDisabled => (400, 10188, "message schedules is disabled"),
+            // Mirrors and sources: as nats-server 2.15.1 answers (tests/js_sources.rs).
+            MirrorWithSubjects => (400, 10034, "stream mirrors can not contain subjects"),
+            MirrorWithSources => (
+                400,
+                10031,
+                "stream mirrors can not also contain other sources",
+            ),
+            MirrorWithFirstSeq => (
+                400,
+                10143,
+                "stream mirrors can not have first sequence configured",
+            ),
+            MirrorNameInvalid => (400, 10142, "mirrored stream name is invalid"),
+            SourceNameInvalid => (400, 10141, "sourced stream name is invalid"),
+            MirrorFilterAndTransforms => (
+                400,
+                10150,
+                "mirror with multiple subject transforms cannot also have a single subject filter",
+            ),
+            SourceFilterAndTransforms => (
+                400,
+                10144,
+                "source with multiple subject transforms cannot also have a single subject filter",
+            ),
+            SourceTransformInvalid => (400, 10146, "source transform: "),
+            StreamTransformInvalid => (400, 10156, "stream transform: "),
+            SourceFiltersOverlap => (400, 10147, "source filters can not overlap"),
+            DuplicateSource => (400, 10140, "duplicate source configuration detected"),
+            MirrorUpdate => (400, 10055, "stream mirror configuration can not be updated"),
+            ExternalApiOverlap => (400, 10021, ""),
+            SourceFilterInvalid => (500, 10049, ""),
         }
     }
 
@@ -289,7 +348,7 @@ impl ApiError {
 
     /// The error for a table row whose description is the row's fixed part followed by
     /// `detail`.
-    fn with_detail(kind: ErrorKind, detail: &str) -> Self {
+    pub fn with_detail(kind: ErrorKind, detail: &str) -> Self {
         let (code, err_code, prefix) = kind.row();
         Self::new(code, err_code, format!("{prefix}{detail}"))
     }

@@ -58,6 +58,32 @@ pub struct ClusterInfo {
     pub leader: String,
 }
 
+/// Where a mirror or source stands (`mirror`, `sources[]` in stream info).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SourceInfo {
+    /// The origin stream.
+    pub name: String,
+    /// The origin's account or domain, as configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<crate::jetstream::config::source::ExternalStream>,
+    /// Origin messages not copied yet (from the origin's last sequence).
+    pub lag: u64,
+    /// The last origin sequence a source copied (sources only, as nats-server).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub seq: u64,
+    /// Nanoseconds since the origin was last read, `-1` never.
+    pub active: i64,
+    /// As configured.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub filter_subject: String,
+    /// As configured.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subject_transforms: Vec<crate::jetstream::config::source::SubjectTransformConfig>,
+    /// Why copying does not go on (the origin is missing, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<super::ApiError>,
+}
+
 /// Stream info, as create, update, info and list replies carry it.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StreamInfo {
@@ -70,6 +96,12 @@ pub struct StreamInfo {
     /// Sent by `STREAM.INFO` only (nats-server leaves it out of create, update and list).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterInfo>,
+    /// How far the mirror has copied its origin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<SourceInfo>,
+    /// How far each source has been copied.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceInfo>,
     /// When this info was taken.
     pub ts: String,
     /// Set on the reply of a create that made the stream.

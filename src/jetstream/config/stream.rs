@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::source::{StreamSource, SubjectTransformConfig};
 use super::{
     int32, metadata_size, null_as_default, set_server_metadata, user_metadata_eq, zero_as_none,
     DiscardPolicy, PersistMode, Retention, StorageType,
@@ -112,7 +113,7 @@ pub struct StreamConfig {
     /// Enables `$JS.API.DIRECT.GET.<S>`.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_direct: bool,
-    /// Direct get on a mirror (echoed only; mirrors are not supported).
+    /// Direct get on a mirror (echoed; a mirror answers direct gets when `allow_direct`).
     #[serde(deserialize_with = "null_as_default")]
     pub mirror_direct: bool,
     /// Read-only stream.
@@ -145,25 +146,24 @@ pub struct StreamConfig {
     /// User metadata plus the server-owned `_nats.*` keys.
     #[serde(deserialize_with = "null_as_default")]
     pub metadata: BTreeMap<String, String>,
-    /// Mirror source as sent (refused by [`StreamConfig::normalize`]).
-    pub mirror: Option<serde_json::Value>,
-    /// Sources as sent (refused by [`StreamConfig::normalize`]); an empty list is as good as
-    /// none.
-    #[serde(deserialize_with = "non_empty_list")]
-    pub sources: Option<serde_json::Value>,
+    /// The stream this one mirrors (see [`super::source`]).
+    pub mirror: Option<StreamSource>,
+    /// The streams this one sources from; `null` and `[]` are none.
+    #[serde(deserialize_with = "null_as_default")]
+    pub sources: Vec<StreamSource>,
     /// Every stored message is also published to a subject mapped from its own.
     pub republish: Option<RePublish>,
+    /// Renames the subject of every message published to the stream before it is stored.
+    pub subject_transform: Option<SubjectTransformConfig>,
     /// Options this server does not implement, read only to be refused by
     /// [`StreamConfig::normalize`] rather than silently dropped (see
     /// [`StreamConfig::unsupported`]).
-    pub subject_transform: Option<serde_json::Value>,
-    /// See `subject_transform`.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_atomic: bool,
-    /// See `subject_transform`.
+    /// See `allow_atomic`.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_batched: bool,
-    /// See `subject_transform`.
+    /// See `allow_atomic`.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_msg_schedules: bool,
 }
@@ -197,12 +197,6 @@ fn compression<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     }
 }
 
-/// `sources`: `null` and `[]` read as none.
-fn non_empty_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
-    Ok(Option::<serde_json::Value>::deserialize(d)?
-        .filter(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())))
-}
-
 /// Whether a request body is "no body": empty or only whitespace.
 pub(crate) fn is_blank(body: &[u8]) -> bool {
     body.iter().all(u8::is_ascii_whitespace)
@@ -231,9 +225,7 @@ impl StreamConfig {
     /// The first option asked for that this server does not implement, as the subject of
     /// "... not supported".
     pub fn unsupported(&self) -> Option<&'static str> {
-        if self.subject_transform.is_some() {
-            Some("subject transforms are")
-        } else if self.allow_atomic {
+        if self.allow_atomic {
             Some("atomic batch publish (allow_atomic) is")
         } else if self.allow_batched {
             Some("batched publish (allow_batched) is")
@@ -274,10 +266,14 @@ impl StreamConfig {
         {
             return invalid("stream description is too long, maximum allowed is 4096");
         }
-        // Our choice: mirrors and sources (tagged N in the spec) are refused outright.
-        if self.mirror.is_some() || self.sources.is_some() {
-            return invalid("mirrors and sources are not supported");
-        }
+        super::source::check(
+            &self.name,
+            &self.subjects,
+            self.first_seq.filter(|s| *s > 0),
+            self.mirror.as_ref(),
+            &self.sources,
+            self.subject_transform.as_ref(),
+        )?;
         if let Some(what) = self.unsupported() {
             return invalid(&format!("{what} not supported"));
         }
@@ -311,13 +307,17 @@ impl StreamConfig {
         if self.duplicate_window < 0 {
             return invalid("duplicates window can not be negative");
         }
+        // A stream that copies from others has no duplicate window unless one is asked for
+        // (as nats-server echoes it).
         if self.duplicate_window == 0 {
-            self.duplicate_window = if self.max_age != 0 && self.max_age < DEFAULT_DUPLICATE_WINDOW
-            {
-                self.max_age
-            } else {
-                DEFAULT_DUPLICATE_WINDOW
-            };
+            if !self.copies() {
+                self.duplicate_window =
+                    if self.max_age != 0 && self.max_age < DEFAULT_DUPLICATE_WINDOW {
+                        self.max_age
+                    } else {
+                        DEFAULT_DUPLICATE_WINDOW
+                    };
+            }
         } else {
             if self.duplicate_window < MILLIS_100 {
                 return invalid("duplicates window needs to be >= 100ms");
@@ -347,7 +347,7 @@ impl StreamConfig {
             return invalid("unknown compression algorithm");
         }
 
-        if self.subjects.is_empty() {
+        if self.subjects.is_empty() && !self.copies() {
             self.subjects = vec![self.name.clone()];
         }
         if let Some(rp) = &self.republish {
@@ -499,6 +499,12 @@ impl StreamConfig {
         if self.max_consumers != new.max_consumers {
             return refuse("change max consumers");
         }
+        // The mirror may be dropped (promotion), never added or changed.
+        if self.mirror != new.mirror && new.mirror.is_some() {
+            return Err(ApiError::from_kind(
+                crate::jetstream::api::errors::ErrorKind::MirrorUpdate,
+            ));
+        }
         if let (Some(a), Some(b)) = (self.first_seq, new.first_seq) {
             if a != b {
                 return refuse("change first sequence");
@@ -526,6 +532,11 @@ impl StreamConfig {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
+    /// Whether this stream copies other streams (a mirror or sources).
+    pub fn copies(&self) -> bool {
+        self.mirror.is_some() || !self.sources.is_empty()
+    }
+
     /// Whether some subject of this stream collides with `filter`.
     pub fn subjects_collide_with(&self, filter: &str) -> bool {
         self.subjects.iter().any(|s| subjects_collide(s, filter))
@@ -536,12 +547,17 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
+}
+
 /// The echo, field by field in the reference's order (§11 capture).
 #[derive(Serialize)]
 struct StreamConfigView<'a> {
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
     subjects: &'a [String],
     retention: Retention,
     max_consumers: i64,
@@ -557,12 +573,15 @@ struct StreamConfigView<'a> {
     num_replicas: i64,
     #[serde(skip_serializing_if = "is_false")]
     no_ack: bool,
+    #[serde(skip_serializing_if = "is_zero_i64")]
     duplicate_window: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    mirror: Option<&'a serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sources: Option<&'a serde_json::Value>,
+    mirror: Option<&'a StreamSource>,
+    #[serde(skip_serializing_if = "<[StreamSource]>::is_empty")]
+    sources: &'a [StreamSource],
     compression: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subject_transform: Option<&'a SubjectTransformConfig>,
     #[serde(skip_serializing_if = "Option::is_none")]
     first_seq: Option<u64>,
     allow_direct: bool,
@@ -605,8 +624,9 @@ impl Serialize for StreamConfig {
             no_ack: self.no_ack,
             duplicate_window: self.duplicate_window,
             mirror: self.mirror.as_ref(),
-            sources: self.sources.as_ref(),
+            sources: &self.sources,
             compression: &self.compression,
+            subject_transform: self.subject_transform.as_ref(),
             first_seq: self.first_seq,
             allow_direct: self.allow_direct,
             mirror_direct: self.mirror_direct,
@@ -744,7 +764,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.retention, Retention::Limits);
-        assert!(cfg.mirror.is_none() && cfg.sources.is_none());
+        assert!(cfg.mirror.is_none() && cfg.sources.is_empty());
         assert_eq!(cfg.compression, "none");
     }
 
@@ -872,14 +892,8 @@ mod tests {
                 "",
             ),
             (r#"{"name":"S","subject_delete_marker_ttl":500}"#, ""),
-            (
-                r#"{"name":"S","mirror":{"name":"O"}}"#,
-                "mirrors and sources are not supported",
-            ),
-            (
-                r#"{"name":"S","sources":[{"name":"O"}]}"#,
-                "mirrors and sources are not supported",
-            ),
+            (r#"{"name":"S","mirror":{"name":"S"}}"#, "detected cycle"),
+            (r#"{"name":"S","sources":[{"name":"S"}]}"#, "detected cycle"),
             (r#"{"name":"S","num_replicas":-1}"#, ""),
             (r#"{"name":"S","num_replicas":6}"#, ""),
         ];

@@ -43,6 +43,8 @@ pub(crate) enum Cmd {
     /// unless the stream's keys were erased already: then it only rings the thread, which
     /// finds the stream erased and removes it.
     EndPulls,
+    /// An origin this stream copies from stored something (see `sourcing`).
+    SourceReady,
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<SyncSender<()>>),
 }
@@ -64,9 +66,12 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
             payload,
         } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
         Cmd::FlowControl { subject } => subject.len(),
-        Cmd::Info(_) | Cmd::Update(..) | Cmd::Snapshot(_) | Cmd::EndPulls | Cmd::Stop(_) => {
-            return 0
-        }
+        Cmd::Info(_)
+        | Cmd::Update(..)
+        | Cmd::Snapshot(_)
+        | Cmd::EndPulls
+        | Cmd::SourceReady
+        | Cmd::Stop(_) => return 0,
     };
     bytes.max(MIN_COMMAND_COST)
 }

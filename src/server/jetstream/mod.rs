@@ -21,6 +21,7 @@ mod api;
 mod cmd;
 mod shard;
 mod sink;
+mod sourcing;
 mod stream_worker;
 mod table;
 

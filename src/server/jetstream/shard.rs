@@ -188,6 +188,27 @@ impl StreamTx {
     pub(crate) fn send(&self, cmd: Cmd) -> Result<(), NotQueued> {
         self.q.0.push(cmd, false)
     }
+
+    /// A handle that does not keep the stream's queue open (a stream that another one rings
+    /// must still find itself abandoned when its own senders are gone).
+    pub(crate) fn downgrade(&self) -> WeakStreamTx {
+        WeakStreamTx {
+            q: Arc::downgrade(&self.q),
+        }
+    }
+}
+
+/// A [`StreamTx`] that does not count as a sender.
+#[derive(Clone)]
+pub(crate) struct WeakStreamTx {
+    q: std::sync::Weak<Senders>,
+}
+
+impl WeakStreamTx {
+    /// The sender, while the stream still has others.
+    pub(crate) fn upgrade(&self) -> Option<StreamTx> {
+        self.q.upgrade().map(|q| StreamTx { q })
+    }
 }
 
 #[cfg(test)]

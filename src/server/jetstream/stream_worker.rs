@@ -35,6 +35,7 @@ use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 use super::cmd::{cmd_size, Cmd};
 use super::shard::{Served, ShardTask, StreamQueue};
 use super::sink::{AccountInterest, RouterSink};
+use super::sourcing::{self, Copiers, CopyBell};
 use super::table::SnapshotCell;
 use super::{AccountJs, JetStream, Published, StreamRef, Usage};
 use crate::server::backpressure::{Budget, STREAM_INTAKE_BYTES};
@@ -221,8 +222,15 @@ pub(crate) fn spawn(
     let stream = Arc::new(Mutex::new(stream));
     let budget = Budget::new(STREAM_INTAKE_BYTES);
     let erased = Arc::new(AtomicBool::new(false));
+    let bell = CopyBell::new();
+    let copiers = Arc::new(Copiers::default());
+    let last_rung = lock(&stream).store().state().last_seq;
     let worker = Worker {
         erased: Arc::clone(&erased),
+        bell: Arc::clone(&bell),
+        copiers: Arc::clone(&copiers),
+        last_rung,
+        copy_at: None,
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
@@ -243,6 +251,7 @@ pub(crate) fn spawn(
         version: NATS_COMPAT_VERSION.to_owned(),
     };
     let tx = js.shards.adopt(Box::new(worker));
+    bell.connect(tx.downgrade());
     let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
     acc.streams.insert(Arc::new(StreamRef {
         tx,
@@ -254,6 +263,7 @@ pub(crate) fn spawn(
         snapshot,
         budget,
         erased,
+        copiers,
     }));
 }
 
@@ -355,6 +365,14 @@ pub(crate) struct Worker {
     budget: Arc<Budget>,
     /// The stream was deleted: its keys are erased (see [`live_meta`]).
     erased: Arc<AtomicBool>,
+    /// Rung by the origins this stream copies from (mirror, sources).
+    bell: Arc<CopyBell>,
+    /// The streams that copy from this one: rung when its last sequence moved.
+    copiers: Arc<Copiers>,
+    /// The last sequence the copiers were rung for.
+    last_rung: u64,
+    /// When a copy pass must run without a ring (a missing or busy origin).
+    copy_at: Option<i64>,
     changed_since_snapshot: bool,
     last_snapshot: i64,
     /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
@@ -473,6 +491,14 @@ impl Worker {
         if self.changed_since_checkpoint {
             take(self.last_checkpoint.saturating_add(CHECKPOINT_EVERY_NS));
         }
+        if !st.source_links().is_empty() {
+            if self.bell.is_pending() {
+                take(0);
+            }
+            if let Some(t) = self.copy_at {
+                take(t);
+            }
+        }
         d
     }
 
@@ -516,6 +542,8 @@ impl Worker {
                     let _ = tx.send(st.info(&StreamInfoRequest::default(), now));
                 }
                 Cmd::Update(cfg, tx) => {
+                    // New sources, or a mirror dropped: the next pass sees the new links.
+                    self.bell.ring_self();
                     let r = st
                         .update(*cfg, &mut self.fx)
                         .map(|()| st.info(&StreamInfoRequest::default(), now));
@@ -524,6 +552,7 @@ impl Worker {
                     let _ = tx.send(r);
                 }
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
+                Cmd::SourceReady => {}
                 Cmd::EndPulls => {
                     for c in st.consumers.values_mut() {
                         c.deleted(&mut self.fx);
@@ -538,6 +567,7 @@ impl Worker {
         if !publishes.is_empty() {
             self.publish(st, publishes, now);
         }
+        self.copy_sources(st, now);
         st.tick(&mut self.fx, now);
         if let Some(iv) = self.js.sync_interval {
             if now.saturating_sub(self.last_sync)
@@ -575,6 +605,11 @@ impl Worker {
         self.execute(st);
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
+        let last = st.store().state().last_seq;
+        if last != self.last_rung {
+            self.last_rung = last;
+            self.copiers.ring();
+        }
         if let Some(done) = stop {
             self.shutdown(st);
             if let Some(d) = done {
@@ -583,6 +618,25 @@ impl Worker {
             return true;
         }
         false
+    }
+
+    /// Copies from the origins of a mirror or sourcing stream, when rung or due (see
+    /// [`sourcing`](super::sourcing)). Over its quota a stream copies nothing (it tries again
+    /// later, as a publish would be refused).
+    fn copy_sources(&mut self, st: &mut Stream, now: i64) {
+        if st.source_links().is_empty() {
+            return;
+        }
+        let due = self.copy_at.is_some_and(|t| t <= now);
+        if !self.bell.take() && !due {
+            return;
+        }
+        if self.over_quota(st).is_some() {
+            self.copy_at = Some(now.saturating_add(1_000_000_000));
+            return;
+        }
+        self.copy_at = sourcing::copy(&self.acc, &self.bell, st, &mut self.fx, now);
+        self.execute(st);
     }
 
     /// Stores a batch of publishes unless the account or the server is out of storage.

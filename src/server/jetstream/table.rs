@@ -41,6 +41,8 @@ pub(crate) struct StreamRef {
     /// Set (under the metadata lock) once the stream's keys are erased: its store thread
     /// then touches the metadata no more and removes the files (see `api::delete`).
     pub(crate) erased: Arc<AtomicBool>,
+    /// The streams that copy from this one (see `sourcing`).
+    pub(crate) copiers: Arc<super::sourcing::Copiers>,
 }
 
 impl StreamRef {
@@ -56,6 +58,7 @@ impl StreamRef {
             snapshot: Arc::clone(&self.snapshot),
             budget: Arc::clone(&self.budget),
             erased: Arc::clone(&self.erased),
+            copiers: Arc::clone(&self.copiers),
         }
     }
 }

@@ -1,0 +1,175 @@
+//! Runs mirrors and sources (the engine's [`crate::jetstream::source`]) on the copying
+//! stream's own store thread.
+//!
+//! Each pass finds every origin in the account's stream table, reads a bounded batch from it
+//! while it is idle — `try_lock` only: a store thread never waits for another stream, so two
+//! streams that copy each other cannot deadlock — and stores the batch through the engine
+//! (one commit, fsync'd like a publish). No consumer is made on the origin and nothing goes
+//! over subjects: on one node the origin's store is right here.
+//!
+//! When a pass runs: an origin rings its copiers ([`Copiers::ring`]) after a round in which its
+//! last sequence moved, which queues one [`Cmd::SourceReady`] per copier at most (the
+//! [`CopyBell`]'s flag); a missing origin is looked for again every [`RETRY_NS`], a busy one
+//! after [`BUSY_RETRY_NS`]. An idle mirror of an idle origin costs no wake-ups.
+//!
+//! Lock order: the copier holds its own stream's lock and only `try_lock`s the origin's; the
+//! account table's and [`Copiers`]' locks are leaves.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::cmd::Cmd;
+use super::shard::{NotQueued, WeakStreamTx};
+use super::AccountJs;
+use crate::jetstream::api::ApiError;
+use crate::jetstream::source::read_batch;
+use crate::jetstream::stream::{store_failed, Stream};
+use crate::jetstream::Effects;
+
+/// How long a missing or failing origin waits before it is looked for again.
+const RETRY_NS: i64 = 1_000_000_000;
+/// How long a busy origin (its thread is in a round) waits before it is tried again.
+const BUSY_RETRY_NS: i64 = 2_000_000;
+
+/// How a copying stream is rung: its queue (set once its store thread adopted it) and
+/// whether a ring is pending.
+pub(crate) struct CopyBell {
+    tx: OnceLock<WeakStreamTx>,
+    pending: AtomicBool,
+}
+
+impl CopyBell {
+    /// A bell that is pending: the first pass runs as soon as the stream is served.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(CopyBell {
+            tx: OnceLock::new(),
+            pending: AtomicBool::new(true),
+        })
+    }
+
+    /// Connects the bell to the stream's queue.
+    pub(crate) fn connect(&self, tx: WeakStreamTx) {
+        let _ = self.tx.set(tx);
+    }
+
+    /// Whether a ring came since the last call (and forgets it).
+    pub(crate) fn take(&self) -> bool {
+        self.pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// Marks a pass as due without queueing anything (the stream is being served).
+    pub(crate) fn ring_self(&self) {
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Whether a ring is pending.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Rings unless a ring is pending already. Returns false once the stream is gone.
+    fn ring(&self) -> bool {
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        let Some(tx) = self.tx.get().and_then(WeakStreamTx::upgrade) else {
+            return self.tx.get().is_none();
+        };
+        // A full queue will be served anyway, and the pass runs with it.
+        !matches!(tx.try_send(Cmd::SourceReady), Err(NotQueued::Stopped))
+    }
+}
+
+/// The streams that copy from one stream (its mirrors and sourcing streams).
+#[derive(Default)]
+pub(crate) struct Copiers(Mutex<Vec<Arc<CopyBell>>>);
+
+impl Copiers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<CopyBell>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a copier (once).
+    pub(crate) fn add(&self, bell: &Arc<CopyBell>) {
+        let mut v = self.lock();
+        if !v.iter().any(|b| Arc::ptr_eq(b, bell)) {
+            v.push(Arc::clone(bell));
+        }
+    }
+
+    /// Rings every copier; forgets the ones that are gone.
+    pub(crate) fn ring(&self) {
+        let bells: Vec<Arc<CopyBell>> = self.lock().clone();
+        if bells.is_empty() {
+            return;
+        }
+        let gone: Vec<Arc<CopyBell>> = bells.into_iter().filter(|b| !b.ring()).collect();
+        if !gone.is_empty() {
+            self.lock()
+                .retain(|b| !gone.iter().any(|g| Arc::ptr_eq(g, b)));
+        }
+    }
+}
+
+/// One pass over `st`'s links: copies what each origin has that the link has not copied yet
+/// (a bounded batch each). Returns when the next pass must run without a ring (a missing or
+/// busy origin, or a batch that stopped at its bounds), `None` when only a ring needs one.
+pub(crate) fn copy(
+    acc: &AccountJs,
+    bell: &Arc<CopyBell>,
+    st: &mut Stream,
+    fx: &mut Effects,
+    now: i64,
+) -> Option<i64> {
+    let mut again: Option<i64> = None;
+    let mut at = |t: i64| again = Some(again.map_or(t, |a: i64| a.min(t)));
+    for idx in 0..st.source_links().len() {
+        let Some(link) = st.source_links().get(idx) else {
+            break;
+        };
+        if link.cfg.consumer.is_some() {
+            st.source_failed(
+                idx,
+                ApiError::invalid_stream_config(
+                    "sourcing through a named consumer is not supported",
+                ),
+            );
+            continue;
+        }
+        if !link.cfg.is_local() {
+            st.source_failed(
+                idx,
+                ApiError::invalid_stream_config(
+                    "sourcing from another account or domain is not supported",
+                ),
+            );
+            continue;
+        }
+        let Some(origin) = acc.streams.get(&link.cfg.name) else {
+            st.source_failed(idx, ApiError::stream_not_found());
+            at(now.saturating_add(RETRY_NS));
+            continue;
+        };
+        origin.copiers.add(bell);
+        let read = match origin.stream.try_lock() {
+            Ok(o) => read_batch(o.store(), link),
+            Err(_) => {
+                at(now.saturating_add(BUSY_RETRY_NS));
+                continue;
+            }
+        };
+        match read {
+            Ok(batch) => {
+                if batch.more {
+                    at(now);
+                }
+                st.take_sourced(idx, batch, fx, now);
+            }
+            Err(e) => {
+                st.source_failed(idx, store_failed(&e));
+                at(now.saturating_add(RETRY_NS));
+            }
+        }
+    }
+    again
+}
