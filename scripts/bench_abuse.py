@@ -11,6 +11,9 @@
 5. Stream churn under load (`--churn N`, off by default): one connection keeps a file stream
    busy with acknowledged publishes (200 in flight) while another creates a file stream,
    publishes one message and deletes it, N times; p50/p99 of create and delete.
+6. Mirror catch-up (`--mirror N`, off by default): a file stream holding N 1 KiB messages
+   (core PUBs, then waited for), then a mirror of it and a source of it created together;
+   seconds until each holds all N, and the copy rate.
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -175,6 +178,45 @@ def flood(pid, port, seconds=8):
     return sent, stored, peak_rss_mib(pid)
 
 
+def info_state(s, stream, inbox):
+    info = request(s, f"$JS.API.STREAM.INFO.{stream}", "", inbox)
+    body = info[info.rindex(b"MSG ") :].split(b"\r\n", 1)[1]
+    return json.loads(body[: body.rindex(b"}") + 1])["state"]
+
+
+def wait_messages(s, stream, n, limit=300):
+    deadline = time.time() + limit
+    k = 0
+    while time.time() < deadline:
+        k += 1
+        if info_state(s, stream, "_INBOX.w%d" % k)["messages"] >= n:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def mirror_catch_up(port, n):
+    s = client(port)
+    request(s, "$JS.API.STREAM.CREATE.ORIGIN", json.dumps({"name": "ORIGIN", "subjects": ["origin.>"]}), "_INBOX.o")
+    w = client(port)
+    frame = b"PUB origin.x 1024\r\n" + b"x" * 1024 + b"\r\n"
+    for _ in range(n // 64):
+        w.sendall(frame * 64)
+    w.sendall(frame * (n % 64))
+    if not wait_messages(s, "ORIGIN", n):
+        raise RuntimeError("origin never held every message")
+    t0 = time.time()
+    request(s, "$JS.API.STREAM.CREATE.M", json.dumps({"name": "M", "mirror": {"name": "ORIGIN"}}), "_INBOX.m")
+    request(s, "$JS.API.STREAM.CREATE.S", json.dumps({"name": "S", "sources": [{"name": "ORIGIN"}]}), "_INBOX.s")
+    done = {}
+    while len(done) < 2 and time.time() - t0 < 300:
+        for name in ("M", "S"):
+            if name not in done and info_state(s, name, "_INBOX.c" + name)["messages"] >= n:
+                done[name] = time.time() - t0
+        time.sleep(0.01)
+    return done.get("M", float("inf")), done.get("S", float("inf"))
+
+
 def proc_field(pid, name):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -281,7 +323,23 @@ def main():
     ap.add_argument("--streams", type=int, default=0, help="run the many-streams scenario")
     ap.add_argument("--kv", action="store_true", help="many-streams: KV buckets, not plain streams")
     ap.add_argument("--churn", type=int, default=0, help="run the stream-churn scenario")
+    ap.add_argument("--mirror", type=int, default=0, help="run the mirror catch-up scenario")
     a = ap.parse_args()
+    if a.mirror:
+        got = []
+        for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
+            with tempfile.TemporaryDirectory() as d:
+                p, port = start(binary, d)
+                try:
+                    m, src = mirror_catch_up(port, a.mirror)
+                finally:
+                    p.kill()
+                    p.wait()
+            got.append((m, src))
+            print(f"{name:12} mirror and source of {a.mirror} x 1 KiB, made together: mirror {m:.2f} s ({a.mirror / m:.0f} msgs/s), source {src:.2f} s ({a.mirror / src:.0f} msgs/s)")
+        (nm, ns), (sm, ss) = got
+        print(f"ratio sealstream/nats-server (time, lower is faster): mirror {sm / nm:.2f}, source {ss / ns:.2f}")
+        return
     if a.churn:
         got = []
         for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):

@@ -17,7 +17,7 @@ use async_nats::jetstream;
 use serde_json::Value;
 use support::js::{
     api, api_err, api_ok, assert_error, b64, create_stream, header, no_responders, publish_ack,
-    publish_seq, request_msg, stream_info,
+    publish_raw, publish_seq, request_msg, stream_info,
 };
 use support::TestServer;
 
@@ -1722,10 +1722,6 @@ async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
     }
     for (extra, what) in [
         (
-            r#""allow_atomic":true"#,
-            "atomic batch publish (allow_atomic) is not supported",
-        ),
-        (
             r#""allow_batched":true"#,
             "batched publish (allow_batched) is not supported",
         ),
@@ -1740,4 +1736,101 @@ async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
             what
         );
     }
+}
+
+/// `first_seq`: a new stream starts there (info says so before anything is stored), and
+/// after a restart it goes on from its last sequence.
+#[tokio::test]
+async fn a_stream_with_first_seq_starts_there() {
+    let (mut s, c) = js_server().await;
+    create_stream(&c, r#"{"name":"FS","subjects":["fs"],"first_seq":1000}"#).await;
+    let st = stream_info(&c, "FS", "").await;
+    assert_eq!(u(&state(&st)["first_seq"]), 1000, "{st}");
+    assert_eq!(u(&state(&st)["last_seq"]), 999, "{st}");
+    assert_eq!(u(&st["config"]["first_seq"]), 1000);
+    assert_eq!(publish_seq(&c, "fs", "a").await, 1000);
+    assert_eq!(publish_seq(&c, "fs", "b").await, 1001);
+    let st = stream_info(&c, "FS", "").await;
+    assert_eq!(
+        (u(&state(&st)["first_seq"]), u(&state(&st)["messages"])),
+        (1000, 2)
+    );
+    drop(c);
+    s.restart(false);
+    let c = client(&s).await;
+    assert_eq!(publish_seq(&c, "fs", "c").await, 1002);
+}
+
+/// ADR-50 atomic batches: staged messages get an empty reply and are not visible; the commit
+/// stores the whole batch and acks with `batch` and `count` (`eob`: without the commit
+/// message); a gap, a duplicate id or a failed expectation stores nothing.
+#[tokio::test]
+async fn atomic_batches_are_stored_whole_or_not_at_all() {
+    let (_s, c) = js_server().await;
+    let v = create_stream(
+        &c,
+        r#"{"name":"AB","subjects":["ab.>"],"allow_atomic":true}"#,
+    )
+    .await;
+    assert_eq!(v["config"]["allow_atomic"], true, "{v}");
+    assert_eq!(v["config"]["metadata"]["_nats.req.level"], "2", "{v}");
+    let b = |id: &'static str, seq: &'static str| {
+        vec![("Nats-Batch-Id", id), ("Nats-Batch-Sequence", seq)]
+    };
+    let staged = publish_raw(&c, "ab.1", &b("b1", "1"), "one").await;
+    assert!(staged.payload.is_empty(), "{staged:?}");
+    publish_raw(&c, "ab.2", &b("b1", "2"), "two").await;
+    assert_eq!(u(&state(&stream_info(&c, "AB", "").await)["messages"]), 0);
+    let mut commit = b("b1", "3");
+    commit.push(("Nats-Batch-Commit", "1"));
+    let ack = publish_ack(&c, "ab.3", &commit, "three").await;
+    assert_eq!(
+        ack,
+        serde_json::json!({"stream":"AB","seq":3,"batch":"b1","count":3})
+    );
+    // eob: the commit message is not stored.
+    publish_raw(&c, "ab.4", &b("b2", "1"), "four").await;
+    let mut eob = b("b2", "2");
+    eob.push(("Nats-Batch-Commit", "eob"));
+    let ack = publish_ack(&c, "ab.x", &eob, "").await;
+    assert_eq!(
+        ack,
+        serde_json::json!({"stream":"AB","seq":4,"batch":"b2","count":1})
+    );
+    // A gap, a duplicate id, a wrong expectation: nothing of the batch is stored.
+    publish_raw(&c, "ab.5", &b("g", "1"), "x").await;
+    let mut gap = b("g", "3");
+    gap.push(("Nats-Batch-Commit", "1"));
+    assert_error(&publish_ack(&c, "ab.5", &gap, "x").await, 400, 10176);
+    let mut d1 = b("d", "1");
+    d1.push(("Nats-Msg-Id", "m"));
+    publish_raw(&c, "ab.6", &d1, "x").await;
+    let mut d2 = b("d", "2");
+    d2.extend([("Nats-Msg-Id", "m"), ("Nats-Batch-Commit", "1")]);
+    assert_error(&publish_ack(&c, "ab.6", &d2, "x").await, 400, 10201);
+    let mut e1 = b("e", "1");
+    e1.extend([
+        ("Nats-Expected-Last-Sequence", "1"),
+        ("Nats-Batch-Commit", "1"),
+    ]);
+    let ack = publish_ack(&c, "ab.7", &e1, "x").await;
+    assert_eq!(ack_error(&ack, 400, 10071), "wrong last sequence: 4");
+    let mut bad = b("f", "1");
+    bad.push(("Nats-Batch-Commit", "yes"));
+    assert_error(&publish_ack(&c, "ab.8", &bad, "x").await, 400, 10200);
+    assert_error(
+        &publish_ack(&c, "ab.8", &[("Nats-Batch-Id", "h")], "x").await,
+        400,
+        10175,
+    );
+    let st = stream_info(&c, "AB", "").await;
+    assert_eq!(
+        (u(&state(&st)["messages"]), u(&state(&st)["last_seq"])),
+        (4, 4),
+        "{st}"
+    );
+    // Staged messages keep their headers as published.
+    let m = api_ok(&c, "STREAM.MSG.GET.AB", r#"{"seq":1}"#).await;
+    let h = String::from_utf8(b64(m["message"]["hdrs"].as_str().unwrap())).unwrap();
+    assert!(h.contains("Nats-Batch-Id: b1\r\n"), "{h}");
 }

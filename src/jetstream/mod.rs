@@ -14,6 +14,7 @@
 //! - [`stream`]: publish checks (dedupe, expected-* headers, rollup, TTL), limits, purge, get,
 //!   info, retention.
 //! - [`consumer`]: delivery cursor, pending acks, redelivery, pull requests, push delivery.
+//! - [`batch`]: atomic batch publishes (staged until their commit, stored all or nothing).
 //! - [`source`]: mirrors and sources: what a stream copies from other streams, and where
 //!   each copy resumes.
 
@@ -21,6 +22,7 @@ pub use effects::{Effect, Effects, Interest};
 
 pub mod ack_subject;
 pub mod api;
+pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod dedupe;

@@ -23,6 +23,7 @@ use super::api::types::{
     StreamInfo, StreamInfoRequest, StreamState, SUBJECTS_PAGE,
 };
 use super::api::ApiError;
+use super::batch::{self, Batches};
 use super::config::{
     parse_pull_request, resolve_consumer_name, Action, CreateConsumerRequest, DiscardPolicy,
     Retention, StreamConfig,
@@ -167,6 +168,8 @@ pub struct Stream {
     links: Vec<SourceLink>,
     /// The stream's own `subject_transform`, compiled.
     transform: Option<Transform>,
+    /// Atomic batches being staged (`allow_atomic`).
+    batches: Batches,
 }
 
 /// What a publish carries in its headers that matters here.
@@ -253,6 +256,7 @@ impl Stream {
             server_name: server_name.to_owned(),
             links: Vec::new(),
             transform: None,
+            batches: Batches::default(),
         };
         s.relink();
         s.rebuild(now);
@@ -415,6 +419,38 @@ impl Stream {
                 self.answer(out, m.reply.as_deref(), Err(ApiError::bad_request()));
                 continue;
             }
+            match batch::step(m.headers.as_ref()) {
+                Ok(batch::Step::None) => {}
+                Ok(batch::Step::Stage { id, seq }) => {
+                    let reply = m.reply.clone();
+                    match self.batches.stage(&id, seq, m, now) {
+                        // Staged: an empty reply (the client's handshake on message 1).
+                        Ok(()) => {
+                            if let Some(r) = reply {
+                                out.reply(&r, Bytes::new());
+                            }
+                        }
+                        Err(e) => self.answer(out, reply.as_deref(), Err(e)),
+                    }
+                    continue;
+                }
+                Ok(batch::Step::Commit { id, seq, include }) => {
+                    self.flush(&mut queue, out, now);
+                    self.commit_batch(
+                        &id,
+                        seq,
+                        include.then_some(m.clone()),
+                        m.reply.as_deref(),
+                        out,
+                        now,
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    self.answer(out, m.reply.as_deref(), Err(e));
+                    continue;
+                }
+            }
             if let Some(id) = &h.msg_id {
                 if let Some(seq) = self.dedupe.get(id) {
                     if let Some(r) = m.reply.as_deref() {
@@ -450,6 +486,126 @@ impl Stream {
         self.flush(&mut queue, out, now);
     }
 
+    /// Commits atomic batch `id`: every staged message (and `last`, the commit message, unless
+    /// it was `eob`) is checked, then all are stored as one commit — or none, with the error
+    /// on the commit's reply. The reply is a pub-ack with `batch` and `count`.
+    fn commit_batch(
+        &mut self,
+        id: &str,
+        seq: u64,
+        last: Option<Incoming>,
+        reply: Option<&str>,
+        out: &mut Effects,
+        now: i64,
+    ) {
+        let mut msgs = match self.batches.take(id, seq) {
+            Ok(v) => v,
+            Err(e) => return self.answer(out, reply, Err(e)),
+        };
+        msgs.extend(last);
+        if msgs.is_empty() {
+            return self.answer(out, reply, Err(batch::incomplete()));
+        }
+        if let Err(e) = self.check_batch(&msgs) {
+            return self.answer(out, reply, Err(e));
+        }
+        let n = msgs.len();
+        let mut queue: Vec<Queued> = msgs
+            .into_iter()
+            .map(|m| Queued {
+                msg_id: PubHeaders::parse(m.headers.as_ref()).msg_id,
+                msg: NewMsg {
+                    subject: m.subject,
+                    headers: m.headers,
+                    payload: m.payload,
+                    ..NewMsg::default()
+                },
+                reply: None,
+                dup_of: None,
+                val: None,
+            })
+            .collect();
+        let stored = self.flush(&mut queue, out, now);
+        let Some(reply) = reply else { return };
+        match stored.last() {
+            Some(&(last_seq, _)) if stored.len() == n => {
+                if !self.cfg.no_ack {
+                    let ack =
+                        json!({"stream": self.cfg.name, "seq": last_seq, "batch": id, "count": n});
+                    out.reply(reply, Bytes::from(ack.to_string()));
+                }
+            }
+            _ => {
+                let e = self
+                    .offline
+                    .as_ref()
+                    .map_or_else(batch::incomplete, |r| ApiError::new(503, 10077, r.clone()));
+                self.answer(out, Some(reply), Err(e));
+            }
+        }
+    }
+
+    /// What must hold before a batch is stored, so that the store takes all of it: message
+    /// ids new and distinct, `Nats-Expected-Last-Sequence` met in order, the discard-new
+    /// limits room for every message. Headers a batch cannot carry here (rollup, TTL,
+    /// counters, the per-subject and msg-id expectations) are refused.
+    fn check_batch(&self, msgs: &[Incoming]) -> Result<(), ApiError> {
+        let st = self.store.state();
+        let mut ids = std::collections::HashSet::new();
+        let mut bytes = 0u64;
+        for (i, m) in msgs.iter().enumerate() {
+            let h = PubHeaders::parse(m.headers.as_ref());
+            if h.rollup.is_some()
+                || h.ttl.is_some()
+                || h.incr.is_some()
+                || h.expected_last_subj_seq.is_some()
+                || h.expected_last_msg_id.is_some()
+            {
+                return Err(ApiError::new(
+                    400,
+                    10177,
+                    "atomic publish unsupported header used",
+                ));
+            }
+            if let Some(exp) = h.expected_last_seq {
+                let last = st.last_seq + i as u64;
+                if exp != last {
+                    return Err(ApiError::wrong_last_sequence(last));
+                }
+            }
+            if let Some(id) = h.msg_id {
+                if self.dedupe.get(&id).is_some() || !ids.insert(id) {
+                    return Err(batch::duplicate_id());
+                }
+            }
+            bytes += crate::store::record_size(
+                m.subject.len(),
+                m.headers.as_ref().map_or(0, Bytes::len),
+                m.payload.len(),
+            );
+        }
+        let limits = self.store.limits();
+        if limits.discard == crate::store::Discard::New {
+            if limits
+                .max_msgs
+                .is_some_and(|max| st.msgs + msgs.len() as u64 > max)
+            {
+                return Err(rejected(AppendRejected::MaxMsgs));
+            }
+            if limits.max_bytes.is_some_and(|max| st.bytes + bytes > max) {
+                return Err(rejected(AppendRejected::MaxBytes));
+            }
+            if limits.discard_new_per_subject && limits.max_msgs_per_subject.is_some() {
+                return Err(ApiError::new(
+                    400,
+                    10177,
+                    "atomic publish unsupported header used",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that need nothing but the message and the config.
     fn precheck(&self, m: &Incoming) -> Result<(), ApiError> {
         if let Some(reason) = &self.offline {
@@ -470,9 +626,10 @@ impl Stream {
                         return Err(ApiError::expected_stream_mismatch());
                     }
                 }
-                // Atomic batches and schedules are refused, never stored as plain messages
-                // (a client would take them for committed batches or armed schedules).
-                if map.get("Nats-Batch-Id").is_some() {
+                // Batches without `allow_atomic`, and schedules, are refused, never stored as
+                // plain messages (a client would take them for committed batches or armed
+                // schedules).
+                if map.get("Nats-Batch-Id").is_some() && !self.cfg.allow_atomic {
                     return Err(ApiError::atomic_publish_disabled());
                 }
                 if map.get("Nats-Schedule").is_some() {
@@ -712,12 +869,18 @@ impl Stream {
                 }
             }
         }
-        let (fresh_idx, msgs): (Vec<usize>, Vec<NewMsg>) = items
+        let (fresh_idx, mut msgs): (Vec<usize>, Vec<NewMsg>) = items
             .iter()
             .enumerate()
             .filter(|(_, q)| q.dup_of.is_none())
             .map(|(i, q)| (i, q.msg.clone()))
             .unzip();
+        // `first_seq`: a stream that never stored anything starts there.
+        if let (Some(first), Some(m)) = (self.cfg.first_seq, msgs.first_mut()) {
+            if self.store.state().last_seq == 0 && m.seq.is_none() {
+                m.seq = Some(first);
+            }
+        }
         let results = match self.store.append_batch(&msgs) {
             Ok(r) => r,
             Err(e) => {
@@ -797,6 +960,9 @@ impl Stream {
         if let Some((t, _)) = self.ttl.iter().next() {
             take(*t);
         }
+        if let Some(t) = self.batches.next_deadline() {
+            take(t);
+        }
         for c in self.consumers.values() {
             if let Some(t) = c.next_deadline() {
                 take(t);
@@ -808,6 +974,7 @@ impl Stream {
     /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
     pub fn tick(&mut self, out: &mut Effects, now: i64) {
         self.remove_expired(out, now);
+        self.batches.expire(now);
         for c in self.consumers.values_mut() {
             c.tick(out, now);
         }
@@ -1039,7 +1206,12 @@ impl Stream {
     /// matched `subjects_filter`, this page lists at most [`SUBJECTS_PAGE`] of them (in
     /// subject order) from `offset`; all three are 0 when no subject matched.
     pub fn info_page(&self, req: &StreamInfoRequest, now: i64) -> Paged<StreamInfo> {
-        let st = self.store.state();
+        let mut st = self.store.state();
+        if let (Some(first), 0) = (self.cfg.first_seq, st.last_seq) {
+            // Nothing stored yet: the stream starts at `first_seq`.
+            st.first_seq = first;
+            st.last_seq = first - 1;
+        }
         let first_seq = if st.msgs == 0 && st.last_seq == 0 {
             0
         } else {
@@ -1295,6 +1467,9 @@ impl Stream {
             return Err(ApiError::consumer_limits_violated(&over));
         }
         let limits = store_limits(&cfg);
+        if !cfg.allow_atomic {
+            self.batches.clear();
+        }
         self.cfg = cfg;
         self.relink();
         let n = self.store.set_limits(limits).map_err(|e| {

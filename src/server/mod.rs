@@ -48,7 +48,7 @@ use self::client::ClientHandle;
 
 /// The NATS server version we advertise. Clients choose features by it (nats-py needs
 /// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.
-pub const NATS_COMPAT_VERSION: &str = "2.11.0";
+pub const NATS_COMPAT_VERSION: &str = "2.12.0";
 
 /// What INFO's and `/varz`'s `go` field say: nats-server puts its Go version there; ours is the
 /// language and this build's version. Clients read the field but do not interpret it.

@@ -60,6 +60,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+pub use block::record_size;
 pub use file_store::{FileStore, FileStoreConfig};
 #[cfg(any(test, feature = "fault-io"))]
 pub use io::FaultIo;

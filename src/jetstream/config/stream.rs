@@ -155,15 +155,15 @@ pub struct StreamConfig {
     pub republish: Option<RePublish>,
     /// Renames the subject of every message published to the stream before it is stored.
     pub subject_transform: Option<SubjectTransformConfig>,
+    /// ADR-50 atomic batch publishes (`Nats-Batch-Id`; see `jetstream::batch`).
+    #[serde(deserialize_with = "null_as_default")]
+    pub allow_atomic: bool,
     /// Options this server does not implement, read only to be refused by
     /// [`StreamConfig::normalize`] rather than silently dropped (see
     /// [`StreamConfig::unsupported`]).
     #[serde(deserialize_with = "null_as_default")]
-    pub allow_atomic: bool,
-    /// See `allow_atomic`.
-    #[serde(deserialize_with = "null_as_default")]
     pub allow_batched: bool,
-    /// See `allow_atomic`.
+    /// See `allow_batched`.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_msg_schedules: bool,
 }
@@ -225,9 +225,7 @@ impl StreamConfig {
     /// The first option asked for that this server does not implement, as the subject of
     /// "... not supported".
     pub fn unsupported(&self) -> Option<&'static str> {
-        if self.allow_atomic {
-            Some("atomic batch publish (allow_atomic) is")
-        } else if self.allow_batched {
+        if self.allow_batched {
             Some("batched publish (allow_batched) is")
         } else if self.allow_msg_schedules {
             Some("message schedules (allow_msg_schedules) are")
@@ -436,7 +434,7 @@ impl StreamConfig {
     /// The API level this configuration needs (`_nats.req.level`): per-message TTLs (and the
     /// delete markers built on them) are level 1 features; everything else we support is 0.
     pub fn required_api_level(&self) -> u32 {
-        if self.persist_mode == PersistMode::Async || self.allow_msg_counter {
+        if self.persist_mode == PersistMode::Async || self.allow_msg_counter || self.allow_atomic {
             2
         } else if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
             1
@@ -598,6 +596,8 @@ struct StreamConfigView<'a> {
     persist_mode: Option<PersistMode>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     allow_msg_counter: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_atomic: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     subject_delete_marker_ttl: Option<i64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -639,6 +639,7 @@ impl Serialize for StreamConfig {
             allow_msg_ttl: self.allow_msg_ttl,
             persist_mode: (self.persist_mode != PersistMode::Default).then_some(self.persist_mode),
             allow_msg_counter: self.allow_msg_counter,
+            allow_atomic: self.allow_atomic,
             subject_delete_marker_ttl: self.subject_delete_marker_ttl,
             metadata: &self.metadata,
         }

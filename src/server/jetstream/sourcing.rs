@@ -20,11 +20,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::cmd::Cmd;
 use super::shard::{NotQueued, WeakStreamTx};
-use super::AccountJs;
+use super::{AccountJs, JetStream};
 use crate::jetstream::api::ApiError;
+use crate::jetstream::config::source::StreamSource;
+use crate::jetstream::config::subject_matches;
 use crate::jetstream::source::read_batch;
 use crate::jetstream::stream::{store_failed, Stream};
 use crate::jetstream::Effects;
+use crate::subject::mapping;
 
 /// How long a missing or failing origin waits before it is looked for again.
 const RETRY_NS: i64 = 1_000_000_000;
@@ -115,7 +118,8 @@ impl Copiers {
 /// (a bounded batch each). Returns when the next pass must run without a ring (a missing or
 /// busy origin, or a batch that stopped at its bounds), `None` when only a ring needs one.
 pub(crate) fn copy(
-    acc: &AccountJs,
+    js: &JetStream,
+    acc: &Arc<AccountJs>,
     bell: &Arc<CopyBell>,
     st: &mut Stream,
     fx: &mut Effects,
@@ -136,16 +140,15 @@ pub(crate) fn copy(
             );
             continue;
         }
-        if !link.cfg.is_local() {
-            st.source_failed(
-                idx,
-                ApiError::invalid_stream_config(
-                    "sourcing from another account or domain is not supported",
-                ),
-            );
-            continue;
-        }
-        let Some(origin) = acc.streams.get(&link.cfg.name) else {
+        let home = match origin_account(js, acc, &link.cfg) {
+            Ok(a) => a,
+            Err(e) => {
+                st.source_failed(idx, e);
+                at(now.saturating_add(RETRY_NS));
+                continue;
+            }
+        };
+        let Some(origin) = home.streams.get(&link.cfg.name) else {
             st.source_failed(idx, ApiError::stream_not_found());
             at(now.saturating_add(RETRY_NS));
             continue;
@@ -172,4 +175,42 @@ pub(crate) fn copy(
         }
     }
     again
+}
+
+/// The account whose stream `cfg` names: this one, or — with `external.api` — the account
+/// whose JetStream API this one imports under that prefix (a service import that maps
+/// `<api>.CONSUMER.CREATE.<origin>` onto `$JS.API.CONSUMER.CREATE.<origin>` in the
+/// exporter: the exporter allowed exactly that much). No cross-domain JetStream here.
+fn origin_account(
+    js: &JetStream,
+    acc: &Arc<AccountJs>,
+    cfg: &StreamSource,
+) -> Result<Arc<AccountJs>, ApiError> {
+    let Some(api) = cfg
+        .external
+        .as_ref()
+        .map(|e| e.api.as_str())
+        .filter(|a| !a.is_empty())
+    else {
+        return Ok(Arc::clone(acc));
+    };
+    let probe = format!("{api}.CONSUMER.CREATE.{}", cfg.name);
+    let want = format!("$JS.API.CONSUMER.CREATE.{}", cfg.name);
+    let exporter = acc.account.routes().and_then(|r| {
+        r.services().iter().find_map(|route| {
+            if !subject_matches(&probe, &route.local) {
+                return None;
+            }
+            let remote = mapping::transform(probe.as_bytes(), &route.local, &route.remote)?;
+            (remote == want.as_bytes()).then(|| route.exporter.name.clone())
+        })
+    });
+    let missing = || {
+        ApiError::invalid_stream_config(&format!(
+            "no JetStream API is imported under {api} for stream {}",
+            cfg.name
+        ))
+    };
+    let name = exporter.ok_or_else(missing)?;
+    js.account(&name).ok_or_else(missing)
 }

@@ -635,7 +635,7 @@ impl Worker {
             self.copy_at = Some(now.saturating_add(1_000_000_000));
             return;
         }
-        self.copy_at = sourcing::copy(&self.acc, &self.bell, st, &mut self.fx, now);
+        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, &mut self.fx, now);
         self.execute(st);
     }
 
