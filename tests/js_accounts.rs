@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::js::{api, api_err, api_ok, assert_error, create_stream, publish_ack};
+use support::js::{api, api_err, api_ok, assert_error, create_stream, publish_ack, request_msg};
 use support::TestServer;
 
 const CONF: &str = r#"
@@ -111,4 +111,48 @@ async fn account_limits_refuse_streams_consumers_and_storage() {
         ack["error"]["description"], "resource limits exceeded for account",
         "{ack}"
     );
+}
+
+/// `jetstream { domain }`: INFO and account info name the domain, and the API answers under
+/// `$JS.<domain>.API` as under `$JS.API` (what `jetstream(domain=...)` clients use). The
+/// account's per-stream byte limits and `max_stream_bytes: true` are enforced.
+#[tokio::test]
+async fn a_domain_serves_the_api_under_its_prefix_and_stream_byte_limits_hold() {
+    let conf = r#"
+jetstream { domain: "test-domain" }
+no_auth_user: "foo"
+accounts: {
+  A: {
+    users: [{user: "foo"}]
+    jetstream: {max_mem: 64MB, max_file: 32MB, max_streams: 10, max_consumers: 20,
+                store_max_stream_bytes: 4096, max_stream_bytes: true}
+  }
+}
+"#;
+    let s = TestServer::start_js_with(&[], Some(conf));
+    let c = async_nats::connect(s.url()).await.unwrap();
+    assert_eq!(c.server_info().domain.as_deref(), Some("test-domain"));
+    let d = api_err(
+        &c,
+        "STREAM.CREATE.L",
+        r#"{"name":"L","subjects":["l"]}"#,
+        400,
+        10113,
+    )
+    .await;
+    assert_eq!(d, "account requires a stream config to have max bytes set");
+    let body = r#"{"name":"L","subjects":["l"],"max_bytes":65536}"#;
+    let d = api_err(&c, "STREAM.CREATE.L", body, 400, 10122).await;
+    assert_eq!(d, "stream max bytes exceeds account limit max stream bytes");
+    let m = request_msg(
+        &c,
+        "$JS.test-domain.API.STREAM.CREATE.L",
+        r#"{"name":"L","subjects":["l"],"max_bytes":128}"#,
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+    assert_eq!(v["config"]["max_bytes"], 128, "{v}");
+    let info = api_ok(&c, "INFO", "").await;
+    assert_eq!(info["domain"], "test-domain", "{info}");
+    assert_eq!(info["limits"]["max_bytes_required"], true, "{info}");
 }

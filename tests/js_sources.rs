@@ -172,6 +172,12 @@ async fn mirror_and_source_configs_are_checked_as_nats_server_does() {
             "subject filter 'a..b' for the source: invalid subject",
         ),
         (
+            r#"{"name":"X","mirror_direct":true}"#,
+            500,
+            10052,
+            "stream has no mirror but does have mirror direct",
+        ),
+        (
             r#"{"name":"X","mirror":{"name":"O","external":{"api":"$JS.API"}}}"#,
             400,
             10021,

@@ -569,7 +569,7 @@ fn account_jetstream(e: &Entry) -> Result<AccountJetStream, ConfigError> {
                     }
                     "max_streams" | "streams" => js.max_streams = field::int(item)?,
                     "max_consumers" | "consumers" => js.max_consumers = field::int(item)?,
-                    "max_bytes_required" | "max_bytes" => {
+                    "max_bytes_required" | "max_bytes" | "max_stream_bytes" => {
                         js.max_bytes_required = field::boolean(item)?
                     }
                     "memory_max_stream_bytes" | "mem_max_stream_bytes" => {

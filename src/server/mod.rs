@@ -364,7 +364,7 @@ impl Shared {
             acc_is_sys: account
                 .is_some_and(|a| self.system.as_ref().is_some_and(|s| s.account.name == a)),
             remote_account: account.map(str::to_owned),
-            ..ServerInfo::default()
+            domain: self.jetstream.get().and_then(|js| js.domain.clone()),
         };
         let mut line = b"INFO ".to_vec();
         line.extend_from_slice(info.to_json().as_bytes());

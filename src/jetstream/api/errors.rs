@@ -164,6 +164,10 @@ pub enum ErrorKind {
     ExternalApiOverlap,
     /// A mirror's or source's `filter_subject` that is not a subject (description whole).
     SourceFilterInvalid,
+    /// The account requires `max_bytes` on every stream.
+    MaxBytesRequired,
+    /// `max_bytes` above the account's per-stream limit.
+    StreamMaxBytesOverAccount,
 }
 
 impl ErrorKind {
@@ -222,12 +226,12 @@ impl ErrorKind {
                 10088,
                 "consumer idle heartbeat requires a push based consumer",
             ),
-            // The spec names the code (§6.2, "needs idle_heartbeat (10108)") but not the text.
-            // Our choice: 400 and this description.
+            // The spec names the code (§6.2, "needs idle_heartbeat (10108)"); the text is
+            // nats-server's (nats-py's own suite checks it).
             FlowControlRequiresHeartbeat => (
                 400,
                 10108,
-                "consumer with flow control also needs idle heartbeats",
+                "consumer with flow control also needs heartbeats",
             ),
             WqPullNeedsExplicitAck => (
                 400,
@@ -316,6 +320,17 @@ impl ErrorKind {
             MirrorUpdate => (400, 10055, "stream mirror configuration can not be updated"),
             ExternalApiOverlap => (400, 10021, ""),
             SourceFilterInvalid => (500, 10049, ""),
+            // Account per-stream limits, as nats-server 2.15.1 (tests/js_accounts.rs).
+            MaxBytesRequired => (
+                400,
+                10113,
+                "account requires a stream config to have max bytes set",
+            ),
+            StreamMaxBytesOverAccount => (
+                400,
+                10122,
+                "stream max bytes exceeds account limit max stream bytes",
+            ),
         }
     }
 

@@ -264,6 +264,9 @@ impl StreamConfig {
         {
             return invalid("stream description is too long, maximum allowed is 4096");
         }
+        if self.mirror_direct && self.mirror.is_none() {
+            return invalid("stream has no mirror but does have mirror direct");
+        }
         super::source::check(
             &self.name,
             &self.subjects,

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::jetstream::api::{
-    body, err_reply, info_for_reply, ok_reply, optional_body, paging, ApiCall, ApiError,
+    body, err_reply, errors::ErrorKind, info_for_reply, ok_reply, optional_body, paging, ApiCall,
+    ApiError,
 };
 use crate::jetstream::config::{parse_stream_config, subjects_collide, StorageType, StreamConfig};
 use crate::jetstream::API_LEVEL;
@@ -173,8 +174,7 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
         consumers += s.usage.consumers.load(Ordering::Relaxed);
     }
     let l = acc.limits().unwrap_or_default();
-    let _ = js;
-    json!({
+    let mut v = json!({
         "memory": memory,
         "storage": storage,
         "reserved_memory": reserved_memory,
@@ -198,7 +198,11 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
             "total": acc.api_total.load(Ordering::Relaxed).saturating_sub(1),
             "errors": acc.api_errors.load(Ordering::Relaxed),
         },
-    })
+    });
+    if let Some(d) = &js.domain {
+        v["domain"] = json!(d);
+    }
+    v
 }
 
 fn overlap(acc: &AccountJs, name: &str, cfg: &StreamConfig) -> bool {
@@ -265,15 +269,11 @@ fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Res
         StorageType::Memory => ApiError::insufficient_memory(),
     };
     if l.max_bytes_required && cfg.max_bytes <= 0 {
-        return Err(ApiError::invalid_stream_config(
-            "account requires a stream config to have max bytes set",
-        ));
+        return Err(ApiError::from_kind(ErrorKind::MaxBytesRequired));
     }
     if cfg.max_bytes > 0 {
         if per_stream > 0 && cfg.max_bytes > per_stream {
-            return Err(ApiError::invalid_stream_config(
-                "stream max bytes exceeds account limit max stream bytes",
-            ));
+            return Err(ApiError::from_kind(ErrorKind::StreamMaxBytesOverAccount));
         }
         if (acct_max > 0 && cfg.max_bytes > acct_max)
             || (server_max > 0 && cfg.max_bytes > server_max)

@@ -93,6 +93,9 @@ pub(crate) struct JetStream {
     /// `sync_interval: <duration>`: interval mode (acks before fsync; weaker). `None`: fsync
     /// before every ack (the default, whatever nats-server's default is).
     pub(crate) sync_interval: Option<std::time::Duration>,
+    /// The JetStream domain (`jetstream { domain }`): the API is also served under
+    /// `$JS.<domain>.API.>`, as clients address a domain.
+    pub(crate) domain: Option<String>,
     /// Accounts with JetStream state, by name.
     accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
     /// Storage used by every stream of the server (server-wide quota checks).
@@ -331,8 +334,14 @@ impl AccountJs {
         headers: Option<Bytes>,
         payload: Bytes,
     ) -> Option<Arc<Budget>> {
-        let subject_str = String::from_utf8_lossy(subject).into_owned();
+        let mut subject_str = String::from_utf8_lossy(subject).into_owned();
         let reply = reply.map(|r| String::from_utf8_lossy(r).into_owned());
+        if sid == b"api" && !subject_str.starts_with("$JS.API.") {
+            // `$JS.<domain>.API.<call>`: the same call in this server's domain.
+            if let Some(rest) = subject_str.splitn(4, '.').nth(3) {
+                subject_str = format!("$JS.API.{rest}");
+            }
+        }
         match sid {
             b"api" => {
                 let reply = reply?;
@@ -489,6 +498,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
             }
             _ => None,
         },
+        domain: opts.jetstream.domain.clone().filter(|d| !d.is_empty()),
         accounts: Mutex::new(HashMap::new()),
         used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),
@@ -590,6 +600,13 @@ fn setup_account(
         acc.subscribe(
             subject,
             Bytes::from_static(sid.as_bytes()),
+            Arc::clone(&acc.intake),
+        );
+    }
+    if let Some(d) = &js.domain {
+        acc.subscribe(
+            &format!("$JS.{d}.API.>"),
+            Bytes::from_static(b"api"),
             Arc::clone(&acc.intake),
         );
     }

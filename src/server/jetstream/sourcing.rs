@@ -194,6 +194,13 @@ fn origin_account(
     else {
         return Ok(Arc::clone(acc));
     };
+    if js
+        .domain
+        .as_ref()
+        .is_some_and(|d| api == format!("$JS.{d}.API"))
+    {
+        return Ok(Arc::clone(acc));
+    }
     let probe = format!("{api}.CONSUMER.CREATE.{}", cfg.name);
     let want = format!("$JS.API.CONSUMER.CREATE.{}", cfg.name);
     let exporter = acc.account.routes().and_then(|r| {
