@@ -2564,3 +2564,39 @@ async fn prioritized_pulls_are_served_lowest_priority_first() {
     // Priority 0 first, then 1, then 5 gets what is left.
     assert_eq!(got, [vec![5], vec![3, 4], vec![1, 2]]);
 }
+
+/// A graceful stop ends every waiting pull request with `409 Server Shutdown` and what it
+/// still had room for, before the connection closes (clients ask again after reconnecting).
+#[tokio::test]
+async fn a_graceful_stop_ends_waiting_pulls_with_409_server_shutdown() {
+    let mut s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "SD", "subjects": ["sd"]})).await;
+    add_consumer(
+        &c,
+        "SD",
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit"}),
+    )
+    .await;
+    let inbox = c.new_inbox();
+    let mut sub = c.subscribe(inbox.clone()).await.unwrap();
+    let body = serde_json::to_vec(&json!({"batch": 10, "expires": 30_000_000_000u64})).unwrap();
+    c.publish_with_reply("$JS.API.CONSUMER.MSG.NEXT.SD.c", inbox, body.into())
+        .await
+        .unwrap();
+    support::sync(&c).await;
+    let stopper = std::thread::spawn(move || s.stop(true));
+    let m = tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("a status before the connection closes")
+        .expect("a message");
+    stopper.join().unwrap();
+    assert_eq!(m.status, Some(StatusCode::from_u16(409).unwrap()));
+    assert_eq!(m.description.as_deref(), Some("Server Shutdown"));
+    let h = m.headers.unwrap();
+    assert_eq!(
+        h.get("Nats-Pending-Messages").map(|v| v.as_str()),
+        Some("10")
+    );
+}

@@ -654,6 +654,15 @@ impl Consumer {
         }
     }
 
+    /// The server is stopping: every waiting pull request ends with `409 Server Shutdown` and
+    /// what it still had room for (as nats-server; a client asks again, after it reconnects).
+    pub fn server_shutdown(&mut self, out: &mut Effects) {
+        for w in self.waiting.drain(..) {
+            let h = Self::pending_headers(&w);
+            out.status(&w.reply, status_block(409, "Server Shutdown", &h));
+        }
+    }
+
     fn pending_headers(w: &Waiting) -> Vec<(&'static str, String)> {
         vec![
             ("Nats-Pending-Messages", w.batch_left.to_string()),

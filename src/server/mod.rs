@@ -564,6 +564,10 @@ async fn run_inner(
     if let Some(ws) = websocket {
         let _ = ws.await;
     }
+    if let Some(js) = shared.jetstream.get() {
+        let js = Arc::clone(js);
+        let _ = tokio::task::spawn_blocking(move || jetstream::end_pulls(&js)).await;
+    }
     shutdown::close_clients(&shared).await;
     if let Some(js) = shared.jetstream.get() {
         let js = Arc::clone(js);

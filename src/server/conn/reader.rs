@@ -287,13 +287,8 @@ impl Session {
 
     /// Wakes every queue this batch wrote to and publishes the batch's counters.
     fn flush(&mut self) {
-        if self.own_dirty {
-            self.own_dirty = false;
-            self.client.outbound.flush();
-        }
-        for c in self.route.wake.drain(..) {
-            c.outbound.flush();
-        }
+        // Counted before anything is flushed: a client that saw its message delivered finds
+        // it in `/varz` too.
         let (msgs, bytes, slow) = self.route.take_counts();
         let st = &self.shared.stats;
         if msgs > 0 {
@@ -310,6 +305,13 @@ impl Session {
             self.client.in_bytes.fetch_add(self.in_bytes, STATS);
             self.in_msgs = 0;
             self.in_bytes = 0;
+        }
+        if self.own_dirty {
+            self.own_dirty = false;
+            self.client.outbound.flush();
+        }
+        for c in self.route.wake.drain(..) {
+            c.outbound.flush();
         }
     }
 

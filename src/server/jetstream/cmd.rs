@@ -45,6 +45,9 @@ pub(crate) enum Cmd {
     EndPulls,
     /// An origin this stream copies from stored something (see `sourcing`).
     SourceReady,
+    /// The server is stopping: waiting pull requests end with `409 Server Shutdown` (before
+    /// the clients' connections close); signal when those are routed.
+    EndPullsForShutdown(SyncSender<()>),
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<SyncSender<()>>),
 }
@@ -71,6 +74,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::Snapshot(_)
         | Cmd::EndPulls
         | Cmd::SourceReady
+        | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_) => return 0,
     };
     bytes.max(MIN_COMMAND_COST)

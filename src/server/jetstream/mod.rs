@@ -404,6 +404,11 @@ impl AccountJs {
 }
 
 impl JetStream {
+    /// Whether the server is stopping (see [`end_pulls`]).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
     /// Whether JetStream is on for `account` (INFO `jetstream` flag).
     pub(crate) fn enabled_for(&self, account: &str) -> bool {
         self.accounts
@@ -723,6 +728,27 @@ pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String>
         }
         Err(crate::store::meta::MetaError::AccountNotFound) => Ok(0),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Before the clients' connections close: every waiting pull request ends with
+/// `409 Server Shutdown`, and from now on a new one is answered so at once. Waits (at most
+/// 2 s) until each stream has routed those answers.
+pub(crate) fn end_pulls(js: &JetStream) {
+    js.stopping.store(true, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut waiting = Vec::new();
+    for acc in js.accounts() {
+        for s in acc.streams.all() {
+            let (tx, rx) = mpsc::sync_channel(1);
+            if s.tx.send(Cmd::EndPullsForShutdown(tx)).is_ok() {
+                waiting.push(rx);
+            }
+        }
+    }
+    for rx in waiting {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let _ = rx.recv_timeout(left);
     }
 }
 

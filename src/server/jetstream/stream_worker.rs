@@ -24,7 +24,7 @@ use crate::jetstream::api::{
     body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
-use crate::jetstream::consumer::{Consumer, SavedState};
+use crate::jetstream::consumer::{status_block, Consumer, SavedState};
 use crate::jetstream::effects::Everyone;
 use crate::jetstream::stream::{store_limits, CreateSubject, Incoming, Stream};
 use crate::jetstream::{now_nanos, Effect, Effects};
@@ -553,6 +553,13 @@ impl Worker {
                 }
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
                 Cmd::SourceReady => {}
+                Cmd::EndPullsForShutdown(done) => {
+                    for c in st.consumers.values_mut() {
+                        c.server_shutdown(&mut self.fx);
+                    }
+                    self.execute(st);
+                    let _ = done.try_send(());
+                }
                 Cmd::EndPulls => {
                     for c in st.consumers.values_mut() {
                         c.deleted(&mut self.fx);
@@ -917,6 +924,15 @@ impl Worker {
             return;
         }
         if let ApiCall::MsgNext(_, consumer) = call {
+            if self.js.is_stopping() {
+                let h = [
+                    ("Nats-Pending-Messages", "0".to_owned()),
+                    ("Nats-Pending-Bytes", "0".to_owned()),
+                ];
+                self.fx
+                    .status(reply, status_block(409, "Server Shutdown", &h));
+                return;
+            }
             st.pull(consumer, payload, reply, &mut self.fx, now);
             return;
         }
