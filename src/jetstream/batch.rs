@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use super::api::ApiError;
-use super::stream::Incoming;
 use crate::proto::headers::HeaderMap;
 
 /// Most messages in one batch (nats-server's default).
@@ -116,27 +115,40 @@ pub fn duplicate_id() -> ApiError {
     )
 }
 
-struct Staged {
-    msgs: Vec<Incoming>,
+struct Staged<T> {
+    msgs: Vec<T>,
     bytes: usize,
     last_active: i64,
 }
 
-/// The batches staged on one stream.
-#[derive(Default)]
-pub struct Batches {
-    open: BTreeMap<String, Staged>,
+/// The batches staged on one stream; `T` is a staged message (the stream's publish type).
+pub struct Batches<T> {
+    open: BTreeMap<String, Staged<T>>,
 }
 
-impl Batches {
-    /// Stages message `seq` of batch `id`. The first message must be 1 and each next one the
-    /// one after; anything else abandons the batch.
+impl<T> Default for Batches<T> {
+    fn default() -> Self {
+        Batches {
+            open: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> Batches<T> {
+    /// Stages message `seq` of batch `id` (`size`: its bytes). The first message must be 1
+    /// and each next one the one after; anything else abandons the batch.
     ///
     /// # Errors
     /// `10176` out of order, `10199` over [`MAX_BATCH_MSGS`] (the batch is abandoned), and
     /// our `10199` texts for the byte and in-flight bounds.
-    pub fn stage(&mut self, id: &str, seq: u64, m: Incoming, now: i64) -> Result<(), ApiError> {
-        let size = m.payload.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.subject.len();
+    pub fn stage(
+        &mut self,
+        id: &str,
+        seq: u64,
+        m: T,
+        size: usize,
+        now: i64,
+    ) -> Result<(), ApiError> {
         if seq == 1 {
             if !self.open.contains_key(id) && self.open.len() >= MAX_INFLIGHT {
                 return Err(ApiError::new(
@@ -188,7 +200,7 @@ impl Batches {
     ///
     /// # Errors
     /// `10176` when the batch is unknown or a message is missing.
-    pub fn take(&mut self, id: &str, seq: u64) -> Result<Vec<Incoming>, ApiError> {
+    pub fn take(&mut self, id: &str, seq: u64) -> Result<Vec<T>, ApiError> {
         if seq == 1 {
             self.open.remove(id);
             return Ok(Vec::new());
@@ -234,13 +246,8 @@ mod tests {
         Some(Bytes::from(s))
     }
 
-    fn msg() -> Incoming {
-        Incoming {
-            subject: "b".to_owned(),
-            reply: None,
-            headers: None,
-            payload: Bytes::from_static(b"x"),
-        }
+    fn msg() -> &'static str {
+        "x"
     }
 
     #[test]
@@ -282,23 +289,23 @@ mod tests {
 
     #[test]
     fn a_batch_is_staged_in_order_bounded_and_abandoned_when_idle() {
-        let mut b = Batches::default();
-        b.stage("a", 1, msg(), 0).unwrap();
-        b.stage("a", 2, msg(), 1).unwrap();
+        let mut b: Batches<&str> = Batches::default();
+        b.stage("a", 1, msg(), 1, 0).unwrap();
+        b.stage("a", 2, msg(), 1, 1).unwrap();
         assert_eq!(b.take("a", 3).unwrap().len(), 2);
         assert_eq!(b.take("a", 3).unwrap_err().err_code, 10176);
-        assert_eq!(b.stage("g", 2, msg(), 0).unwrap_err().err_code, 10176);
-        b.stage("g", 1, msg(), 0).unwrap();
-        assert_eq!(b.stage("g", 3, msg(), 0).unwrap_err().err_code, 10176);
+        assert_eq!(b.stage("g", 2, msg(), 1, 0).unwrap_err().err_code, 10176);
+        b.stage("g", 1, msg(), 1, 0).unwrap();
+        assert_eq!(b.stage("g", 3, msg(), 1, 0).unwrap_err().err_code, 10176);
         assert_eq!(b.take("g", 2).unwrap_err().err_code, 10176, "abandoned");
         for i in 1..=MAX_BATCH_MSGS as u64 {
-            b.stage("big", i, msg(), 0).unwrap();
+            b.stage("big", i, msg(), 1, 0).unwrap();
         }
         let e = b
-            .stage("big", MAX_BATCH_MSGS as u64 + 1, msg(), 0)
+            .stage("big", MAX_BATCH_MSGS as u64 + 1, msg(), 1, 0)
             .unwrap_err();
         assert_eq!(e.description, "atomic publish batch is too large: 1000");
-        b.stage("t", 1, msg(), 0).unwrap();
+        b.stage("t", 1, msg(), 1, 0).unwrap();
         assert_eq!(b.next_deadline(), Some(BATCH_TIMEOUT_NS));
         b.expire(BATCH_TIMEOUT_NS);
         assert_eq!(b.take("t", 2).unwrap_err().err_code, 10176);

@@ -52,6 +52,14 @@ pub struct Incoming {
     pub payload: Bytes,
 }
 
+/// The bytes a publish holds (subject, reply, headers, payload).
+fn intake_size(m: &Incoming) -> usize {
+    m.subject.len()
+        + m.reply.as_ref().map_or(0, String::len)
+        + m.headers.as_ref().map_or(0, Bytes::len)
+        + m.payload.len()
+}
+
 /// What a consumer-create request's subject names (see
 /// [`resolve_consumer_name`](super::config::resolve_consumer_name)).
 #[derive(Debug, Clone, Copy, Default)]
@@ -169,7 +177,7 @@ pub struct Stream {
     /// The stream's own `subject_transform`, compiled.
     transform: Option<Transform>,
     /// Atomic batches being staged (`allow_atomic`).
-    batches: Batches,
+    batches: Batches<Incoming>,
 }
 
 /// What a publish carries in its headers that matters here.
@@ -423,7 +431,8 @@ impl Stream {
                 Ok(batch::Step::None) => {}
                 Ok(batch::Step::Stage { id, seq }) => {
                     let reply = m.reply.clone();
-                    match self.batches.stage(&id, seq, m, now) {
+                    let size = intake_size(&m);
+                    match self.batches.stage(&id, seq, m, size, now) {
                         // Staged: an empty reply (the client's handshake on message 1).
                         Ok(()) => {
                             if let Some(r) = reply {

@@ -9,6 +9,7 @@
 //! server-owned metadata; [`stream`] and [`consumer`] hold the two configurations.
 
 pub mod consumer;
+pub mod rules;
 pub mod source;
 pub mod stream;
 

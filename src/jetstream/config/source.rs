@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::null_as_default;
-use super::stream::{subjects_collide, valid_name, valid_subject_pattern};
+use super::rules::{subjects_collide, valid_name, valid_subject_pattern};
 use crate::jetstream::api::errors::{ApiError, ErrorKind};
 use crate::subject::transform::{Transform, TransformError};
 

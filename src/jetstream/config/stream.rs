@@ -9,13 +9,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use super::rules::{
+    subject_is_subset, subject_matches, subjects_collide, valid_literal_subject, valid_name,
+    valid_subject_pattern, MAX_NAME_LEN,
+};
 use super::source::{StreamSource, SubjectTransformConfig};
 use super::{
     int32, metadata_size, null_as_default, set_server_metadata, user_metadata_eq, zero_as_none,
     DiscardPolicy, PersistMode, Retention, StorageType,
 };
 use crate::jetstream::api::errors::ApiError;
-use crate::subject::subject;
 
 const MILLIS_100: i64 = 100_000_000;
 const ONE_SECOND: i64 = 1_000_000_000;
@@ -25,8 +28,6 @@ const DEFAULT_DUPLICATE_WINDOW: i64 = 120 * ONE_SECOND;
 pub(crate) const MAX_DESCRIPTION_LEN: usize = 4 * 1024;
 /// Largest metadata map accepted, keys plus values (§4.1: 128 KiB).
 pub(crate) const MAX_METADATA_SIZE: usize = 128 * 1024;
-/// Longest stream or consumer name (§2).
-pub const MAX_NAME_LEN: usize = 255;
 /// Most replicas the reference accepts at all; above 1 we answer "not supported".
 const MAX_REPLICAS: i64 = 5;
 
@@ -648,50 +649,6 @@ impl Serialize for StreamConfig {
         }
         .serialize(s)
     }
-}
-
-/// Whether `name` is a valid stream or consumer name (§2): non-empty, at most 255 bytes, and
-/// none of `.`, `*`, `>`, `/`, `\` or whitespace.
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && !name
-            .chars()
-            .any(|c| matches!(c, '.' | '*' | '>' | '/' | '\\') || c.is_whitespace())
-}
-
-/// Whether `s` is a valid subject or subject pattern: non-empty, no empty token, no whitespace
-/// (any Unicode whitespace, stricter than the core protocol), `>` only as the last token. `*`
-/// and `>` are wildcards only as whole tokens. The token rules are [`crate::subject`]'s.
-pub fn valid_subject_pattern(s: &str) -> bool {
-    subject::is_valid_subscribe_subject(s.as_bytes()) && !s.chars().any(char::is_whitespace)
-}
-
-/// Whether `s` is a valid subject with no wildcard token (a publish subject).
-pub fn valid_literal_subject(s: &str) -> bool {
-    valid_subject_pattern(s) && s.split('.').all(|t| t != "*" && t != ">")
-}
-
-/// Whether `subject` matches `filter`: `*` matches one token, a trailing `>` one or more.
-/// Tokens of `subject` are literal. An invalid filter or subject matches nothing.
-pub fn subject_matches(subject: &str, filter: &str) -> bool {
-    valid_subject_pattern(filter)
-        && subject::subject_matches_filter(subject.as_bytes(), filter.as_bytes())
-}
-
-/// Whether some subject matches both patterns: `orders.>` and `orders.x` collide, `a.*` and
-/// `a.b.c` do not. Symmetric; invalid patterns collide with nothing.
-pub fn subjects_collide(a: &str, b: &str) -> bool {
-    valid_subject_pattern(a)
-        && valid_subject_pattern(b)
-        && subject::filters_overlap(a.as_bytes(), b.as_bytes())
-}
-
-/// Whether every subject matched by `sub` is also matched by `of` (both patterns).
-pub fn subject_is_subset(sub: &str, of: &str) -> bool {
-    valid_subject_pattern(sub)
-        && valid_subject_pattern(of)
-        && subject::filter_is_subset_of(sub.as_bytes(), of.as_bytes())
 }
 
 #[cfg(test)]
