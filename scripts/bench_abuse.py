@@ -316,6 +316,21 @@ def churn(port, n):
     return [pct(creates, 0.5), pct(creates, 0.99), pct(deletes, 0.5), pct(deletes, 0.99)], acked[0]
 
 
+def side_by_side(a, scenario):
+    """Runs `scenario(process, port)` against nats-server, then sealstream, each on a fresh
+    store; returns both results in that order."""
+    got = []
+    for binary in (a.nats, a.sealstream):
+        with tempfile.TemporaryDirectory() as d:
+            p, port = start(binary, d)
+            try:
+                got.append(scenario(p, port))
+            finally:
+                p.kill()
+                p.wait()
+    return got
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sealstream", default="target/release/sealstream-server")
@@ -326,33 +341,16 @@ def main():
     ap.add_argument("--mirror", type=int, default=0, help="run the mirror catch-up scenario")
     a = ap.parse_args()
     if a.mirror:
-        got = []
-        for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
-            with tempfile.TemporaryDirectory() as d:
-                p, port = start(binary, d)
-                try:
-                    m, src = mirror_catch_up(port, a.mirror)
-                finally:
-                    p.kill()
-                    p.wait()
-            got.append((m, src))
+        (nm, ns), (sm, ss) = side_by_side(a, lambda p, port: mirror_catch_up(port, a.mirror))
+        for name, (m, src) in (("nats-server", (nm, ns)), ("sealstream", (sm, ss))):
             print(f"{name:12} mirror and source of {a.mirror} x 1 KiB, made together: mirror {m:.2f} s ({a.mirror / m:.0f} msgs/s), source {src:.2f} s ({a.mirror / src:.0f} msgs/s)")
-        (nm, ns), (sm, ss) = got
         print(f"ratio sealstream/nats-server (time, lower is faster): mirror {sm / nm:.2f}, source {ss / ns:.2f}")
         return
     if a.churn:
-        got = []
-        for name, binary in (("nats-server", a.nats), ("sealstream", a.sealstream)):
-            with tempfile.TemporaryDirectory() as d:
-                p, port = start(binary, d)
-                try:
-                    lat, acked = churn(port, a.churn)
-                finally:
-                    p.kill()
-                    p.wait()
-            got.append(lat)
+        got = side_by_side(a, lambda p, port: churn(port, a.churn))
+        for name, (lat, acked) in zip(("nats-server", "sealstream"), got):
             print(f"{name:12} churn x{a.churn} beside a busy stream ({acked} acked meanwhile): create p50 {lat[0]:.0f} us p99 {lat[1]:.0f} us, delete p50 {lat[2]:.0f} us p99 {lat[3]:.0f} us")
-        (n, s_) = got
+        (n, _), (s_, _) = got
         print("ratio sealstream/nats-server: create p50 {:.2f} p99 {:.2f}, delete p50 {:.2f} p99 {:.2f}".format(*(b / a for a, b in zip(n, s_))))
         return
     if a.streams:

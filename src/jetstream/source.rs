@@ -16,10 +16,9 @@ use bytes::Bytes;
 
 use super::api::types::SourceInfo;
 use super::api::ApiError;
-use super::config::source::StreamSource;
+use super::config::source::{Route, StreamSource};
 use crate::proto::headers::HeaderMap;
 use crate::store::{StoreError, StoredMsg, StreamStore};
-use crate::subject::transform::Transform;
 
 /// The header a sourced message carries.
 pub const SOURCE_HEADER: &str = "Nats-Stream-Source";
@@ -36,8 +35,8 @@ pub struct SourceLink {
     pub cfg: StreamSource,
     /// Whether this is the stream's mirror.
     pub mirror: bool,
-    /// `(filter, transform)`: a message is copied when its subject matches a filter.
-    routes: Vec<(String, Option<Transform>)>,
+    /// A message is copied when its subject matches a route's filter.
+    routes: Vec<Route>,
     /// The next origin sequence to read.
     pub next_seq: u64,
     /// The last origin sequence copied (0 none).
@@ -76,42 +75,33 @@ impl SourceLink {
 
     /// The filters this link reads by.
     pub fn filters(&self) -> impl Iterator<Item = &str> {
-        self.routes.iter().map(|(f, _)| f.as_str())
+        self.routes.iter().map(|r| r.filter.as_str())
     }
 
     /// The route `subject` takes: `(filter, dest, stored subject)`, or `None` when the link
     /// does not copy it.
-    fn route(&self, subject: &str) -> Option<(&str, String, String)> {
-        for (filter, t) in &self.routes {
-            if !crate::jetstream::config::subject_matches(subject, filter) {
-                continue;
-            }
-            return Some(match t {
-                Some(t) => {
-                    let dest = self
-                        .cfg
-                        .subject_transforms
-                        .iter()
-                        .find(|c| c.src == *filter || (c.src.is_empty() && filter == ">"))
-                        .map_or_else(|| ">".to_owned(), |c| c.dest.clone());
-                    (filter.as_str(), dest, t.apply(subject)?)
-                }
-                None => (filter.as_str(), ">".to_owned(), subject.to_owned()),
-            });
-        }
-        None
+    fn route(&self, subject: &str) -> Option<(&Route, String)> {
+        let r = self
+            .routes
+            .iter()
+            .find(|r| crate::jetstream::config::subject_matches(subject, &r.filter))?;
+        let stored = match &r.transform {
+            Some(t) => t.apply(subject)?,
+            None => subject.to_owned(),
+        };
+        Some((r, stored))
     }
 
     /// The message `m` of the origin as this stream stores it: `(subject, headers)`. A
     /// mirror keeps the headers; a source adds its `Nats-Stream-Source`.
     pub fn copy_of(&self, m: &StoredMsg) -> Option<(String, Option<Bytes>)> {
-        let (filter, dest, subject) = self.route(&m.subject)?;
+        let (route, subject) = self.route(&m.subject)?;
         if self.mirror {
             return Some((subject, m.headers.clone()));
         }
         let value = format!(
             "{} {} {} {} {}",
-            self.cfg.name, m.seq, filter, dest, m.subject
+            self.cfg.name, m.seq, route.filter, route.dest, m.subject
         );
         let headers =
             crate::jetstream::consumer::add_headers(m.headers.as_ref(), &[(SOURCE_HEADER, value)]);
@@ -125,17 +115,10 @@ impl SourceLink {
         if name != self.cfg.name {
             return None;
         }
-        let ours = self.routes.iter().any(|(rf, t)| {
-            rf == filter
-                && match t {
-                    None => dest == ">",
-                    Some(_) => self
-                        .cfg
-                        .subject_transforms
-                        .iter()
-                        .any(|c| c.dest == dest && (c.src == *rf || c.src.is_empty())),
-                }
-        });
+        let ours = self
+            .routes
+            .iter()
+            .any(|r| r.filter == filter && r.dest == dest);
         ours.then(|| seq.parse().ok()).flatten()
     }
 

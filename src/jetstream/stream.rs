@@ -52,12 +52,14 @@ pub struct Incoming {
     pub payload: Bytes,
 }
 
-/// The bytes a publish holds (subject, reply, headers, payload).
-fn intake_size(m: &Incoming) -> usize {
-    m.subject.len()
-        + m.reply.as_ref().map_or(0, String::len)
-        + m.headers.as_ref().map_or(0, Bytes::len)
-        + m.payload.len()
+impl Incoming {
+    /// The bytes it holds (subject, reply, headers, payload): what it costs queued or staged.
+    pub fn size(&self) -> usize {
+        self.subject.len()
+            + self.reply.as_ref().map_or(0, String::len)
+            + self.headers.as_ref().map_or(0, Bytes::len)
+            + self.payload.len()
+    }
 }
 
 /// What a consumer-create request's subject names (see
@@ -431,7 +433,7 @@ impl Stream {
                 Ok(batch::Step::None) => {}
                 Ok(batch::Step::Stage { id, seq }) => {
                     let reply = m.reply.clone();
-                    let size = intake_size(&m);
+                    let size = m.size();
                     match self.batches.stage(&id, seq, m, size, now) {
                         // Staged: an empty reply (the client's handshake on message 1).
                         Ok(()) => {

@@ -63,6 +63,19 @@ pub struct ConsumerSource {
     pub deliver_subject: String,
 }
 
+/// One way a mirror or source copies: the origin subjects matching `filter`, stored as
+/// `transform` renames them (unchanged without one). `dest` is the transform's destination as
+/// configured (`>` for none), as the `Nats-Stream-Source` header names it.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Which origin subjects.
+    pub filter: String,
+    /// The destination as configured, `>` for none.
+    pub dest: String,
+    /// The rename, if any.
+    pub transform: Option<Transform>,
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -108,20 +121,28 @@ impl StreamSource {
     ///
     /// # Errors
     /// A transform that does not compile (refused at create; kept for stores written before).
-    pub fn routes(&self) -> Result<Vec<(String, Option<Transform>)>, TransformError> {
+    pub fn routes(&self) -> Result<Vec<Route>, TransformError> {
         if self.subject_transforms.is_empty() {
-            let f = if self.filter_subject.is_empty() {
+            let filter = if self.filter_subject.is_empty() {
                 ">".to_owned()
             } else {
                 self.filter_subject.clone()
             };
-            return Ok(vec![(f, None)]);
+            return Ok(vec![Route {
+                filter,
+                dest: ">".to_owned(),
+                transform: None,
+            }]);
         }
         self.subject_transforms
             .iter()
             .map(|t| {
                 let c = t.compile()?;
-                Ok((c.src().to_owned(), Some(c)))
+                Ok(Route {
+                    filter: c.src().to_owned(),
+                    dest: t.dest.clone(),
+                    transform: Some(c),
+                })
             })
             .collect()
     }
@@ -164,8 +185,12 @@ impl StreamSource {
         let routes = self.routes().map_err(|e| {
             ApiError::with_detail(ErrorKind::SourceTransformInvalid, &e.to_string())
         })?;
-        for (i, (a, _)) in routes.iter().enumerate() {
-            if routes.iter().take(i).any(|(b, _)| subjects_collide(a, b)) {
+        for (i, a) in routes.iter().enumerate() {
+            if routes
+                .iter()
+                .take(i)
+                .any(|b| subjects_collide(&a.filter, &b.filter))
+            {
                 return Err(ApiError::from_kind(ErrorKind::SourceFiltersOverlap));
             }
         }

@@ -56,7 +56,7 @@ pub(crate) enum Cmd {
 /// [`MIN_COMMAND_COST`] (control commands: nothing).
 pub(crate) fn cmd_size(c: &Cmd) -> usize {
     let bytes = match c {
-        Cmd::Publish(m) => intake_size(m),
+        Cmd::Publish(m) => m.size(),
         Cmd::Api {
             reply,
             headers,
@@ -90,12 +90,4 @@ pub(crate) fn refused(queue: &str) {
             "a queue at its hard capacity refused a command"
         );
     }
-}
-
-/// What one queued publish counts against its stream's intake budget.
-pub(crate) fn intake_size(m: &Incoming) -> usize {
-    m.subject.len()
-        + m.reply.as_ref().map_or(0, String::len)
-        + m.headers.as_ref().map_or(0, Bytes::len)
-        + m.payload.len()
 }
