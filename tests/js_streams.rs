@@ -1695,11 +1695,9 @@ async fn expiry_leaves_a_delete_marker_that_expires_in_turn() {
     assert_eq!(stream_info(&c, "MK", "").await["state"]["messages"], 1);
 }
 
-/// Atomic batches (ADR-50) and message schedules (ADR-51) are not implemented: a publish
-/// that carries their headers is refused with the codes nats-server gives a stream without
-/// them — never stored as a plain message a client would take for a committed batch or an
-/// armed schedule — and a stream asking for them is refused at
-/// create rather than created without them.
+/// A stream without `allow_atomic` / `allow_msg_schedules` refuses a publish that carries
+/// their headers with the codes nats-server gives — never stores it as a plain message a
+/// client would take for a committed batch or an armed schedule.
 #[tokio::test]
 async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
     let s = TestServer::start_js();
@@ -1717,25 +1715,6 @@ async fn batch_and_schedule_publishes_are_refused_not_stored_plain() {
     ];
     assert_error(&publish_ack(&c, "nb.s", &sched, "").await, 400, 10188);
     assert_eq!(stream_info(&c, "NB", "").await["state"]["messages"], 0);
-    if s.is_reference() {
-        return; // nats-server implements these options.
-    }
-    for (extra, what) in [
-        (
-            r#""allow_batched":true"#,
-            "batched publish (allow_batched) is not supported",
-        ),
-        (
-            r#""allow_msg_schedules":true"#,
-            "message schedules (allow_msg_schedules) are not supported",
-        ),
-    ] {
-        let body = format!(r#"{{"name":"NX","subjects":["nx.>"],{extra}}}"#);
-        assert_eq!(
-            api_err(&c, "STREAM.CREATE.NX", &body, 500, 10052).await,
-            what
-        );
-    }
 }
 
 /// `first_seq`: a new stream starts there (info says so before anything is stored), and

@@ -17,6 +17,10 @@
 //! - [`batch`]: atomic batch publishes (staged until their commit, stored all or nothing).
 //! - [`source`]: mirrors and sources: what a stream copies from other streams, and where
 //!   each copy resumes.
+//! - [`schedule`]: message schedules (`Nats-Schedule`): patterns, fire times, what a firing
+//!   publishes.
+//! - [`fast_batch`]: fast-ingest batches (`allow_batched`): stored as they arrive, paced by
+//!   flow acks.
 
 pub use effects::{Effect, Effects, Interest};
 
@@ -29,6 +33,8 @@ pub mod dedupe;
 pub mod effects;
 #[cfg(test)]
 mod engine_tests;
+pub mod fast_batch;
+pub mod schedule;
 pub mod source;
 pub mod stream;
 

@@ -30,6 +30,8 @@ use super::config::{
 };
 use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
+use super::fast_batch::{self, Admit, FastBatches};
+use super::schedule::{self, Pattern};
 use super::source::{self, SourceBatch, SourceLink};
 use super::Effects;
 use crate::proto::headers::HeaderMap;
@@ -180,6 +182,20 @@ pub struct Stream {
     transform: Option<Transform>,
     /// Atomic batches being staged (`allow_atomic`).
     batches: Batches<Incoming>,
+    /// Fast-ingest batches open (`allow_batched`).
+    fast: FastBatches,
+    /// Armed message schedules (`allow_msg_schedules`).
+    schedules: schedule::Armed,
+}
+
+/// Where a fast-ingest message sits in its batch: its answer is a flow ack, a gap or an error
+/// report rather than a pub-ack (see [`fast_batch`]).
+#[derive(Debug, Clone)]
+struct FastMark {
+    batch: String,
+    seq: u64,
+    /// It is the batch's commit message.
+    commit: bool,
 }
 
 /// What a publish carries in its headers that matters here.
@@ -194,6 +210,8 @@ struct PubHeaders {
     ttl: Option<String>,
     /// `Nats-Incr` (counter streams).
     incr: Option<String>,
+    /// `Nats-Schedule`: the message is a schedule.
+    schedule: bool,
     bad: bool,
 }
 
@@ -219,6 +237,7 @@ impl PubHeaders {
             rollup: get("Nats-Rollup"),
             ttl: get("Nats-TTL"),
             incr: get("Nats-Incr"),
+            schedule: map.get(schedule::SCHEDULE).is_some(),
             bad: false,
         }
     }
@@ -243,6 +262,8 @@ struct Queued {
     dup_of: Option<usize>,
     /// A counter stream's new total, for the pub-ack.
     val: Option<String>,
+    /// Set for a fast-ingest message.
+    fast: Option<FastMark>,
 }
 
 impl Stream {
@@ -267,6 +288,8 @@ impl Stream {
             links: Vec::new(),
             transform: None,
             batches: Batches::default(),
+            fast: FastBatches::default(),
+            schedules: schedule::Armed::default(),
         };
         s.relink();
         s.rebuild(now);
@@ -337,6 +360,7 @@ impl Stream {
                 msg_id,
                 dup_of: None,
                 val: None,
+                fast: None,
             });
         }
         if self.offline.is_some() {
@@ -369,7 +393,10 @@ impl Stream {
         let mut seq = st.last_seq;
         while seq >= st.first_seq && seq > 0 {
             if let Ok(Some(m)) = self.store.get(seq) {
-                if m.ts < now.saturating_sub(window) && !self.cfg.allow_msg_ttl {
+                if m.ts < now.saturating_sub(window)
+                    && !self.cfg.allow_msg_ttl
+                    && !self.cfg.allow_msg_schedules
+                {
                     break;
                 }
                 let h = PubHeaders::parse(m.headers.as_ref());
@@ -382,6 +409,11 @@ impl Stream {
                     if t > 0 {
                         self.ttl.insert((m.ts.saturating_add(t), m.seq));
                     }
+                }
+                // The newest schedule on a subject is the one in force (scanning backwards,
+                // it is met first).
+                if h.schedule && !self.schedules.contains(&m.subject) {
+                    self.arm_schedule(&m.subject, m.seq, m.headers.as_ref(), now);
                 }
             }
             seq -= 1;
@@ -420,16 +452,29 @@ impl Stream {
                     m.subject = to;
                 }
             }
-            if let Err(e) = self.precheck(&m) {
-                self.answer(out, m.reply.as_deref(), Err(e));
+            let fast = match m.reply.as_deref().and_then(fast_batch::parse_reply) {
+                None => None,
+                Some(r) => match self.admit_fast(r, &mut queue, m.reply.as_deref(), out, now) {
+                    Some(mark) => Some(mark),
+                    None => continue,
+                },
+            };
+            if let Err(e) = self.precheck(&mut m, now) {
+                self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
                 continue;
             }
             let h = PubHeaders::parse(m.headers.as_ref());
             if h.bad {
-                self.answer(out, m.reply.as_deref(), Err(ApiError::bad_request()));
+                let e = ApiError::bad_request();
+                self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
                 continue;
             }
-            match batch::step(m.headers.as_ref()) {
+            let atomic = if fast.is_some() {
+                Ok(batch::Step::None)
+            } else {
+                batch::step(m.headers.as_ref())
+            };
+            match atomic {
                 Ok(batch::Step::None) => {}
                 Ok(batch::Step::Stage { id, seq }) => {
                     let reply = m.reply.clone();
@@ -464,7 +509,9 @@ impl Stream {
             }
             if let Some(id) = &h.msg_id {
                 if let Some(seq) = self.dedupe.get(id) {
-                    if let Some(r) = m.reply.as_deref() {
+                    if fast.is_some() {
+                        self.settle(out, m.reply.as_deref(), fast.as_ref(), Ok(seq), None);
+                    } else if let Some(r) = m.reply.as_deref() {
                         if !self.cfg.no_ack {
                             out.reply(r, pub_ack(&self.cfg.name, seq, true));
                         }
@@ -474,7 +521,7 @@ impl Stream {
             }
             if h.strict() {
                 self.flush(&mut queue, out, now);
-                self.publish_strict(m, &h, out, now);
+                self.publish_strict(m, &h, fast, out, now);
                 continue;
             }
             let dup_of = h
@@ -492,9 +539,110 @@ impl Stream {
                 msg_id: h.msg_id,
                 dup_of,
                 val: None,
+                fast,
             });
         }
         self.flush(&mut queue, out, now);
+    }
+
+    /// Decides what a fast-ingest message does ([`fast_batch`]): `Some` to go on and store it,
+    /// `None` when it has been answered (refused, a ping, the end of its batch).
+    fn admit_fast(
+        &mut self,
+        r: Result<fast_batch::FastReply, ApiError>,
+        queue: &mut Vec<Queued>,
+        reply: Option<&str>,
+        out: &mut Effects,
+        now: i64,
+    ) -> Option<FastMark> {
+        let admitted = r.and_then(|r| {
+            if !self.cfg.allow_batched {
+                return Err(fast_batch::disabled());
+            }
+            self.fast.admit(&r, now).map(|a| (r, a))
+        });
+        let (r, admit) = match admitted {
+            Ok(x) => x,
+            Err(e) => {
+                self.answer(out, reply, Err(e));
+                return None;
+            }
+        };
+        let to = reply?;
+        match admit {
+            Admit::Reply(v) => {
+                for b in v {
+                    out.reply(to, b);
+                }
+                None
+            }
+            Admit::End { before, count } => {
+                // What is queued of the batch is stored first: the final ack counts it.
+                self.flush(queue, out, now);
+                for b in before {
+                    out.reply(to, b);
+                }
+                let last = self.fast.end(&r.batch);
+                let last = if last == 0 {
+                    self.store.state().last_seq
+                } else {
+                    last
+                };
+                out.reply(
+                    to,
+                    fast_batch::final_ack(&self.cfg.name, last, &r.batch, count),
+                );
+                None
+            }
+            Admit::Store { before, then_end } => {
+                for b in before {
+                    out.reply(to, b);
+                }
+                Some(FastMark {
+                    batch: r.batch,
+                    seq: r.seq,
+                    commit: then_end,
+                })
+            }
+        }
+    }
+
+    /// Answers one publish: a pub-ack (or error) — or, for a fast-ingest message, the flow ack
+    /// due, its error report, and the batch's final ack when it was the commit.
+    fn settle(
+        &mut self,
+        out: &mut Effects,
+        reply: Option<&str>,
+        fast: Option<&FastMark>,
+        r: Result<u64, ApiError>,
+        val: Option<&str>,
+    ) {
+        let Some(f) = fast else {
+            return self.answer_val(out, reply, r, val);
+        };
+        let Some(to) = reply else {
+            return;
+        };
+        let stored = r.is_ok();
+        match r {
+            Ok(seq) => {
+                if let Some(ack) = self.fast.stored(&f.batch, f.seq, seq) {
+                    out.reply(to, ack);
+                }
+            }
+            Err(e) => out.reply(to, fast_batch::message_error(f.seq, &e)),
+        }
+        if f.commit {
+            let count = if stored { f.seq } else { f.seq - 1 };
+            let last = match self.fast.end(&f.batch) {
+                0 => self.store.state().last_seq,
+                n => n,
+            };
+            out.reply(
+                to,
+                fast_batch::final_ack(&self.cfg.name, last, &f.batch, count),
+            );
+        }
     }
 
     /// Commits atomic batch `id`: every staged message (and `last`, the commit message, unless
@@ -534,6 +682,7 @@ impl Stream {
                 reply: None,
                 dup_of: None,
                 val: None,
+                fast: None,
             })
             .collect();
         let stored = self.flush(&mut queue, out, now);
@@ -617,8 +766,9 @@ impl Stream {
         Ok(())
     }
 
-    /// Checks that need nothing but the message and the config.
-    fn precheck(&self, m: &Incoming) -> Result<(), ApiError> {
+    /// Checks that need nothing but the message and the config. A schedule that passes is
+    /// given the headers it is stored with ([`schedule::stored_headers`]).
+    fn precheck(&self, m: &mut Incoming, now: i64) -> Result<(), ApiError> {
         if let Some(reason) = &self.offline {
             return Err(ApiError::new(503, 10077, reason.clone()));
         }
@@ -637,16 +787,22 @@ impl Stream {
                         return Err(ApiError::expected_stream_mismatch());
                     }
                 }
-                // Batches without `allow_atomic`, and schedules, are refused, never stored as
-                // plain messages (a client would take them for committed batches or armed
-                // schedules).
+                // Batches without `allow_atomic`, and schedules without `allow_msg_schedules`,
+                // are refused, never stored as plain messages (a client would take them for
+                // committed batches or armed schedules).
                 if map.get("Nats-Batch-Id").is_some() && !self.cfg.allow_atomic {
                     return Err(ApiError::atomic_publish_disabled());
                 }
-                if map.get("Nats-Schedule").is_some() {
-                    return Err(ApiError::schedules_disabled());
+                if schedule::has_server_headers(&map) {
+                    return Err(schedule::scheduler_invalid());
                 }
-                if map.get("Nats-Rollup").is_some() && !self.cfg.allow_rollup_hdrs {
+                let is_schedule = map.get(schedule::SCHEDULE).is_some();
+                if is_schedule {
+                    if !self.cfg.allow_msg_schedules {
+                        return Err(ApiError::schedules_disabled());
+                    }
+                    schedule::parse(&map, &m.subject, &self.schedule_rules(), now)?;
+                } else if map.get("Nats-Rollup").is_some() && !self.cfg.allow_rollup_hdrs {
                     return Err(ApiError::rollup_not_permitted());
                 }
                 if let Some(t) = map.get("Nats-TTL") {
@@ -657,9 +813,20 @@ impl Stream {
                         return Err(ApiError::invalid_msg_ttl());
                     }
                 }
+                if is_schedule {
+                    m.headers = Some(schedule::stored_headers(&map));
+                }
             }
         }
         Ok(())
+    }
+
+    /// What a schedule on this stream is checked against.
+    fn schedule_rules(&self) -> schedule::StreamRules<'_> {
+        schedule::StreamRules {
+            subjects: &self.cfg.subjects,
+            allow_msg_ttl: self.cfg.allow_msg_ttl,
+        }
     }
 
     /// A counter stream takes only `Nats-Incr` publishes without a payload (and without the
@@ -712,14 +879,23 @@ impl Stream {
         }
     }
 
-    fn publish_strict(&mut self, m: Incoming, h: &PubHeaders, out: &mut Effects, now: i64) {
+    fn publish_strict(
+        &mut self,
+        m: Incoming,
+        h: &PubHeaders,
+        fast: Option<FastMark>,
+        out: &mut Effects,
+        now: i64,
+    ) {
         let st = self.store.state();
         if let Some(exp) = h.expected_last_seq {
             if exp != st.last_seq {
-                self.answer(
+                self.settle(
                     out,
                     m.reply.as_deref(),
+                    fast.as_ref(),
                     Err(ApiError::wrong_last_sequence(st.last_seq)),
+                    None,
                 );
                 return;
             }
@@ -732,15 +908,23 @@ impl Stream {
             let last = match self.store.last_by_subject(&filter) {
                 Ok(x) => x.map_or(0, |x| x.seq),
                 Err(e) => {
-                    self.answer(out, m.reply.as_deref(), Err(store_failed(&e)));
+                    self.settle(
+                        out,
+                        m.reply.as_deref(),
+                        fast.as_ref(),
+                        Err(store_failed(&e)),
+                        None,
+                    );
                     return;
                 }
             };
             if exp != last {
-                self.answer(
+                self.settle(
                     out,
                     m.reply.as_deref(),
+                    fast.as_ref(),
                     Err(ApiError::wrong_last_sequence(last)),
+                    None,
                 );
                 return;
             }
@@ -754,30 +938,41 @@ impl Stream {
                 .and_then(|m| PubHeaders::parse(m.headers.as_ref()).msg_id)
                 .unwrap_or_default();
             if *exp != last_id {
-                self.answer(
+                self.settle(
                     out,
                     m.reply.as_deref(),
+                    fast.as_ref(),
                     Err(ApiError::wrong_last_msg_id(&last_id)),
+                    None,
                 );
                 return;
             }
         }
         let subject = m.subject.clone();
+        let schedule_headers = h.schedule.then(|| m.headers.clone()).flatten();
         let mut payload = m.payload;
         let mut val = None;
         if let Some(incr) = h.incr.as_deref().and_then(parse_incr) {
             let prev = match self.store.last_by_subject(&subject) {
                 Ok(x) => x.map_or(0, |x| counter_value(&x.payload)),
                 Err(e) => {
-                    self.answer(out, m.reply.as_deref(), Err(store_failed(&e)));
+                    self.settle(
+                        out,
+                        m.reply.as_deref(),
+                        fast.as_ref(),
+                        Err(store_failed(&e)),
+                        None,
+                    );
                     return;
                 }
             };
             let Some(total) = prev.checked_add(incr) else {
-                self.answer(
+                self.settle(
                     out,
                     m.reply.as_deref(),
+                    fast.as_ref(),
                     Err(ApiError::counter_incr_invalid()),
+                    None,
                 );
                 return;
             };
@@ -796,6 +991,7 @@ impl Stream {
             msg_id: h.msg_id.clone(),
             dup_of: None,
             val,
+            fast,
         }];
         let stored = self.flush(&mut q, out, now);
         let Some(&(seq, ts)) = stored.first() else {
@@ -809,7 +1005,7 @@ impl Stream {
         if let Some(r) = h.rollup.as_deref() {
             let req = match r {
                 "sub" => Some(PurgeRequest {
-                    filter: Some(subject),
+                    filter: Some(subject.clone()),
                     up_to_seq: Some(seq),
                     keep: None,
                 }),
@@ -827,6 +1023,104 @@ impl Stream {
                 self.after_removal();
             }
         }
+        if h.schedule && self.cfg.allow_msg_schedules {
+            self.arm_schedule(&subject, seq, schedule_headers.as_ref(), now);
+        }
+    }
+
+    /// Arms the schedule stored as `seq` on `subject` (its headers were checked when it was
+    /// published; one that no longer reads is left unarmed).
+    fn arm_schedule(&mut self, subject: &str, seq: u64, headers: Option<&Bytes>, now: i64) {
+        let Some(map) = headers.and_then(|h| HeaderMap::parse(h).ok()) else {
+            return;
+        };
+        let Ok(s) = schedule::parse(&map, subject, &self.schedule_rules(), now) else {
+            return;
+        };
+        if let Some(at) = s.pattern.next_after(now) {
+            self.schedules.arm(subject, seq, at);
+        }
+    }
+
+    /// Fires the schedules due by `now`: each publishes into the stream (a copy of itself, or
+    /// of its source subject's newest message, on its target); an `@at` schedule is then
+    /// removed, the others re-armed. A schedule whose message is gone (deleted, purged,
+    /// replaced, expired) is dropped here.
+    fn fire_schedules(&mut self, out: &mut Effects, now: i64) {
+        while let Some((subject, seq)) = self.schedules.pop_due(now) {
+            if self.offline.is_some() {
+                return;
+            }
+            let Ok(Some(msg)) = self.store.get(seq) else {
+                continue;
+            };
+            let Some(map) = msg.headers.as_ref().and_then(|h| HeaderMap::parse(h).ok()) else {
+                continue;
+            };
+            if msg.subject != subject {
+                continue;
+            }
+            let Ok(s) = schedule::parse(&map, &subject, &self.schedule_rules(), now) else {
+                continue;
+            };
+            let next = match s.pattern {
+                Pattern::At(_) => None,
+                _ => s.pattern.next_after(now),
+            };
+            // Subject sampling: the source's newest message, or the schedule's own when the
+            // source subject has none.
+            let sampled = s
+                .source
+                .as_deref()
+                .and_then(|src| self.store.last_by_subject(src).ok().flatten());
+            let (base, payload) = match &sampled {
+                Some(x) => (x.headers.as_ref(), x.payload.clone()),
+                None => (msg.headers.as_ref(), msg.payload.clone()),
+            };
+            let headers = schedule::fired_headers(base, &subject, &s, next);
+            self.publish_internal(
+                Incoming {
+                    subject: s.target.clone(),
+                    reply: None,
+                    headers: Some(headers),
+                    payload,
+                },
+                out,
+                now,
+            );
+            match next {
+                Some(at) => self.schedules.arm(&subject, seq, at),
+                None => {
+                    if let Err(e) = self.store.delete(seq, false) {
+                        self.note_store_error(&e);
+                    }
+                    self.after_removal();
+                }
+            }
+        }
+    }
+
+    /// Stores a message the server itself publishes into the stream (a fired schedule): the
+    /// stream's limits and retention apply, not the client-header rules.
+    fn publish_internal(&mut self, m: Incoming, out: &mut Effects, now: i64) {
+        let h = PubHeaders::parse(m.headers.as_ref());
+        if h.strict() {
+            return self.publish_strict(m, &h, None, out, now);
+        }
+        let mut q = vec![Queued {
+            msg: NewMsg {
+                subject: m.subject,
+                headers: m.headers,
+                payload: m.payload,
+                ..NewMsg::default()
+            },
+            reply: None,
+            msg_id: None,
+            dup_of: None,
+            val: None,
+            fast: None,
+        }];
+        self.flush(&mut q, out, now);
     }
 
     /// Sends the copy `republish` asks for of a message just stored as `seq` (`last`: the
@@ -898,7 +1192,13 @@ impl Stream {
                 self.note_store_error(&e);
                 let err = store_failed(&e);
                 for q in &items {
-                    self.answer(out, q.reply.as_deref(), Err(err.clone()));
+                    self.settle(
+                        out,
+                        q.reply.as_deref(),
+                        q.fast.as_ref(),
+                        Err(err.clone()),
+                        None,
+                    );
                 }
                 return Vec::new();
             }
@@ -917,13 +1217,25 @@ impl Stream {
                         self.dedupe.insert(id.clone(), a.seq, a.ts);
                     }
                     stored.push((a.seq, a.ts));
-                    self.answer_val(out, q.reply.as_deref(), Ok(a.seq), q.val.as_deref());
+                    self.settle(
+                        out,
+                        q.reply.as_deref(),
+                        q.fast.as_ref(),
+                        Ok(a.seq),
+                        q.val.as_deref(),
+                    );
                     if let Some(last) = last_of_subject.get_mut(&q.msg.subject) {
                         self.republish(out, &q.msg, a.seq, a.ts, *last);
                         *last = a.seq;
                     }
                 }
-                Err(rej) => self.answer(out, q.reply.as_deref(), Err(rejected(rej))),
+                Err(rej) => self.settle(
+                    out,
+                    q.reply.as_deref(),
+                    q.fast.as_ref(),
+                    Err(rejected(rej)),
+                    None,
+                ),
             }
         }
         for q in &items {
@@ -974,6 +1286,12 @@ impl Stream {
         if let Some(t) = self.batches.next_deadline() {
             take(t);
         }
+        if let Some(t) = self.fast.next_deadline() {
+            take(t);
+        }
+        if let Some(t) = self.schedules.next_deadline() {
+            take(t);
+        }
         for c in self.consumers.values() {
             if let Some(t) = c.next_deadline() {
                 take(t);
@@ -985,7 +1303,9 @@ impl Stream {
     /// Expiry by age and TTL, consumer timers, inactive consumer clean-up, then delivery.
     pub fn tick(&mut self, out: &mut Effects, now: i64) {
         self.remove_expired(out, now);
+        self.fire_schedules(out, now);
         self.batches.expire(now);
+        self.fast.expire(now);
         for c in self.consumers.values_mut() {
             c.tick(out, now);
         }

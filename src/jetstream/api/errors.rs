@@ -132,9 +132,9 @@ pub enum ErrorKind {
     CounterHasPayload,
     /// A `Nats-Incr` that is not an integer (or a header a counter cannot take).
     CounterIncrInvalid,
-    /// A `Nats-Batch-Id` publish (ADR-50 atomic batches are not implemented here).
+    /// A `Nats-Batch-Id` publish to a stream without `allow_atomic`.
     AtomicPublishDisabled,
-    /// A `Nats-Schedule` publish (ADR-51 schedules are not implemented here).
+    /// A `Nats-Schedule` publish to a stream without `allow_msg_schedules`.
     SchedulesDisabled,
     /// A mirror with `subjects`.
     MirrorWithSubjects,
@@ -286,7 +286,7 @@ impl ErrorKind {
             CounterHasPayload => (400, 10170, "message counter has payload"),
             CounterIncrInvalid => (400, 10171, "message counter increment is invalid"),
             // What nats-server 2.15.1 answers on a stream without `allow_atomic` /
-            // `allow_msg_schedules`; here no stream has them.
+            // `allow_msg_schedules`.
             AtomicPublishDisabled => (400, 10174, "atomic publish is disabled"),
             SchedulesDisabled => (400, 10188, "message schedules is disabled"),
             // Mirrors and sources: as nats-server 2.15.1 answers (tests/js_sources.rs).

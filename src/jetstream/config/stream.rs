@@ -159,12 +159,10 @@ pub struct StreamConfig {
     /// ADR-50 atomic batch publishes (`Nats-Batch-Id`; see `jetstream::batch`).
     #[serde(deserialize_with = "null_as_default")]
     pub allow_atomic: bool,
-    /// Options this server does not implement, read only to be refused by
-    /// [`StreamConfig::normalize`] rather than silently dropped (see
-    /// [`StreamConfig::unsupported`]).
+    /// Fast-ingest batches (see `jetstream::fast_batch`): may be turned on and off.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_batched: bool,
-    /// See `allow_batched`.
+    /// ADR-51 message schedules (see `jetstream::schedule`): may be turned on, never off.
     #[serde(deserialize_with = "null_as_default")]
     pub allow_msg_schedules: bool,
 }
@@ -223,18 +221,6 @@ fn limit(v: i64) -> i64 {
 }
 
 impl StreamConfig {
-    /// The first option asked for that this server does not implement, as the subject of
-    /// "... not supported".
-    pub fn unsupported(&self) -> Option<&'static str> {
-        if self.allow_batched {
-            Some("batched publish (allow_batched) is")
-        } else if self.allow_msg_schedules {
-            Some("message schedules (allow_msg_schedules) are")
-        } else {
-            None
-        }
-    }
-
     /// Normalises a create/update request into what the server stores and echoes, and validates
     /// it (§4.1). Errors are `500/10052 <reason>` except `num_replicas > 1`
     /// ([`ApiError::replicas_not_supported`]).
@@ -276,8 +262,28 @@ impl StreamConfig {
             &self.sources,
             self.subject_transform.as_ref(),
         )?;
-        if let Some(what) = self.unsupported() {
-            return invalid(&format!("{what} not supported"));
+        // Copying streams take what their origins produced: they neither run schedules nor
+        // (mirrors) take batches of their own, as nats-server 2.15.1 answers.
+        if self.allow_msg_schedules && self.mirror.is_some() {
+            return Err(ApiError::new(
+                400,
+                10186,
+                "stream mirrors can not also schedule messages",
+            ));
+        }
+        if self.allow_msg_schedules && !self.sources.is_empty() {
+            return Err(ApiError::new(
+                400,
+                10187,
+                "stream source can not also schedule messages",
+            ));
+        }
+        if self.allow_batched && self.mirror.is_some() {
+            return Err(ApiError::new(
+                400,
+                10209,
+                "stream mirrors can not also use batch publishing",
+            ));
         }
         if let Some(rp) = self.republish.as_mut() {
             if rp.src.is_empty() {
@@ -438,7 +444,13 @@ impl StreamConfig {
     /// The API level this configuration needs (`_nats.req.level`): per-message TTLs (and the
     /// delete markers built on them) are level 1 features; everything else we support is 0.
     pub fn required_api_level(&self) -> u32 {
-        if self.persist_mode == PersistMode::Async || self.allow_msg_counter || self.allow_atomic {
+        if self.allow_batched {
+            4
+        } else if self.persist_mode == PersistMode::Async
+            || self.allow_msg_counter
+            || self.allow_atomic
+            || self.allow_msg_schedules
+        {
             2
         } else if self.allow_msg_ttl || self.subject_delete_marker_ttl.is_some() {
             1
@@ -491,6 +503,11 @@ impl StreamConfig {
         }
         if self.allow_msg_ttl && !new.allow_msg_ttl {
             return refuse("disable message TTL");
+        }
+        if self.allow_msg_schedules && !new.allow_msg_schedules {
+            return Err(ApiError::invalid_stream_config(
+                "message schedules can not be disabled",
+            ));
         }
         if self.persist_mode != new.persist_mode {
             return refuse("change persist mode");
@@ -602,8 +619,12 @@ struct StreamConfigView<'a> {
     allow_msg_counter: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     allow_atomic: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_msg_schedules: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     subject_delete_marker_ttl: Option<i64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_batched: bool,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     metadata: &'a BTreeMap<String, String>,
 }
@@ -644,7 +665,9 @@ impl Serialize for StreamConfig {
             persist_mode: (self.persist_mode != PersistMode::Default).then_some(self.persist_mode),
             allow_msg_counter: self.allow_msg_counter,
             allow_atomic: self.allow_atomic,
+            allow_msg_schedules: self.allow_msg_schedules,
             subject_delete_marker_ttl: self.subject_delete_marker_ttl,
+            allow_batched: self.allow_batched,
             metadata: &self.metadata,
         }
         .serialize(s)
