@@ -14,6 +14,9 @@
 6. Mirror catch-up (`--mirror N`, off by default): a file stream holding N 1 KiB messages
    (core PUBs, then waited for), then a mirror of it and a source of it created together;
    seconds until each holds all N, and the copy rate.
+7. Fast-ingest batch (`--fast N`, off by default): N x 128 B messages as one `allow_batched`
+   batch (flow 100, at most two intervals unacknowledged, as nats.js paces it), against the
+   same N as acknowledged publishes with 200 in flight; seconds and messages/s of each.
 3. Publish flood: one client writes 1 KiB core PUBs (no reply) into a file stream for 8 s as
    fast as the server reads them; then messages sent, messages stored once the stream is
    quiet, and the server's peak RSS.
@@ -25,6 +28,7 @@ Usage: scripts/bench_abuse.py [--sealstream target/release/sealstream-server]
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -316,6 +320,49 @@ def churn(port, n):
     return [pct(creates, 0.5), pct(creates, 0.99), pct(deletes, 0.5), pct(deletes, 0.99)], acked[0]
 
 
+def fast_ingest(port, n, flow=100):
+    """Seconds for N x 128 B messages as one fast-ingest batch, then as windowed pub-acked
+    publishes (200 in flight); both into file streams."""
+    s = client(port)
+    for name, extra in (("FI", {"allow_batched": True}), ("PA", {})):
+        cfg = dict({"name": name, "subjects": [name.lower() + ".>"]}, **extra)
+        request(s, f"$JS.API.STREAM.CREATE.{name}", json.dumps(cfg), f"_INBOX.{name}", 10)
+    body = b"x" * 128
+    s.sendall(b"SUB _FI.> 1\r\n")
+    s.settimeout(30)
+    t0 = time.perf_counter()
+    acked, buf, window, done = 0, b"", 2 * flow, False
+    out = []
+    for seq in range(1, n + 1):
+        op = 0 if seq == 1 else (2 if seq == n else 1)
+        # Buffered writes, as clients do: what the window allows goes out in one write.
+        out.append(b"PUB fi.a _FI.B.%d.ok.%d.%d.$FI 128\r\n%s\r\n" % (flow, seq, op, body))
+        if seq - acked >= window or seq == n or len(out) >= flow:
+            s.sendall(b"".join(out))
+            out = []
+        while seq - acked >= window or (seq == n and not done):
+            buf += s.recv(65536)
+            for m in re.findall(rb'"type":"ack","seq":(\d+)', buf):
+                acked = max(acked, int(m))
+            done = done or b'"batch"' in buf
+            buf = buf[buf.rfind(b"\n") + 1:]
+    fast = time.perf_counter() - t0
+    s.sendall(b"SUB _INBOX.pa 2\r\n")
+    t0 = time.perf_counter()
+    sent = got = 0
+    pending = b""
+    while got < n:
+        burst = min(200 - (sent - got), n - sent)
+        if burst > 0:
+            s.sendall((b"PUB pa.a _INBOX.pa 128\r\n" + body + b"\r\n") * burst)
+            sent += burst
+        pending += s.recv(65536)
+        got += pending.count(b"MSG _INBOX.pa")
+        pending = pending[pending.rfind(b"MSG _INBOX.pa") + 1:] if b"MSG _INBOX.pa" in pending else pending
+    acks = time.perf_counter() - t0
+    return fast, acks
+
+
 def side_by_side(a, scenario):
     """Runs `scenario(process, port)` against nats-server, then sealstream, each on a fresh
     store; returns both results in that order."""
@@ -339,7 +386,15 @@ def main():
     ap.add_argument("--kv", action="store_true", help="many-streams: KV buckets, not plain streams")
     ap.add_argument("--churn", type=int, default=0, help="run the stream-churn scenario")
     ap.add_argument("--mirror", type=int, default=0, help="run the mirror catch-up scenario")
+    ap.add_argument("--fast", type=int, default=0, help="run the fast-ingest scenario")
     a = ap.parse_args()
+    if a.fast:
+        got = side_by_side(a, lambda p, port: fast_ingest(port, a.fast))
+        for name, (f, pa) in zip(("nats-server", "sealstream"), got):
+            print(f"{name:12} {a.fast} x 128 B: fast-ingest batch {f:.2f} s ({a.fast / f:.0f} msgs/s), pub-acked with 200 in flight {pa:.2f} s ({a.fast / pa:.0f} msgs/s)")
+        (nf, npa), (sf, spa) = got
+        print(f"ratio sealstream/nats-server (time, lower is faster): fast-ingest {sf / nf:.2f}, pub-acked {spa / npa:.2f}")
+        return
     if a.mirror:
         (nm, ns), (sm, ss) = side_by_side(a, lambda p, port: mirror_catch_up(port, a.mirror))
         for name, (m, src) in (("nats-server", (nm, ns)), ("sealstream", (sm, ss))):
