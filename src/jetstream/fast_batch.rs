@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::json;
 
+use super::api::errors::ErrorKind;
 use super::api::ApiError;
 
 /// The ack interval when the publisher leaves it to the server (`flow` 0).
@@ -69,19 +70,10 @@ pub struct FastReply {
 
 /// `400 / 10205 batch publish is disabled` (a stream without `allow_batched`).
 pub fn disabled() -> ApiError {
-    ApiError::new(400, 10205, "batch publish is disabled")
+    ApiError::from_kind(ErrorKind::FastBatchDisabled)
 }
 fn pattern_invalid() -> ApiError {
-    ApiError::new(400, 10206, "batch publish pattern is invalid")
-}
-fn id_invalid() -> ApiError {
-    ApiError::new(400, 10207, "batch publish ID is invalid")
-}
-fn unknown() -> ApiError {
-    ApiError::new(400, 10208, "batch publish ID unknown")
-}
-fn too_many() -> ApiError {
-    ApiError::new(400, 10211, "batch publish too many inflight")
+    ApiError::from_kind(ErrorKind::FastBatchPatternInvalid)
 }
 
 /// Reads a reply subject: `None` when it is not a fast-ingest one (it does not end in
@@ -98,7 +90,7 @@ pub fn parse_reply(reply: &str) -> Option<Result<FastReply, ApiError>> {
         return Some(Err(pattern_invalid()));
     }
     if batch.len() > MAX_ID_LEN {
-        return Some(Err(id_invalid()));
+        return Some(Err(ApiError::from_kind(ErrorKind::FastBatchIdInvalid)));
     }
     let op = match op {
         "0" => Op::Start,
@@ -204,10 +196,10 @@ impl FastBatches {
     pub fn admit(&mut self, r: &FastReply, now: i64) -> Result<Admit, ApiError> {
         if !self.open.contains_key(&r.batch) {
             if r.op != Op::Start {
-                return Err(unknown());
+                return Err(ApiError::from_kind(ErrorKind::FastBatchUnknown));
             }
             if self.open.len() >= MAX_OPEN {
-                return Err(too_many());
+                return Err(ApiError::from_kind(ErrorKind::FastBatchTooMany));
             }
             let msgs = match r.flow {
                 0 => DEFAULT_FLOW,
@@ -230,7 +222,7 @@ impl FastBatches {
             });
         }
         let Some(b) = self.open.get_mut(&r.batch) else {
-            return Err(unknown());
+            return Err(ApiError::from_kind(ErrorKind::FastBatchUnknown));
         };
         b.last_active = now;
         if r.op == Op::Ping {

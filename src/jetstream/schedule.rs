@@ -31,6 +31,7 @@ use bytes::Bytes;
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 
+use super::api::errors::ErrorKind;
 use super::api::ApiError;
 use crate::proto::headers::HeaderMap;
 use crate::timefmt::{parse_go_duration, parse_msg_ttl, parse_rfc3339, rfc3339_nanos};
@@ -58,28 +59,13 @@ const NANOS: i64 = 1_000_000_000;
 const CRON_SEARCH_STEPS: u32 = 20_000;
 
 fn pattern_invalid() -> ApiError {
-    ApiError::new(400, 10189, "message schedules pattern is invalid")
-}
-fn target_invalid() -> ApiError {
-    ApiError::new(400, 10190, "message schedules target is invalid")
-}
-fn ttl_invalid() -> ApiError {
-    ApiError::new(400, 10191, "message schedules invalid per-message TTL")
-}
-fn rollup_invalid() -> ApiError {
-    ApiError::new(400, 10192, "message schedules invalid rollup")
-}
-fn source_invalid() -> ApiError {
-    ApiError::new(400, 10203, "message schedules source is invalid")
-}
-fn time_zone_invalid() -> ApiError {
-    ApiError::new(400, 10223, "message schedules time zone is invalid")
+    ApiError::from_kind(ErrorKind::SchedulePatternInvalid)
 }
 
 /// `400 / 10212 message schedules invalid scheduler`: a client set a header only the server
 /// sets ([`SCHEDULER`], [`NEXT`]).
 pub fn scheduler_invalid() -> ApiError {
-    ApiError::new(400, 10212, "message schedules invalid scheduler")
+    ApiError::from_kind(ErrorKind::SchedulerInvalid)
 }
 
 /// Whether a header block carries a header only the server sets on fired messages.
@@ -288,7 +274,8 @@ impl Pattern {
         let zone = match zone {
             None | Some("UTC") => TimeZone::UTC,
             Some("Local") => TimeZone::system(),
-            Some(name) => TimeZone::get(name).map_err(|_| time_zone_invalid())?,
+            Some(name) => TimeZone::get(name)
+                .map_err(|_| ApiError::from_kind(ErrorKind::ScheduleTimeZoneInvalid))?,
         };
         let cron = Cron::parse(text, zone).ok_or_else(pattern_invalid)?;
         // A pattern that never matches (31 February) is refused rather than kept idle.
@@ -363,18 +350,18 @@ pub fn parse(
     let pattern = Pattern::parse(text.trim(), map.get(TIME_ZONE), now)?;
     let target = map.get(TARGET).unwrap_or_default();
     if !literal(target) || target == subject || !rules.owns(target) {
-        return Err(target_invalid());
+        return Err(ApiError::from_kind(ErrorKind::ScheduleTargetInvalid));
     }
     let source = map.get(SOURCE);
     if let Some(src) = source {
         if !literal(src) || src == subject || src == target || !rules.owns(src) {
-            return Err(source_invalid());
+            return Err(ApiError::from_kind(ErrorKind::ScheduleSourceInvalid));
         }
     }
     let ttl = map.get(TTL);
     if let Some(t) = ttl {
         if parse_msg_ttl(t).is_none() {
-            return Err(ttl_invalid());
+            return Err(ApiError::from_kind(ErrorKind::ScheduleTtlInvalid));
         }
         if !rules.allow_msg_ttl {
             return Err(ApiError::msg_ttl_disabled());
@@ -383,11 +370,11 @@ pub fn parse(
     let rollup = match map.get(ROLLUP) {
         None => false,
         Some("sub") => true,
-        Some(_) => return Err(rollup_invalid()),
+        Some(_) => return Err(ApiError::from_kind(ErrorKind::ScheduleRollupInvalid)),
     };
     // The schedule itself is stored with `Nats-Rollup: sub`; a client may say so, not more.
     if map.get("Nats-Rollup").is_some_and(|r| r != "sub") {
-        return Err(rollup_invalid());
+        return Err(ApiError::from_kind(ErrorKind::ScheduleRollupInvalid));
     }
     Ok(Schedule {
         pattern,

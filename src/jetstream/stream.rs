@@ -266,6 +266,25 @@ struct Queued {
     fast: Option<FastMark>,
 }
 
+impl Queued {
+    /// `m` queued with no reply of its own (a batch member, a message the server publishes).
+    fn unanswered(m: Incoming, msg_id: Option<String>) -> Self {
+        Queued {
+            msg: NewMsg {
+                subject: m.subject,
+                headers: m.headers,
+                payload: m.payload,
+                ..NewMsg::default()
+            },
+            reply: None,
+            msg_id,
+            dup_of: None,
+            val: None,
+            fast: None,
+        }
+    }
+}
+
 impl Stream {
     /// A stream over `store` (already opened). Rebuilds the dedupe window and TTL timers from
     /// the stored messages.
@@ -671,18 +690,9 @@ impl Stream {
         let n = msgs.len();
         let mut queue: Vec<Queued> = msgs
             .into_iter()
-            .map(|m| Queued {
-                msg_id: PubHeaders::parse(m.headers.as_ref()).msg_id,
-                msg: NewMsg {
-                    subject: m.subject,
-                    headers: m.headers,
-                    payload: m.payload,
-                    ..NewMsg::default()
-                },
-                reply: None,
-                dup_of: None,
-                val: None,
-                fast: None,
+            .map(|m| {
+                let id = PubHeaders::parse(m.headers.as_ref()).msg_id;
+                Queued::unanswered(m, id)
             })
             .collect();
         let stored = self.flush(&mut queue, out, now);
@@ -1107,19 +1117,7 @@ impl Stream {
         if h.strict() {
             return self.publish_strict(m, &h, None, out, now);
         }
-        let mut q = vec![Queued {
-            msg: NewMsg {
-                subject: m.subject,
-                headers: m.headers,
-                payload: m.payload,
-                ..NewMsg::default()
-            },
-            reply: None,
-            msg_id: None,
-            dup_of: None,
-            val: None,
-            fast: None,
-        }];
+        let mut q = vec![Queued::unanswered(m, None)];
         self.flush(&mut q, out, now);
     }
 

@@ -136,6 +136,37 @@ pub enum ErrorKind {
     AtomicPublishDisabled,
     /// A `Nats-Schedule` publish to a stream without `allow_msg_schedules`.
     SchedulesDisabled,
+    /// `Nats-Schedule` that does not parse (or a zone on a pattern that takes none).
+    SchedulePatternInvalid,
+    /// `Nats-Schedule-Target` missing, not literal, the schedule's own subject or not in the
+    /// stream.
+    ScheduleTargetInvalid,
+    /// `Nats-Schedule-TTL` that is not a TTL.
+    ScheduleTtlInvalid,
+    /// `Nats-Schedule-Rollup` (or the schedule's own `Nats-Rollup`) other than `sub`.
+    ScheduleRollupInvalid,
+    /// `Nats-Schedule-Source` not literal, not in the stream, or the schedule or target.
+    ScheduleSourceInvalid,
+    /// A client set `Nats-Scheduler` or `Nats-Schedule-Next`.
+    SchedulerInvalid,
+    /// `Nats-Schedule-Time-Zone` that names no zone.
+    ScheduleTimeZoneInvalid,
+    /// A mirror with `allow_msg_schedules`.
+    MirrorWithSchedules,
+    /// A sourcing stream with `allow_msg_schedules`.
+    SourceWithSchedules,
+    /// A mirror with `allow_batched`.
+    MirrorWithBatched,
+    /// A fast-ingest publish to a stream without `allow_batched`.
+    FastBatchDisabled,
+    /// A fast-ingest reply subject that does not read.
+    FastBatchPatternInvalid,
+    /// A fast-ingest batch id over 64 bytes.
+    FastBatchIdInvalid,
+    /// A fast-ingest message for a batch that is not open.
+    FastBatchUnknown,
+    /// Too many fast-ingest batches open on the stream.
+    FastBatchTooMany,
     /// A mirror with `subjects`.
     MirrorWithSubjects,
     /// A mirror with `sources`.
@@ -289,6 +320,27 @@ impl ErrorKind {
             // `allow_msg_schedules`.
             AtomicPublishDisabled => (400, 10174, "atomic publish is disabled"),
             SchedulesDisabled => (400, 10188, "message schedules is disabled"),
+            // ADR-51 and fast-ingest batches: as nats-server 2.15.1 answers
+            // (tests/js_schedules.rs).
+            SchedulePatternInvalid => (400, 10189, "message schedules pattern is invalid"),
+            ScheduleTargetInvalid => (400, 10190, "message schedules target is invalid"),
+            ScheduleTtlInvalid => (400, 10191, "message schedules invalid per-message TTL"),
+            ScheduleRollupInvalid => (400, 10192, "message schedules invalid rollup"),
+            ScheduleSourceInvalid => (400, 10203, "message schedules source is invalid"),
+            SchedulerInvalid => (400, 10212, "message schedules invalid scheduler"),
+            ScheduleTimeZoneInvalid => (400, 10223, "message schedules time zone is invalid"),
+            MirrorWithSchedules => (400, 10186, "stream mirrors can not also schedule messages"),
+            SourceWithSchedules => (400, 10187, "stream source can not also schedule messages"),
+            MirrorWithBatched => (
+                400,
+                10209,
+                "stream mirrors can not also use batch publishing",
+            ),
+            FastBatchDisabled => (400, 10205, "batch publish is disabled"),
+            FastBatchPatternInvalid => (400, 10206, "batch publish pattern is invalid"),
+            FastBatchIdInvalid => (400, 10207, "batch publish ID is invalid"),
+            FastBatchUnknown => (400, 10208, "batch publish ID unknown"),
+            FastBatchTooMany => (400, 10211, "batch publish too many inflight"),
             // Mirrors and sources: as nats-server 2.15.1 answers (tests/js_sources.rs).
             MirrorWithSubjects => (400, 10034, "stream mirrors can not contain subjects"),
             MirrorWithSources => (

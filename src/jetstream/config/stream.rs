@@ -18,7 +18,7 @@ use super::{
     int32, metadata_size, null_as_default, set_server_metadata, user_metadata_eq, zero_as_none,
     DiscardPolicy, PersistMode, Retention, StorageType,
 };
-use crate::jetstream::api::errors::ApiError;
+use crate::jetstream::api::errors::{ApiError, ErrorKind};
 
 const MILLIS_100: i64 = 100_000_000;
 const ONE_SECOND: i64 = 1_000_000_000;
@@ -265,25 +265,13 @@ impl StreamConfig {
         // Copying streams take what their origins produced: they neither run schedules nor
         // (mirrors) take batches of their own, as nats-server 2.15.1 answers.
         if self.allow_msg_schedules && self.mirror.is_some() {
-            return Err(ApiError::new(
-                400,
-                10186,
-                "stream mirrors can not also schedule messages",
-            ));
+            return Err(ApiError::from_kind(ErrorKind::MirrorWithSchedules));
         }
         if self.allow_msg_schedules && !self.sources.is_empty() {
-            return Err(ApiError::new(
-                400,
-                10187,
-                "stream source can not also schedule messages",
-            ));
+            return Err(ApiError::from_kind(ErrorKind::SourceWithSchedules));
         }
         if self.allow_batched && self.mirror.is_some() {
-            return Err(ApiError::new(
-                400,
-                10209,
-                "stream mirrors can not also use batch publishing",
-            ));
+            return Err(ApiError::from_kind(ErrorKind::MirrorWithBatched));
         }
         if let Some(rp) = self.republish.as_mut() {
             if rp.src.is_empty() {
