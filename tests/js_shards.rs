@@ -46,14 +46,16 @@ async fn hundreds_of_streams_share_the_configured_store_threads() {
         let storage = if i % 3 == 0 { "memory" } else { "file" };
         create_stream(
             &c,
-            &format!(r#"{{"name":"S{i}","subjects":["s{i}.>"],"storage":"{storage}"}}"#),
+            &format!(
+                r#"{{"name":"SHARDED{i:04}","subjects":["shard{i:04}.>"],"storage":"{storage}"}}"#
+            ),
         )
         .await;
     }
     // Each stream answers a publish with its own sequence, twice.
     for round in 1..=2u64 {
         for i in 0..STREAMS {
-            assert_eq!(publish_seq(&c, &format!("s{i}.x"), "m").await, round);
+            assert_eq!(publish_seq(&c, &format!("shard{i:04}.x"), "m").await, round);
         }
     }
     // The account's API thread started with the first call; it is not a store thread.
@@ -67,14 +69,14 @@ async fn hundreds_of_streams_share_the_configured_store_threads() {
     // shared thread too).
     api_ok(
         &c,
-        "CONSUMER.DURABLE.CREATE.S7.D",
-        r#"{"stream_name":"S7","config":{"durable_name":"D","ack_policy":"explicit"}}"#,
+        "CONSUMER.DURABLE.CREATE.SHARDED0007.D",
+        r#"{"stream_name":"SHARDED0007","config":{"durable_name":"D","ack_policy":"explicit"}}"#,
     )
     .await;
     let inbox = c.new_inbox();
     let mut sub = c.subscribe(inbox.clone()).await.unwrap();
     c.publish_with_reply(
-        "$JS.API.CONSUMER.MSG.NEXT.S7.D",
+        "$JS.API.CONSUMER.MSG.NEXT.SHARDED0007.D",
         inbox,
         r#"{"batch":2}"#.into(),
     )
@@ -92,8 +94,8 @@ async fn hundreds_of_streams_share_the_configured_store_threads() {
     s.restart(true);
     let c = async_nats::connect(s.url()).await.unwrap();
     for i in (1..STREAMS).step_by(7).filter(|i| i % 3 != 0) {
-        let info = stream_info(&c, &format!("S{i}"), "").await;
-        assert_eq!(info["state"]["messages"], 2, "S{i}: {info}");
+        let info = stream_info(&c, &format!("SHARDED{i:04}"), "").await;
+        assert_eq!(info["state"]["messages"], 2, "SHARDED{i:04}: {info}");
     }
     let names = api_ok(&c, "STREAM.NAMES", "").await;
     assert_eq!(names["total"], STREAMS - STREAMS / 3);
