@@ -212,6 +212,9 @@ struct PubHeaders {
     incr: Option<String>,
     /// `Nats-Schedule`: the message is a schedule.
     schedule: bool,
+    /// For a published schedule, its pattern as the checks read it (set by
+    /// [`Stream::publish`] from [`Stream::precheck`], so it is parsed once).
+    pattern: Option<Pattern>,
     bad: bool,
 }
 
@@ -238,6 +241,7 @@ impl PubHeaders {
             ttl: get("Nats-TTL"),
             incr: get("Nats-Incr"),
             schedule: map.get(schedule::SCHEDULE).is_some(),
+            pattern: None,
             bad: false,
         }
     }
@@ -478,11 +482,15 @@ impl Stream {
                     None => continue,
                 },
             };
-            if let Err(e) = self.precheck(&mut m, now) {
-                self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
-                continue;
-            }
-            let h = PubHeaders::parse(m.headers.as_ref());
+            let pattern = match self.precheck(&mut m, now) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
+                    continue;
+                }
+            };
+            let mut h = PubHeaders::parse(m.headers.as_ref());
+            h.pattern = pattern;
             if h.bad {
                 let e = ApiError::bad_request();
                 self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
@@ -777,8 +785,9 @@ impl Stream {
     }
 
     /// Checks that need nothing but the message and the config. A schedule that passes is
-    /// given the headers it is stored with ([`schedule::stored_headers`]).
-    fn precheck(&self, m: &mut Incoming, now: i64) -> Result<(), ApiError> {
+    /// given the headers it is stored with ([`schedule::stored_headers`]) and its pattern is
+    /// returned.
+    fn precheck(&self, m: &mut Incoming, now: i64) -> Result<Option<Pattern>, ApiError> {
         if let Some(reason) = &self.offline {
             return Err(ApiError::new(503, 10077, reason.clone()));
         }
@@ -790,6 +799,7 @@ impl Stream {
             return Err(ApiError::msg_too_large());
         }
         self.counter_precheck(m)?;
+        let mut pattern = None;
         if let Some(h) = &m.headers {
             if let Ok(map) = HeaderMap::parse(h) {
                 if let Some(exp) = map.get("Nats-Expected-Stream") {
@@ -806,12 +816,13 @@ impl Stream {
                 if schedule::has_server_headers(&map) {
                     return Err(schedule::scheduler_invalid());
                 }
-                let is_schedule = map.get(schedule::SCHEDULE).is_some();
-                if is_schedule {
+                if map.get(schedule::SCHEDULE).is_some() {
                     if !self.cfg.allow_msg_schedules {
                         return Err(ApiError::schedules_disabled());
                     }
-                    schedule::parse(&map, &m.subject, &self.schedule_rules(), now)?;
+                    pattern = Some(
+                        schedule::parse(&map, &m.subject, &self.schedule_rules(), now)?.pattern,
+                    );
                 } else if map.get("Nats-Rollup").is_some() && !self.cfg.allow_rollup_hdrs {
                     return Err(ApiError::rollup_not_permitted());
                 }
@@ -823,12 +834,12 @@ impl Stream {
                         return Err(ApiError::invalid_msg_ttl());
                     }
                 }
-                if is_schedule {
+                if pattern.is_some() {
                     m.headers = Some(schedule::stored_headers(&map));
                 }
             }
         }
-        Ok(())
+        Ok(pattern)
     }
 
     /// What a schedule on this stream is checked against.
@@ -889,54 +900,32 @@ impl Stream {
         }
     }
 
-    fn publish_strict(
-        &mut self,
-        m: Incoming,
+    /// The checks that need the stream's state right before the message: expected last
+    /// sequence, subject sequence and message id. For a counter increment, the payload and
+    /// total it is stored with.
+    fn strict_checks(
+        &self,
+        m: &Incoming,
         h: &PubHeaders,
-        fast: Option<FastMark>,
-        out: &mut Effects,
-        now: i64,
-    ) {
+    ) -> Result<Option<(Bytes, String)>, ApiError> {
         let st = self.store.state();
         if let Some(exp) = h.expected_last_seq {
             if exp != st.last_seq {
-                self.settle(
-                    out,
-                    m.reply.as_deref(),
-                    fast.as_ref(),
-                    Err(ApiError::wrong_last_sequence(st.last_seq)),
-                    None,
-                );
-                return;
+                return Err(ApiError::wrong_last_sequence(st.last_seq));
             }
         }
         if let Some(exp) = h.expected_last_subj_seq {
             let filter = h
                 .expected_last_subj_seq_subject
-                .clone()
-                .unwrap_or_else(|| m.subject.clone());
-            let last = match self.store.last_by_subject(&filter) {
-                Ok(x) => x.map_or(0, |x| x.seq),
-                Err(e) => {
-                    self.settle(
-                        out,
-                        m.reply.as_deref(),
-                        fast.as_ref(),
-                        Err(store_failed(&e)),
-                        None,
-                    );
-                    return;
-                }
-            };
+                .as_deref()
+                .unwrap_or(&m.subject);
+            let last = self
+                .store
+                .last_by_subject(filter)
+                .map_err(|e| store_failed(&e))?
+                .map_or(0, |x| x.seq);
             if exp != last {
-                self.settle(
-                    out,
-                    m.reply.as_deref(),
-                    fast.as_ref(),
-                    Err(ApiError::wrong_last_sequence(last)),
-                    None,
-                );
-                return;
+                return Err(ApiError::wrong_last_sequence(last));
             }
         }
         if let Some(exp) = &h.expected_last_msg_id {
@@ -948,48 +937,42 @@ impl Stream {
                 .and_then(|m| PubHeaders::parse(m.headers.as_ref()).msg_id)
                 .unwrap_or_default();
             if *exp != last_id {
-                self.settle(
-                    out,
-                    m.reply.as_deref(),
-                    fast.as_ref(),
-                    Err(ApiError::wrong_last_msg_id(&last_id)),
-                    None,
-                );
-                return;
+                return Err(ApiError::wrong_last_msg_id(&last_id));
             }
         }
+        let Some(incr) = h.incr.as_deref().and_then(parse_incr) else {
+            return Ok(None);
+        };
+        let prev = self
+            .store
+            .last_by_subject(&m.subject)
+            .map_err(|e| store_failed(&e))?
+            .map_or(0, |x| counter_value(&x.payload));
+        let total = prev
+            .checked_add(incr)
+            .ok_or_else(ApiError::counter_incr_invalid)?;
+        let text = total.to_string();
+        Ok(Some((
+            Bytes::from(json!({ "val": text }).to_string()),
+            text,
+        )))
+    }
+
+    fn publish_strict(
+        &mut self,
+        m: Incoming,
+        h: &PubHeaders,
+        fast: Option<FastMark>,
+        out: &mut Effects,
+        now: i64,
+    ) {
+        let (payload, val) = match self.strict_checks(&m, h) {
+            Ok(counted) => counted.map_or((m.payload, None), |(p, v)| (p, Some(v))),
+            Err(e) => {
+                return self.settle(out, m.reply.as_deref(), fast.as_ref(), Err(e), None);
+            }
+        };
         let subject = m.subject.clone();
-        let schedule_headers = h.schedule.then(|| m.headers.clone()).flatten();
-        let mut payload = m.payload;
-        let mut val = None;
-        if let Some(incr) = h.incr.as_deref().and_then(parse_incr) {
-            let prev = match self.store.last_by_subject(&subject) {
-                Ok(x) => x.map_or(0, |x| counter_value(&x.payload)),
-                Err(e) => {
-                    self.settle(
-                        out,
-                        m.reply.as_deref(),
-                        fast.as_ref(),
-                        Err(store_failed(&e)),
-                        None,
-                    );
-                    return;
-                }
-            };
-            let Some(total) = prev.checked_add(incr) else {
-                self.settle(
-                    out,
-                    m.reply.as_deref(),
-                    fast.as_ref(),
-                    Err(ApiError::counter_incr_invalid()),
-                    None,
-                );
-                return;
-            };
-            let text = total.to_string();
-            payload = Bytes::from(json!({ "val": text }).to_string());
-            val = Some(text);
-        }
         let mut q = vec![Queued {
             msg: NewMsg {
                 subject: m.subject,
@@ -1033,8 +1016,8 @@ impl Stream {
                 self.after_removal();
             }
         }
-        if h.schedule && self.cfg.allow_msg_schedules {
-            self.arm_schedule(&subject, seq, schedule_headers.as_ref(), now);
+        if let Some(at) = h.pattern.as_ref().and_then(|p| p.next_after(now)) {
+            self.schedules.arm(&subject, seq, at);
         }
     }
 
