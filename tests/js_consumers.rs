@@ -2565,6 +2565,128 @@ async fn prioritized_pulls_are_served_lowest_priority_first() {
     assert_eq!(got, [vec![5], vec![3, 4], vec![1, 2]]);
 }
 
+/// `pinned_client` (ADR-42): the first puller is pinned and its deliveries carry
+/// `Nats-Pin-Id`; a pull with another id gets `423`; a pull without an id waits as a stand-by
+/// and takes over after `CONSUMER.UNPIN` (or the pinned client's `priority_timeout`).
+#[tokio::test]
+async fn pinned_client_groups_deliver_to_one_client_until_unpinned() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    add_stream(&c, json!({"name": "PG", "subjects": ["pg.>"]})).await;
+    for i in 0..4 {
+        publish(&c, "pg.1", format!("{i}").as_bytes()).await;
+    }
+    let v = add_consumer(
+        &c,
+        "PG",
+        "pin",
+        json!({"durable_name": "pin", "ack_policy": "explicit",
+               "priority_policy": "pinned_client", "priority_groups": ["A"],
+               "priority_timeout": 2_000_000_000u64}),
+    )
+    .await;
+    assert_eq!(v["config"]["priority_policy"], "pinned_client", "{v}");
+    let dflt = add_consumer(
+        &c,
+        "PG",
+        "dflt",
+        json!({"durable_name": "dflt", "ack_policy": "explicit",
+               "priority_policy": "pinned_client", "priority_groups": ["A"]}),
+    )
+    .await;
+    assert_eq!(
+        dflt["config"]["priority_timeout"], 120_000_000_000u64,
+        "{dflt}"
+    );
+    let wait = Duration::from_secs(5);
+    let first = pull(
+        &c,
+        "PG",
+        "pin",
+        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
+        1,
+        wait,
+    )
+    .await;
+    assert_eq!(first.stream_seqs(), [1]);
+    let id = first.msgs[0]
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Pin-Id"))
+        .map(|v| v.as_str().to_owned())
+        .expect("the pinned client's delivery carries Nats-Pin-Id");
+    let info = consumer_info(&c, "PG", "pin").await;
+    assert_eq!(
+        info["priority_groups"][0]["pinned_client_id"],
+        id.as_str(),
+        "{info}"
+    );
+    // Another id is refused at once.
+    let req = json!({"batch": 1, "expires": 1_000_000_000, "group": "A", "id": "not-the-pin"});
+    let p = pull(&c, "PG", "pin", req, 1, wait).await;
+    assert_eq!(p.status_code(), Some(423));
+    assert_eq!(p.description(), "Nats-Pin-Id mismatch");
+    // Without an id: a stand-by, served nothing while the pin holds.
+    let req = json!({"batch": 1, "expires": 300_000_000, "group": "A"});
+    let p = pull(&c, "PG", "pin", req, 1, wait).await;
+    assert!(p.msgs.is_empty(), "stand-by got {:?}", p.stream_seqs());
+    // The pinned client, with its id, goes on.
+    let req = json!({"batch": 1, "expires": 1_000_000_000, "group": "A", "id": id});
+    assert_eq!(pull(&c, "PG", "pin", req, 1, wait).await.stream_seqs(), [2]);
+    // UNPIN: errors as nats-server words them, then the next puller gets a new pin.
+    let e = api(&c, "$JS.API.CONSUMER.UNPIN.PG.pin", json!({})).await;
+    assert_err(&e, 400, 10025, "unpin without a group");
+    let e = api(&c, "$JS.API.CONSUMER.UNPIN.PG.pin", json!({"group": "B"})).await;
+    assert_err(&e, 400, 10160, "unpin of an unknown group");
+    let e = api(&c, "$JS.API.CONSUMER.UNPIN.PG.nope", json!({"group": "A"})).await;
+    assert_err(&e, 404, 10014, "unpin of an unknown consumer");
+    let ok = api(&c, "$JS.API.CONSUMER.UNPIN.PG.pin", json!({"group": "A"})).await;
+    assert!(ok.get("error").is_none(), "{ok}");
+    let req = json!({"batch": 1, "expires": 1_000_000_000, "group": "A", "id": id});
+    let p = pull(&c, "PG", "pin", req, 1, wait).await;
+    assert_eq!(p.status_code(), Some(423), "the old pin is gone");
+    let next = pull(
+        &c,
+        "PG",
+        "pin",
+        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
+        1,
+        wait,
+    )
+    .await;
+    assert_eq!(next.stream_seqs(), [3]);
+    let id2 = next.msgs[0]
+        .headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Pin-Id"))
+        .map(|v| v.as_str().to_owned());
+    assert!(
+        id2.is_some() && id2.as_deref() != Some(id.as_str()),
+        "a new pin: {id2:?}"
+    );
+    // The pinned client goes quiet past priority_timeout (2 s): nobody is pinned.
+    let mut unpinned = false;
+    for _ in 0..80 {
+        let info = consumer_info(&c, "PG", "pin").await;
+        if info["priority_groups"][0].get("pinned_client_id").is_none() {
+            unpinned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(unpinned, "the pin expires after priority_timeout");
+    let last = pull(
+        &c,
+        "PG",
+        "pin",
+        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
+        1,
+        wait,
+    )
+    .await;
+    assert_eq!(last.stream_seqs(), [4]);
+}
+
 /// A graceful stop ends every waiting pull request with `409 Server Shutdown` and what it
 /// still had room for, before the connection closes (clients ask again after reconnecting).
 #[tokio::test]

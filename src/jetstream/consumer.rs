@@ -24,7 +24,31 @@ use super::api::types::{ConsumerInfo, SequenceInfo};
 use super::config::{AckPolicy, ConsumerConfig, DeliverPolicy, PriorityPolicy, PullRequest};
 use super::Effects;
 use crate::store::{StoredMsg, StreamStore};
-use crate::timefmt::{format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos};
+use crate::timefmt::{
+    format_go_duration, parse_go_duration, parse_rfc3339, rfc3339_nanos, ZERO_TIME,
+};
+
+/// The status a pull with a stale or unknown pin id gets (`pinned_client`).
+const PIN_MISMATCH: &str = "Nats-Pin-Id mismatch";
+
+/// A new pin id: derived from the consumer, group, time and count (the engine draws no
+/// randomness of its own, so a replica computes the same id), 22 characters as nats-server's.
+fn pin_id(consumer: &str, group: &str, now: i64, n: u64) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for part in [
+        consumer.as_bytes(),
+        group.as_bytes(),
+        &now.to_le_bytes(),
+        &n.to_le_bytes(),
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    let mut id = data_encoding::BASE32_NOPAD.encode(&h.finalize());
+    id.truncate(22);
+    id
+}
 
 /// Bytes of outstanding push deliveries after which a flow-control request is sent.
 const FLOW_CONTROL_BYTES: u64 = 2 << 20;
@@ -86,6 +110,22 @@ struct Waiting {
     min_ack_pending: u64,
     /// Prioritized: lower goes first.
     priority: i64,
+    /// The priority group it belongs to.
+    group: Option<String>,
+    /// `pinned_client`: the pin id it carries (sent by the client, or given when it was
+    /// pinned).
+    pin: Option<String>,
+}
+
+/// The client a `pinned_client` group delivers to (ADR-42).
+#[derive(Debug, Clone)]
+struct Pin {
+    /// The id sent in `Nats-Pin-Id`; the client's pulls carry it back.
+    id: String,
+    /// When it was pinned.
+    since: i64,
+    /// Its last pull request.
+    last_pull: i64,
 }
 
 /// Push delivery state.
@@ -157,6 +197,10 @@ pub struct Consumer {
     /// Last-per-subject starting set, still to deliver.
     lps: VecDeque<u64>,
     waiting: VecDeque<Waiting>,
+    /// `pinned_client`: the pinned client of each group that has one.
+    pins: BTreeMap<String, Pin>,
+    /// How many pins were given (part of each new id).
+    pins_given: u64,
     push: Option<PushState>,
     last_delivery_active: Option<i64>,
     last_ack_active: Option<i64>,
@@ -237,6 +281,8 @@ impl Consumer {
             exhausted: BTreeSet::new(),
             lps: VecDeque::new(),
             waiting: VecDeque::new(),
+            pins: BTreeMap::new(),
+            pins_given: 0,
             push: None,
             last_delivery_active: None,
             last_ack_active: None,
@@ -471,7 +517,15 @@ impl Consumer {
                 .cfg
                 .priority_groups
                 .iter()
-                .map(|g| PriorityGroupState::unpinned(g))
+                .map(|g| {
+                    let pin = self.pins.get(g);
+                    PriorityGroupState {
+                        group: g.clone(),
+                        pinned_client_id: pin.map(|p| p.id.clone()),
+                        pinned_ts: pin
+                            .map_or_else(|| ZERO_TIME.to_owned(), |p| rfc3339_nanos(p.since)),
+                    }
+                })
                 .collect(),
         }
     }
@@ -550,6 +604,19 @@ impl Consumer {
             out.status(reply, status_block(400, text, &[]));
             return;
         }
+        // `pinned_client`: a pull carrying an id must carry the pinned one; one without an id
+        // waits as a stand-by.
+        if self.cfg.priority_policy == PriorityPolicy::PinnedClient {
+            if let Some(id) = &req.id {
+                match req.group.as_ref().and_then(|g| self.pins.get_mut(g)) {
+                    Some(p) if p.id == *id => p.last_pull = now,
+                    _ => {
+                        out.status(reply, status_block(423, PIN_MISMATCH, &[]));
+                        return;
+                    }
+                }
+            }
+        }
         if self.cfg.max_batch > 0 && req.batch > self.cfg.max_batch as u64 {
             let t = format!("Exceeded MaxRequestBatch of {}", self.cfg.max_batch);
             out.status(reply, status_block(409, &t, &[]));
@@ -594,6 +661,93 @@ impl Consumer {
             min_pending: u64::try_from(req.min_pending).unwrap_or(0),
             min_ack_pending: u64::try_from(req.min_ack_pending).unwrap_or(0),
             priority: req.priority,
+            group: req.group,
+            pin: req.id,
+        });
+    }
+
+    /// `CONSUMER.UNPIN`: the group's pinned client is dropped; its waiting pulls end with
+    /// `423`, and the next delivery pins another client.
+    ///
+    /// # Errors
+    /// `10160` when the consumer has no such group.
+    pub fn unpin(&mut self, group: &str, out: &mut Effects) -> Result<(), super::api::ApiError> {
+        if !self.cfg.priority_groups.iter().any(|g| g == group) {
+            return Err(super::api::ApiError::new(
+                400,
+                10160,
+                "Provided priority group does not exist for this consumer",
+            ));
+        }
+        if self.pins.remove(group).is_some() {
+            self.eject_pulls_without(group, None, out);
+        }
+        Ok(())
+    }
+
+    /// Ends with `423 Nats-Pin-Id mismatch` the waiting pulls of `group` that carry a pin id
+    /// other than `keep`.
+    fn eject_pulls_without(&mut self, group: &str, keep: Option<&str>, out: &mut Effects) {
+        self.waiting.retain(|w| {
+            let stale = w.group.as_deref() == Some(group)
+                && w.pin.as_deref().is_some_and(|id| Some(id) != keep);
+            if stale {
+                out.status(&w.reply, status_block(423, PIN_MISMATCH, &[]));
+            }
+            !stale
+        });
+    }
+
+    /// `pinned_client`: the pin id deliveries to waiting pull `serving` carry, pinning its
+    /// client first when its group has nobody pinned (other clients' stale pulls are ended).
+    /// Returns the id and where the request now sits in the queue.
+    fn pin_for(&mut self, serving: usize, now: i64, out: &mut Effects) -> (Option<String>, usize) {
+        if self.cfg.priority_policy != PriorityPolicy::PinnedClient {
+            return (None, serving);
+        }
+        let Some(w) = self.waiting.get(serving) else {
+            return (None, serving);
+        };
+        let group = w.group.clone().unwrap_or_default();
+        if let Some(p) = self.pins.get(&group) {
+            return (Some(p.id.clone()), serving);
+        }
+        self.pins_given += 1;
+        let id = pin_id(&self.name, &group, now, self.pins_given);
+        self.pins.insert(
+            group.clone(),
+            Pin {
+                id: id.clone(),
+                since: now,
+                last_pull: now,
+            },
+        );
+        let reply = w.reply.clone();
+        if let Some(w) = self.waiting.get_mut(serving) {
+            w.pin = Some(id.clone());
+        }
+        self.eject_pulls_without(&group, Some(&id), out);
+        let at = self
+            .waiting
+            .iter()
+            .position(|w| w.reply == reply && w.pin.as_deref() == Some(id.as_str()))
+            .unwrap_or(serving);
+        (Some(id), at)
+    }
+
+    /// Drops pins whose client has not pulled within `priority_timeout` and has no pull
+    /// waiting.
+    fn expire_pins(&mut self, now: i64) {
+        let timeout = self.cfg.priority_timeout;
+        if self.pins.is_empty() || timeout <= 0 {
+            return;
+        }
+        let waiting = &self.waiting;
+        self.pins.retain(|g, p| {
+            let has_pull = waiting.iter().any(|w| {
+                w.group.as_deref() == Some(g.as_str()) && w.pin.as_deref() == Some(p.id.as_str())
+            });
+            has_pull || now.saturating_sub(p.last_pull) < timeout
         });
     }
 
@@ -641,9 +795,14 @@ impl Consumer {
                     behind || (w.min_ack_pending > 0 && acks >= w.min_ack_pending)
                 })
             }
-            PriorityPolicy::None | PriorityPolicy::PinnedClient => {
-                (!self.waiting.is_empty()).then_some(0)
-            }
+            // The pinned client's pulls; with nobody pinned, the first in line.
+            PriorityPolicy::PinnedClient => self.waiting.iter().position(|w| {
+                match w.group.as_ref().and_then(|g| self.pins.get(g)) {
+                    Some(p) => w.pin.as_deref() == Some(p.id.as_str()),
+                    None => w.pin.is_none(),
+                }
+            }),
+            PriorityPolicy::None => (!self.waiting.is_empty()).then_some(0),
         }
     }
 
@@ -829,6 +988,14 @@ impl Consumer {
                 take(p.last_sent.saturating_add(self.cfg.idle_heartbeat));
             }
         }
+        for (g, p) in &self.pins {
+            let has_pull = self.waiting.iter().any(|w| {
+                w.group.as_deref() == Some(g.as_str()) && w.pin.as_deref() == Some(p.id.as_str())
+            });
+            if !has_pull && self.cfg.priority_timeout > 0 {
+                take(p.last_pull.saturating_add(self.cfg.priority_timeout));
+            }
+        }
         if self.is_ephemeral() && self.cfg.inactive_threshold > 0 {
             take(
                 self.last_activity
@@ -870,6 +1037,7 @@ impl Consumer {
         if self.pause_at.is_some_and(|t| t <= now) {
             self.pause_at = None;
         }
+        self.expire_pins(now);
         let max_deliver = self.cfg.max_deliver;
         let mut due = Vec::new();
         let mut exhausted = Vec::new();
@@ -1073,6 +1241,16 @@ impl Consumer {
                 )
             } else {
                 (msg.headers.clone(), msg.payload.clone())
+            };
+            let headers = if self.push.is_none() {
+                let (pin, at) = self.pin_for(serving, now, out);
+                serving = at;
+                match pin {
+                    Some(id) => Some(add_headers(headers.as_ref(), &[("Nats-Pin-Id", id)])),
+                    None => headers,
+                }
+            } else {
+                headers
             };
             let bound = out.send(
                 &target,

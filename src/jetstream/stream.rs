@@ -1945,6 +1945,39 @@ impl Stream {
         Ok(v)
     }
 
+    /// `CONSUMER.UNPIN`: `{"group": G}` drops the group's pinned client (`pinned_client`);
+    /// the reply is an empty success.
+    ///
+    /// # Errors
+    /// `10025` for a body that is not JSON or names no group (nats-server's texts), `10014`
+    /// consumer not found, `10160` no such group.
+    pub fn consumer_unpin(
+        &mut self,
+        name: &str,
+        body: &[u8],
+        out: &mut Effects,
+    ) -> Result<Value, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct Unpin {
+            #[serde(default)]
+            group: String,
+        }
+        let req: Unpin = if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::invalid_json("unexpected end of JSON input"));
+        } else {
+            serde_json::from_slice(body).map_err(|e| ApiError::invalid_json(&e.to_string()))?
+        };
+        if req.group.is_empty() {
+            return Err(ApiError::invalid_json("consumer group not specified"));
+        }
+        let c = self
+            .consumers
+            .get_mut(name)
+            .ok_or_else(ApiError::consumer_not_found)?;
+        c.unpin(&req.group, out)?;
+        Ok(json!({}))
+    }
+
     /// `CONSUMER.RESET`: the consumer's info after the reset, with `reset_seq`. The request
     /// is empty or `{"seq": N}`.
     ///

@@ -54,6 +54,8 @@ pub enum ApiCall {
     ConsumerDelete(String, String),
     /// `CONSUMER.PAUSE.<S>.<C>`.
     ConsumerPause(String, String),
+    /// `CONSUMER.UNPIN.<S>.<C>` (`{"group": G}`).
+    ConsumerUnpin(String, String),
     /// `CONSUMER.RESET.<stream>.<consumer>` (ADR-60).
     ConsumerReset(String, String),
     /// `CONSUMER.NAMES.<S>`.
@@ -112,6 +114,7 @@ impl ApiCall {
             ["CONSUMER", "INFO", n, c] => ApiCall::ConsumerInfo(s(n), s(c)),
             ["CONSUMER", "DELETE", n, c] => ApiCall::ConsumerDelete(s(n), s(c)),
             ["CONSUMER", "PAUSE", n, c] => ApiCall::ConsumerPause(s(n), s(c)),
+            ["CONSUMER", "UNPIN", n, c] => ApiCall::ConsumerUnpin(s(n), s(c)),
             ["CONSUMER", "RESET", n, c] => ApiCall::ConsumerReset(s(n), s(c)),
             ["CONSUMER", "NAMES", n] => ApiCall::ConsumerNames(s(n)),
             ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
@@ -133,6 +136,7 @@ impl ApiCall {
             | ApiCall::ConsumerInfo(s, _)
             | ApiCall::ConsumerDelete(s, _)
             | ApiCall::ConsumerPause(s, _)
+            | ApiCall::ConsumerUnpin(s, _)
             | ApiCall::ConsumerReset(s, _)
             | ApiCall::ConsumerNames(s)
             | ApiCall::ConsumerList(s)
@@ -158,6 +162,7 @@ impl ApiCall {
             ApiCall::ConsumerInfo(..) => "consumer_info",
             ApiCall::ConsumerDelete(..) => "consumer_delete",
             ApiCall::ConsumerPause(..) => "consumer_pause",
+            ApiCall::ConsumerUnpin(..) => "consumer_unpin",
             ApiCall::ConsumerReset(..) => "consumer_reset",
             ApiCall::ConsumerNames(_) => "consumer_names",
             ApiCall::ConsumerList(_) => "consumer_list",

@@ -228,18 +228,11 @@ pub struct ConsumerInfo {
 pub struct PriorityGroupState {
     /// The group's name.
     pub group: String,
-    /// When a client was pinned (the zero time: none; pinning is not built).
+    /// The pinned client's id (`pinned_client`), while one is pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned_client_id: Option<String>,
+    /// When it was pinned (the zero time: nobody is).
     pub pinned_ts: String,
-}
-
-impl PriorityGroupState {
-    /// A group nobody is pinned to.
-    pub fn unpinned(group: &str) -> Self {
-        Self {
-            group: group.to_owned(),
-            pinned_ts: "0001-01-01T00:00:00Z".to_owned(),
-        }
-    }
 }
 
 #[cfg(test)]

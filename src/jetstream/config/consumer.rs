@@ -133,10 +133,14 @@ pub struct ConsumerConfig {
     pub priority_groups: Vec<String>,
     /// How waiting pulls of the groups are chosen.
     pub priority_policy: PriorityPolicy,
-    /// Pinned-client timeout, nanoseconds (echoed; `pinned_client` itself is refused).
+    /// `pinned_client`: how long the pinned client may go without a pull before another is
+    /// pinned, nanoseconds (default 2 minutes, as nats-server).
     #[serde(deserialize_with = "null_as_default")]
     pub priority_timeout: i64,
 }
+
+/// How long a pinned client may go without a pull when `priority_timeout` is not set.
+pub const DEFAULT_PINNED_TIMEOUT: i64 = 120_000_000_000;
 
 /// The longest priority group name nats-server accepts.
 const MAX_GROUP_NAME: usize = 16;
@@ -570,6 +574,9 @@ impl ConsumerConfig {
         }
 
         self.check_priority_groups()?;
+        if self.priority_policy == PriorityPolicy::PinnedClient && self.priority_timeout <= 0 {
+            self.priority_timeout = DEFAULT_PINNED_TIMEOUT;
+        }
         // Pausing and priority groups are API level 1 features.
         let level =
             u32::from(self.pause_until.is_some() || self.priority_policy != PriorityPolicy::None);
@@ -612,12 +619,6 @@ impl ConsumerConfig {
                     "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters",
                 ));
             }
-        }
-        if self.priority_policy == PriorityPolicy::PinnedClient {
-            // Named in docs/compatibility.md: pinning (Nats-Pin-Id, UNPIN) is not built yet.
-            return Err(ApiError::invalid_consumer_policy(
-                "priority policy pinned_client is not supported",
-            ));
         }
         if !none && self.is_push() {
             return Err(ApiError::invalid_consumer_policy(
@@ -876,6 +877,8 @@ pub struct PullRequest {
     pub min_ack_pending: i64,
     /// Prioritized: 0 (first) to 9.
     pub priority: i64,
+    /// `pinned_client`: the pin id the client was given (`Nats-Pin-Id`), if it holds one.
+    pub id: Option<String>,
 }
 
 impl Default for PullRequest {
@@ -890,6 +893,7 @@ impl Default for PullRequest {
             min_pending: 0,
             min_ack_pending: 0,
             priority: 0,
+            id: None,
         }
     }
 }
@@ -906,11 +910,12 @@ struct RawPullRequest {
     min_pending: Option<i64>,
     min_ack_pending: Option<i64>,
     priority: Option<i64>,
+    id: Option<String>,
 }
 
 /// Parses a pull request body (§7.1): empty → batch 1 waiting indefinitely; decimal text →
 /// that batch; otherwise JSON (`batch`, `expires`, `no_wait`, `max_bytes`, `idle_heartbeat`,
-/// the priority-group fields `group`, `min_pending`, `min_ack_pending`, `priority`; unknown
+/// the priority-group fields `group`, `min_pending`, `min_ack_pending`, `priority`, `id`; unknown
 /// keys ignored). A batch of 0 or less means 1; negative
 /// durations and byte caps mean "none" (our choice). The error is the text for
 /// `NATS/1.0 400 Bad Request - <reason>`: `heartbeat value too large` when
@@ -946,6 +951,7 @@ pub fn parse_pull_request(body: &[u8]) -> Result<PullRequest, String> {
         min_pending: raw.min_pending.unwrap_or(0).max(0),
         min_ack_pending: raw.min_ack_pending.unwrap_or(0).max(0),
         priority: raw.priority.unwrap_or(0),
+        id: raw.id.filter(|id| !id.is_empty()),
     };
     if req.idle_heartbeat > 0 && req.idle_heartbeat.saturating_mul(2) > req.expires {
         return Err("heartbeat value too large".to_string());

@@ -1002,6 +1002,7 @@ impl Worker {
                 let body = optional_body(payload)?;
                 st.consumer_pause(c, body.as_ref(), now, &mut self.fx)
             }
+            ApiCall::ConsumerUnpin(_, c) => st.consumer_unpin(c, payload, &mut self.fx),
             ApiCall::ConsumerReset(_, c) => {
                 let body = optional_body(payload)?;
                 st.consumer_reset(c, body.as_ref(), now, &mut self.fx)
