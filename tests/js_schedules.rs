@@ -576,3 +576,47 @@ async fn fast_ingest_reports_messages_a_limit_refuses() {
         "{v}"
     );
 }
+
+/// A duplicate `Nats-Msg-Id` inside a fast batch counts as stored: it is acked, and a
+/// duplicate commit still ends the batch with the final ack (nats-server 2.15.1 does the same).
+#[tokio::test]
+async fn fast_ingest_duplicates_count_as_stored() {
+    let s = TestServer::start_js();
+    let c = client(&s).await;
+    create_stream(
+        &c,
+        r#"{"name":"FD","subjects":["fd.>"],"allow_batched":true}"#,
+    )
+    .await;
+    let mut inbox = Inbox {
+        sub: c.subscribe("_FI.>").await.unwrap(),
+    };
+    for seq in 1..=3u64 {
+        let op = match seq {
+            1 => 0,
+            3 => 2,
+            _ => 1,
+        };
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("Nats-Msg-Id", "d1");
+        c.publish_with_reply_and_headers("fd.a", fi("D", 2, "ok", seq, op), h, "x".into())
+            .await
+            .unwrap();
+    }
+    c.flush().await.unwrap();
+    assert_eq!(inbox.next().await.1["seq"], 0);
+    let (_, v) = inbox.next().await;
+    assert_eq!(
+        (v["type"].as_str(), v["seq"].as_u64()),
+        (Some("ack"), Some(2)),
+        "{v}"
+    );
+    let (_, v) = inbox.next().await;
+    assert_eq!(
+        (v["batch"].as_str(), v["count"].as_u64(), v["seq"].as_u64()),
+        (Some("D"), Some(3), Some(1)),
+        "{v}"
+    );
+    let info = api_ok(&c, "STREAM.INFO.FD", "").await;
+    assert_eq!(info["state"]["messages"], 1, "{info}");
+}

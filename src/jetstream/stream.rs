@@ -1222,7 +1222,11 @@ impl Stream {
         for q in &items {
             if let Some(orig) = q.dup_of {
                 if let (Some(Some(seq)), Some(r)) = (seq_of.get(orig), q.reply.as_deref()) {
-                    if !self.cfg.no_ack {
+                    if q.fast.is_some() {
+                        // A fast-ingest duplicate counts as stored (its flow ack, its batch's
+                        // final ack when it was the commit).
+                        self.settle(out, Some(r), q.fast.as_ref(), Ok(*seq), None);
+                    } else if !self.cfg.no_ack {
                         out.reply(r, pub_ack(&self.cfg.name, *seq, true));
                     }
                 }
