@@ -371,3 +371,40 @@ fn sighup_reloads_authorization_for_new_connections() {
     kept.send(b"PING\r\n");
     kept.expect_line("PONG");
 }
+
+/// The default wildcard `0.0.0.0` takes IPv6 too, as nats-server's does (nats-core's
+/// `test_connect_with_ipv6_localhost` connects to `[::1]`): IPv4 and IPv6 clients each see
+/// their own address in INFO `client_ip`, and the log and ports file still say `0.0.0.0`.
+#[test]
+fn the_wildcard_listener_takes_ipv6_loopback_too() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback on this machine; nothing to check");
+        return;
+    }
+    let s = TestServer::start_with(&["-a", "0.0.0.0"], None);
+    let info_of = |addr: std::net::SocketAddr| {
+        use std::io::{BufRead, BufReader};
+        let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).unwrap();
+        let json = line
+            .trim_end()
+            .strip_prefix("INFO ")
+            .unwrap_or_else(|| panic!("{line}"));
+        serde_json::from_str::<serde_json::Value>(json).unwrap()
+    };
+    let v6 = info_of(format!("[::1]:{}", s.port).parse().unwrap());
+    assert_eq!(v6["client_ip"], "::1", "{v6}");
+    let v4 = info_of(format!("127.0.0.1:{}", s.port).parse().unwrap());
+    assert_eq!(v4["client_ip"], "127.0.0.1", "{v4}");
+    if !server_binary().1 {
+        assert!(s.log_text().contains(&format!(
+            "Listening for client connections on 0.0.0.0:{}",
+            s.port
+        )));
+    }
+}

@@ -1,7 +1,9 @@
 //! Binding the client port and accepting connections.
 //!
 //! The socket is bound with `SO_REUSEADDR` so a restarted server (or a test harness that just
-//! killed one) can re-bind the same port at once. Accept errors back off instead of spinning;
+//! killed one) can re-bind the same port at once. The wildcard `0.0.0.0` (the default) means
+//! every address, IPv6 included, as with nats-server: it is bound as one dual-stack socket, and
+//! IPv4 peers are reported as IPv4 (not as `::ffff:` mapped addresses). Accept errors back off instead of spinning;
 //! connections over `max_connections` get `-ERR 'maximum connections exceeded'` and are
 //! closed without ever reaching the protocol code.
 
@@ -43,6 +45,12 @@ pub(crate) async fn bind(
         addr: shown.clone(),
         source: e,
     };
+    if host == "0.0.0.0" {
+        // Where IPv6 is not available, the IPv4 wildcard below is what there is.
+        if let Ok(l) = bind_dual_stack(port) {
+            return Ok(l);
+        }
+    }
     let addr: SocketAddr = match tokio::net::lookup_host((host, port))
         .await
         .map_err(err)?
@@ -60,6 +68,41 @@ pub(crate) async fn bind(
     socket.set_reuseaddr(true).map_err(err)?;
     socket.bind(addr).map_err(err)?;
     socket.listen(BACKLOG).map_err(err)
+}
+
+/// A listener on `[::]:port` that takes IPv4 as well (`IPV6_V6ONLY` off, whatever the
+/// system default).
+fn bind_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    let addr = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(BACKLOG).unwrap_or(i32::MAX))?;
+    TcpListener::from_std(socket.into())
+}
+
+/// The address a listener bound for `host` reports, as the operator configured it: the
+/// dual-stack wildcard listener of `0.0.0.0` is shown (logs, ports file) as `0.0.0.0:<port>`.
+pub(crate) fn as_configured(host: &str, a: SocketAddr) -> SocketAddr {
+    if host == "0.0.0.0" && a.ip().is_unspecified() {
+        SocketAddr::from(([0, 0, 0, 0], a.port()))
+    } else {
+        a
+    }
+}
+
+/// An IPv4 peer of a dual-stack listener as IPv4 (`::ffff:1.2.3.4` → `1.2.3.4`).
+pub(crate) fn canonical_peer(peer: SocketAddr) -> SocketAddr {
+    match peer {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => peer,
+        },
+        v4 => v4,
+    }
 }
 
 /// Binds the client listener from the options.
@@ -101,6 +144,7 @@ pub(crate) async fn accept_with<F, Fut>(
         };
         match accepted {
             Ok((mut stream, peer)) => {
+                let peer = canonical_peer(peer);
                 backoff = Duration::from_millis(5);
                 if shared.num_clients() >= shared.limits.max_connections {
                     warn!(remote = %peer, "maximum connections exceeded, refusing client");

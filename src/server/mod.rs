@@ -458,6 +458,7 @@ async fn run_inner(
     };
     let client_addr = client_listener
         .local_addr()
+        .map(|a| listener::as_configured(&shared.opts.host, a))
         .map_err(|e| ServerError::Bind {
             what: "client",
             addr: shared.opts.host.clone(),
@@ -470,7 +471,10 @@ async fn run_inner(
     let shutdown = shutdown::Shutdown::new();
     let monitor_addr = match monitor::bind(&shared).await? {
         Some(l) => {
-            let addr = l.local_addr().ok();
+            let addr = l
+                .local_addr()
+                .ok()
+                .map(|a| listener::as_configured(monitor::host(&shared), a));
             if let Some(a) = addr {
                 info!("Starting http monitor on {}", display_addr(a));
             }
@@ -491,6 +495,7 @@ async fn run_inner(
             ));
         };
         if let Ok(a) = l.local_addr() {
+            let a = listener::as_configured(monitor::host(&shared), a);
             info!("Starting https monitor on {}", display_addr(a));
         }
         tokio::spawn(monitor::serve(
@@ -522,6 +527,7 @@ async fn run_inner(
             };
             let l = listener::bind(&w.host, w.port, "websocket connections").await?;
             if let Ok(a) = l.local_addr() {
+                let a = listener::as_configured(&w.host, a);
                 let scheme = if tls.is_some() { "wss" } else { "ws" };
                 info!(
                     "Listening for websocket clients on {scheme}://{}",

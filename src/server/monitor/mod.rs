@@ -28,17 +28,21 @@ use tracing::debug;
 
 use super::{listener, ServerError, Shared};
 
+/// The host the monitoring listeners bind: `http_host`, else the client host.
+pub(crate) fn host(shared: &Shared) -> &str {
+    if shared.opts.http_host.is_empty() {
+        &shared.opts.host
+    } else {
+        &shared.opts.http_host
+    }
+}
+
 /// Binds the monitoring listener if one is configured.
 pub(crate) async fn bind(shared: &Shared) -> Result<Option<TcpListener>, ServerError> {
     let Some(port) = shared.opts.http_port else {
         return Ok(None);
     };
-    let host = if shared.opts.http_host.is_empty() {
-        &shared.opts.host
-    } else {
-        &shared.opts.http_host
-    };
-    listener::bind(host, port, "http monitoring")
+    listener::bind(host(shared), port, "http monitoring")
         .await
         .map(Some)
 }
@@ -48,12 +52,7 @@ pub(crate) async fn bind_https(shared: &Shared) -> Result<Option<TcpListener>, S
     let Some(port) = shared.opts.https_port else {
         return Ok(None);
     };
-    let host = if shared.opts.http_host.is_empty() {
-        &shared.opts.host
-    } else {
-        &shared.opts.http_host
-    };
-    listener::bind(host, port, "https monitoring")
+    listener::bind(host(shared), port, "https monitoring")
         .await
         .map(Some)
 }
