@@ -2565,6 +2565,20 @@ async fn prioritized_pulls_are_served_lowest_priority_first() {
     assert_eq!(got, [vec![5], vec![3, 4], vec![1, 2]]);
 }
 
+/// The `Nats-Pin-Id` a delivery carries.
+fn pin_of(m: &Message) -> Option<String> {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get("Nats-Pin-Id"))
+        .map(|v| v.as_str().to_owned())
+}
+
+/// One message pulled from group `A` of consumer `PG/pin` without a pin id.
+async fn pull_a(c: &Client) -> Pulled {
+    let req = json!({"batch": 1, "expires": 1_000_000_000, "group": "A"});
+    pull(c, "PG", "pin", req, 1, Duration::from_secs(5)).await
+}
+
 /// `pinned_client` (ADR-42): the first puller is pinned and its deliveries carry
 /// `Nats-Pin-Id`; a pull with another id gets `423`; a pull without an id waits as a stand-by
 /// and takes over after `CONSUMER.UNPIN` (or the pinned client's `priority_timeout`).
@@ -2599,22 +2613,9 @@ async fn pinned_client_groups_deliver_to_one_client_until_unpinned() {
         "{dflt}"
     );
     let wait = Duration::from_secs(5);
-    let first = pull(
-        &c,
-        "PG",
-        "pin",
-        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
-        1,
-        wait,
-    )
-    .await;
+    let first = pull_a(&c).await;
     assert_eq!(first.stream_seqs(), [1]);
-    let id = first.msgs[0]
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("Nats-Pin-Id"))
-        .map(|v| v.as_str().to_owned())
-        .expect("the pinned client's delivery carries Nats-Pin-Id");
+    let id = pin_of(&first.msgs[0]).expect("the pinned client's delivery carries Nats-Pin-Id");
     let info = consumer_info(&c, "PG", "pin").await;
     assert_eq!(
         info["priority_groups"][0]["pinned_client_id"],
@@ -2645,21 +2646,9 @@ async fn pinned_client_groups_deliver_to_one_client_until_unpinned() {
     let req = json!({"batch": 1, "expires": 1_000_000_000, "group": "A", "id": id});
     let p = pull(&c, "PG", "pin", req, 1, wait).await;
     assert_eq!(p.status_code(), Some(423), "the old pin is gone");
-    let next = pull(
-        &c,
-        "PG",
-        "pin",
-        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
-        1,
-        wait,
-    )
-    .await;
+    let next = pull_a(&c).await;
     assert_eq!(next.stream_seqs(), [3]);
-    let id2 = next.msgs[0]
-        .headers
-        .as_ref()
-        .and_then(|h| h.get("Nats-Pin-Id"))
-        .map(|v| v.as_str().to_owned());
+    let id2 = pin_of(&next.msgs[0]);
     assert!(
         id2.is_some() && id2.as_deref() != Some(id.as_str()),
         "a new pin: {id2:?}"
@@ -2675,15 +2664,7 @@ async fn pinned_client_groups_deliver_to_one_client_until_unpinned() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(unpinned, "the pin expires after priority_timeout");
-    let last = pull(
-        &c,
-        "PG",
-        "pin",
-        json!({"batch": 1, "expires": 1_000_000_000, "group": "A"}),
-        1,
-        wait,
-    )
-    .await;
+    let last = pull_a(&c).await;
     assert_eq!(last.stream_seqs(), [4]);
 }
 

@@ -764,14 +764,25 @@ impl Worker {
     }
 
     /// The stream was deleted (its keys are erased already): what is still queued is
-    /// answered as for a stream that does not exist, waiting pulls end with `409 Consumer
-    /// Deleted`, the store is dropped unsynced and its files removed.
+    /// answered as for a stream that does not exist — except a pull request for one of its
+    /// consumers, which was sent before the delete and ends as a waiting one does —, waiting
+    /// pulls end with `409 Consumer Deleted`, the store is dropped unsynced and its files
+    /// removed.
     fn remove(&mut self, st: &mut Stream, queued: Vec<Cmd>) {
         for cmd in queued {
             if let Cmd::Api { call, reply, .. } = cmd {
-                if !reply.is_empty() {
-                    self.fx
-                        .reply(&reply, err_reply(&call, &ApiError::stream_not_found()));
+                if reply.is_empty() {
+                    continue;
+                }
+                match &call {
+                    ApiCall::MsgNext(_, c) if st.consumers.contains_key(c) => {
+                        let block =
+                            crate::jetstream::consumer::status_block(409, "Consumer Deleted", &[]);
+                        self.fx.status(&reply, block);
+                    }
+                    _ => self
+                        .fx
+                        .reply(&reply, err_reply(&call, &ApiError::stream_not_found())),
                 }
             }
         }
