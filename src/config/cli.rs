@@ -10,6 +10,8 @@
 
 use std::path::PathBuf;
 
+use super::cluster::{parse_route_url, RouteUrl};
+
 use super::options::{ServerOptions, TlsOptions};
 
 /// Help text for `-h` (sealstream's own wording; the flags are nats-server's).
@@ -60,9 +62,16 @@ TLS:
       --tlsverify                Enable TLS and require verified client certificates
       --tlscacert <file>         CA bundle for client certificates
 
+Cluster:
+      --routes <url,url>         Routes to solicit and connect
+      --cluster <url>            Cluster URL for solicited routes (alias --cluster_listen)
+      --cluster_name <name>      Cluster name (default: generated)
+      --cluster_advertise <addr> Route address advertised to the other members
+      --no_advertise             Do not advertise the other members' URLs to clients
+      --connect_retries <n>      Retries for gossiped routes (default 0)
+
 Not supported yet (accepted and ignored):
-      --routes, --cluster, --cluster_name, --cluster_listen, --cluster_advertise,
-      --no_advertise, --connect_retries, --profile
+      --profile
 
 Other:
   -h, --help                     Show this help
@@ -167,6 +176,18 @@ pub struct CliArgs {
     pub show_help: bool,
     /// `--help_tls`.
     pub show_tls_help: bool,
+    /// `--routes`: seed route URLs.
+    pub routes: Option<Vec<String>>,
+    /// `--cluster`, `--cluster_listen`: the route listener (`Some(None)`: clustering off).
+    pub cluster_listen: Option<Option<RouteUrl>>,
+    /// `--cluster_name`.
+    pub cluster_name: Option<String>,
+    /// `--cluster_advertise`.
+    pub cluster_advertise: Option<String>,
+    /// `--connect_retries`.
+    pub connect_retries: Option<i64>,
+    /// `--no_advertise`.
+    pub no_advertise: Option<bool>,
     /// Unsupported flags that were given (`--routes`, `--profile`, ...), as `-name`.
     pub unsupported: Vec<String>,
     /// Words after `--` or after the first non-flag word.
@@ -236,8 +257,13 @@ enum Flag {
     Version,
     Help,
     HelpTls,
+    Routes,
+    ClusterListen,
+    ClusterName,
+    ClusterAdvertise,
+    ConnectRetries,
+    NoAdvertise,
     UnsupportedValue,
-    UnsupportedBool,
 }
 
 impl Flag {
@@ -259,7 +285,7 @@ impl Flag {
                 | Flag::Version
                 | Flag::Help
                 | Flag::HelpTls
-                | Flag::UnsupportedBool
+                | Flag::NoAdvertise
         )
     }
 }
@@ -302,9 +328,13 @@ fn lookup(name: &str) -> Option<Flag> {
         "v" | "version" => Flag::Version,
         "h" | "help" => Flag::Help,
         "help_tls" => Flag::HelpTls,
-        "routes" | "cluster" | "cluster_name" | "cluster_listen" | "cluster_advertise"
-        | "connect_retries" | "profile" => Flag::UnsupportedValue,
-        "no_advertise" => Flag::UnsupportedBool,
+        "routes" => Flag::Routes,
+        "cluster" | "cluster_listen" => Flag::ClusterListen,
+        "cluster_name" => Flag::ClusterName,
+        "cluster_advertise" => Flag::ClusterAdvertise,
+        "connect_retries" => Flag::ConnectRetries,
+        "no_advertise" => Flag::NoAdvertise,
+        "profile" => Flag::UnsupportedValue,
         _ => return None,
     })
 }
@@ -440,6 +470,7 @@ impl CliArgs {
             Flag::Version => self.show_version = on,
             Flag::Help => self.show_help = on,
             Flag::HelpTls => self.show_tls_help = on,
+            Flag::NoAdvertise => self.no_advertise = Some(on),
             _ => self.unsupported.push(format!("-{name}")),
         }
     }
@@ -467,6 +498,46 @@ impl CliArgs {
             Flag::TlsCert => self.tls_cert = Some(PathBuf::from(value)),
             Flag::TlsKey => self.tls_key = Some(PathBuf::from(value)),
             Flag::TlsCaCert => self.tls_ca_cert = Some(PathBuf::from(value)),
+            Flag::Routes => {
+                let routes: Vec<String> = value
+                    .split(',')
+                    .map(|r| r.trim().to_owned())
+                    .filter(|r| !r.is_empty())
+                    .collect();
+                if let Some(bad) = routes.iter().find(|r| parse_route_url(r).is_none()) {
+                    return Err(CliError::InvalidValue {
+                        flag: name.to_string(),
+                        value: value.clone(),
+                        reason: format!("error parsing route url [{bad:?}]"),
+                    });
+                }
+                self.routes = Some(routes);
+            }
+            Flag::ClusterListen => {
+                if value.is_empty() {
+                    self.cluster_listen = Some(None);
+                } else {
+                    let any_port = value.strip_suffix(":-1").map(|h| format!("{h}:0"));
+                    let url = parse_route_url(any_port.as_deref().unwrap_or(&value)).ok_or_else(
+                        || CliError::InvalidValue {
+                            flag: name.to_string(),
+                            value: value.clone(),
+                            reason: "error parsing cluster url".into(),
+                        },
+                    )?;
+                    if url.user.as_ref().is_some_and(|(_, p)| p.is_empty()) {
+                        return Err(CliError::InvalidValue {
+                            flag: name.to_string(),
+                            value: value.clone(),
+                            reason: "expected cluster password to be set".into(),
+                        });
+                    }
+                    self.cluster_listen = Some(Some(url));
+                }
+            }
+            Flag::ClusterName => self.cluster_name = Some(value),
+            Flag::ClusterAdvertise => self.cluster_advertise = Some(value),
+            Flag::ConnectRetries => self.connect_retries = Some(parse_num(name, &value)?),
             _ => self.unsupported.push(format!("-{name}")),
         }
         Ok(())
@@ -510,6 +581,7 @@ impl ServerOptions {
         set_some(&mut self.authorization.user, &args.user);
         set_some(&mut self.authorization.password, &args.password);
         set_some(&mut self.authorization.token, &args.token);
+        self.apply_cluster_flags(args);
         let wants_tls = args.tls == Some(true)
             || args.tls_verify == Some(true)
             || args.tls_cert.is_some()
@@ -521,6 +593,43 @@ impl ServerOptions {
             set_some(&mut tls.key_file, &args.tls_key);
             set_some(&mut tls.ca_file, &args.tls_ca_cert);
             set(&mut tls.verify, &args.tls_verify);
+        }
+    }
+}
+
+impl ServerOptions {
+    fn apply_cluster_flags(&mut self, args: &CliArgs) {
+        let c = &mut self.cluster;
+        match &args.cluster_listen {
+            Some(Some(url)) => {
+                c.host.clone_from(&url.host);
+                c.port = if url.port == 0 {
+                    -1
+                } else {
+                    i32::from(url.port)
+                };
+                if let Some((u, p)) = &url.user {
+                    c.user = Some(u.clone());
+                    c.password = Some(p.clone());
+                }
+            }
+            Some(None) => c.port = 0,
+            None => {}
+        }
+        if let Some(r) = &args.routes {
+            c.routes.clone_from(r);
+        }
+        if args.cluster_name.is_some() {
+            c.name.clone_from(&args.cluster_name);
+        }
+        if args.cluster_advertise.is_some() {
+            c.advertise.clone_from(&args.cluster_advertise);
+        }
+        if let Some(n) = args.connect_retries {
+            c.connect_retries = n;
+        }
+        if let Some(b) = args.no_advertise {
+            c.no_advertise = b;
         }
     }
 }
@@ -626,19 +735,29 @@ mod tests {
     }
 
     #[test]
-    fn clustering_flags_are_accepted_and_recorded_as_unsupported() {
+    fn clustering_flags_set_the_cluster_options() {
         let a = parse(&[
             "--routes",
-            "nats://a:6222",
+            "nats://a:6222, nats-route://u:p@b:6222",
+            "--cluster=nats://ru:rp@127.0.0.1:-1",
             "--cluster_name=c",
             "--no_advertise",
             "--profile",
             "6060",
         ]);
+        assert_eq!(a.unsupported, ["-profile"]);
+        let mut o = ServerOptions::default();
+        o.apply_cli(&a);
         assert_eq!(
-            a.unsupported,
-            ["-routes", "-cluster_name", "-no_advertise", "-profile"]
+            o.cluster.routes,
+            ["nats://a:6222", "nats-route://u:p@b:6222"]
         );
+        assert_eq!((o.cluster.host.as_str(), o.cluster.port), ("127.0.0.1", -1));
+        assert_eq!(o.cluster.user.as_deref(), Some("ru"));
+        assert_eq!(o.cluster.name.as_deref(), Some("c"));
+        assert!(o.cluster.no_advertise);
+        assert!(parse_err(&["--cluster", "nats://u@h:1"]).contains("expected cluster password"));
+        assert!(parse_err(&["--routes", "nats://[::1"]).contains("error parsing route url"));
     }
 
     #[test]

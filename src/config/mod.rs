@@ -8,6 +8,7 @@
 //! - `field.rs`: typed reads of entries (integers, sizes, Go durations, string lists).
 //! - `keys.rs`: shape checks for public nkeys and JWTs named in the file.
 //! - `options.rs`: the tree to [`ServerOptions`] (names, aliases, types, defaults, unknown keys).
+//! - `cluster.rs`: the `cluster {}` block and route URLs.
 //! - `accounts.rs`: `authorization` and `accounts` blocks (users, permissions, exports/imports).
 //! - `validate.rs`: the checks `-t` adds after parsing, and start-up checks.
 //! - `cli.rs`: nats-server's Go-style flags to [`cli::CliArgs`], applied over the file.
@@ -43,6 +44,7 @@
 
 pub mod accounts;
 pub mod cli;
+pub mod cluster;
 pub mod error;
 mod field;
 pub mod keys;

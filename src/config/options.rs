@@ -8,7 +8,7 @@
 //!   key only exists to be used as a `$variable`;
 //! - a value of the wrong type names the field: `invalid value for field "port": expected an
 //!   integer`;
-//! - options nats-server has but sealstream does not support yet (clustering, gateways, leaf
+//! - options nats-server has but sealstream does not support yet (gateways, leaf
 //!   nodes, websocket, MQTT, mappings and the keys marked **N** in the spec) are parsed and
 //!   their dotted paths listed in [`ServerOptions::ignored`], so the server can log them;
 //! - what `nats-server -t` rejects but a normal start accepts (a bare number of seconds for a
@@ -122,6 +122,8 @@ pub struct ServerOptions {
     pub tls: Option<TlsOptions>,
     /// The `websocket {}` listener, when configured.
     pub websocket: Option<WebsocketOptions>,
+    /// The `cluster {}` block (routes to the other members).
+    pub cluster: super::cluster::ClusterOptions,
     /// TLS optional for clients.
     pub allow_non_tls: bool,
     /// Operator JWTs, as paths or inline tokens (`operator`, `operators`, `root`, ...).
@@ -185,6 +187,7 @@ impl Default for ServerOptions {
             jetstream: JetStreamOptions::default(),
             tls: None,
             websocket: None,
+            cluster: super::cluster::ClusterOptions::default(),
             allow_non_tls: false,
             operator: Vec::new(),
             trusted_keys: Vec::new(),
@@ -413,7 +416,6 @@ pub fn parse_str_with(
 const IGNORED_TOP_LEVEL: &[&str] = &[
     "mappings",
     "maps",
-    "cluster",
     "gateway",
     "leafnodes",
     "leaf",
@@ -618,6 +620,7 @@ pub(super) fn map_document(value: &Value, check_files: bool) -> Result<ServerOpt
             }
             "tls" => o.tls = Some(tls(e, check_files, &mut c)?),
             "websocket" | "ws" => o.websocket = Some(websocket(e, check_files, &mut c)?),
+            "cluster" => o.cluster = super::cluster::cluster(e, &mut c)?,
             "allow_non_tls" => o.allow_non_tls = field::boolean(e)?,
             // Contents are not checked: sealstream does not act on these blocks, so only their
             // presence matters (the server logs them as unsupported).
@@ -647,7 +650,7 @@ fn at_most_i32(e: &Entry) -> Result<i64, ConfigError> {
 }
 
 /// `port`, `host:port`, `:port` or `[v6]:port` (used by `listen`, `http`, `https`).
-fn host_port(e: &Entry) -> Result<(Option<String>, i32), ConfigError> {
+pub(super) fn host_port(e: &Entry) -> Result<(Option<String>, i32), ConfigError> {
     match &e.value.kind {
         ValueKind::Integer(_) => Ok((None, field::int32(e)?)),
         ValueKind::String(s) => split_host_port(s)

@@ -48,6 +48,26 @@ impl ServerOptions {
                 ),
             ));
         }
+        if !self.cluster.routes.is_empty() && !self.cluster.enabled() {
+            return Err(ConfigError::invalid(
+                at(),
+                "solicited routes require cluster capabilities, e.g. --cluster",
+            ));
+        }
+        if self.cluster.enabled() && self.jetstream.enabled {
+            if self.server_name.is_none() {
+                return Err(ConfigError::invalid(
+                    at(),
+                    "jetstream cluster requires `server_name` to be set",
+                ));
+            }
+            if self.cluster.name.is_none() {
+                return Err(ConfigError::invalid(
+                    at(),
+                    "jetstream cluster requires `cluster.name` to be set",
+                ));
+            }
+        }
         if self.https_port.is_some() && self.tls.as_ref().is_none_or(|t| t.cert_file.is_none()) {
             return Err(ConfigError::invalid(
                 at(),

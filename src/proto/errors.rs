@@ -56,3 +56,11 @@ pub fn subscription_violation(subject: &str, queue: Option<&str>) -> String {
         None => format!("Permissions Violation for Subscription to \"{subject}\""),
     }
 }
+
+/// A client dialed the route port (its CONNECT has `lang`).
+pub const ROUTE_PORT_CLIENT: &str = "attempted to connect to route port";
+
+/// A route whose CONNECT names another cluster.
+pub fn cluster_name_mismatch(theirs: &str, ours: &str) -> String {
+    format!("Rejecting connection, cluster name {theirs:?} does not match {ours:?}")
+}

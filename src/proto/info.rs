@@ -42,6 +42,12 @@ pub struct ServerInfo {
     pub client_id: u64,
     /// Peer address as the server sees it.
     pub client_ip: String,
+    /// Cluster name, when clustered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Client URLs of this server and the other cluster members (`host:port`) for failover.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connect_urls: Vec<String>,
     /// Credentials required in CONNECT.
     #[serde(skip_serializing_if = "is_false")]
     pub auth_required: bool,

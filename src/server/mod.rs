@@ -23,6 +23,7 @@ pub(crate) mod jetstream;
 mod listener;
 pub mod log_format;
 mod monitor;
+pub(crate) mod route;
 pub(crate) mod router;
 mod shutdown;
 pub mod signal_command;
@@ -166,6 +167,11 @@ pub(crate) struct Shared {
     pub(crate) jetstream: std::sync::OnceLock<Arc<jetstream::JetStream>>,
     clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
     next_cid: AtomicU64,
+    /// The cluster membership table, when a route port is configured.
+    pub(crate) cluster: Option<Arc<route::Cluster>>,
+    /// Cancelled when the server stops: ends route connections and dialers (lame duck keeps
+    /// them, so the other members hear about it).
+    pub(crate) route_stop: tokio_util::sync::CancellationToken,
 }
 
 fn clamp_usize(v: i64, default: usize) -> usize {
@@ -201,6 +207,16 @@ impl Shared {
             )));
         }
         let accounts = Registry::new();
+        let cluster = opts.cluster.enabled().then(|| {
+            Arc::new(route::Cluster::new(
+                opts.cluster.clone(),
+                &server_id,
+                &server_name,
+            ))
+        });
+        if let Some(c) = &cluster {
+            accounts.set_interest_sink(Arc::clone(c) as Arc<dyn account::InterestSink>);
+        }
         let tls = match &opts.tls {
             Some(t) if t.cert_file.is_some() || t.key_file.is_some() => {
                 Some(Arc::new(tls::TlsSetup::load(t)?))
@@ -239,6 +255,8 @@ impl Shared {
             tls,
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),
+            cluster,
+            route_stop: tokio_util::sync::CancellationToken::new(),
             opts,
         })
     }
@@ -325,6 +343,96 @@ impl Shared {
         self.clients_lock().values().cloned().collect()
     }
 
+    /// This server's own client URLs (`host:port`) as other members and clients should use
+    /// them: `client_advertise`, the configured host, or (for a wildcard host) every
+    /// non-loopback interface address.
+    pub(crate) fn own_client_urls(&self) -> Vec<String> {
+        let port = self.client_port.load(Ordering::Relaxed);
+        if let Some(a) = &self.opts.client_advertise {
+            let a = a.split_once("://").map_or(a.as_str(), |(_, r)| r);
+            return vec![
+                if a.contains(':') && !a.starts_with('[') || a.contains("]:") {
+                    a.to_owned()
+                } else {
+                    format!("{a}:{port}")
+                },
+            ];
+        }
+        let host = self.opts.host.trim_start_matches('[').trim_end_matches(']');
+        let wildcard = host.is_empty() || host == "0.0.0.0" || host == "::";
+        let hosts: Vec<String> = if wildcard {
+            let mut v: Vec<String> = nix::ifaddrs::getifaddrs()
+                .map(|it| {
+                    it.filter_map(|i| i.address)
+                        .filter_map(|a| a.as_sockaddr_in().map(|s| std::net::IpAddr::V4(s.ip())))
+                        .filter(|ip| !ip.is_loopback())
+                        .map(|ip| ip.to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            v.sort();
+            v.dedup();
+            if v.is_empty() {
+                v.push("127.0.0.1".into());
+            }
+            v
+        } else {
+            vec![host.to_owned()]
+        };
+        hosts
+            .into_iter()
+            .map(|h| {
+                if h.contains(':') {
+                    format!("[{h}]:{port}")
+                } else {
+                    format!("{h}:{port}")
+                }
+            })
+            .collect()
+    }
+
+    /// INFO's `connect_urls`: this server first, then the other members' (spec §3.1); empty
+    /// when no member advertises one. In lame-duck mode only the others.
+    pub(crate) fn client_urls(&self) -> Vec<String> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        let peers = cluster.peer_client_urls();
+        if peers.is_empty() {
+            return Vec::new();
+        }
+        let mut urls = if self.lame_duck.load(Ordering::Relaxed) || cluster.opts.no_advertise {
+            Vec::new()
+        } else {
+            self.own_client_urls()
+        };
+        for u in peers {
+            if !urls.contains(&u) {
+                urls.push(u);
+            }
+        }
+        urls
+    }
+
+    /// Sends a fresh INFO to every client that takes async INFO (membership changed).
+    pub(crate) fn broadcast_client_info(&self) {
+        for c in self.clients() {
+            if !c.async_info.load(Ordering::Relaxed) {
+                continue;
+            }
+            let account = c
+                .meta
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .account
+                .clone();
+            let info = self.info_line(&c, false, Some(&account), None);
+            if let Ok(true) = c.outbound.push_raw(&info) {
+                c.outbound.wake();
+            }
+        }
+    }
+
     /// The INFO line for `client` (`connect_info` marks the one sent after the first PONG).
     pub(crate) fn info_line(
         &self,
@@ -354,6 +462,8 @@ impl Shared {
                 .map(|_| i32::try_from(crate::jetstream::API_LEVEL).unwrap_or(0)),
             client_id: client.cid,
             client_ip: client.peer.ip().to_string(),
+            cluster: self.cluster.as_ref().map(|c| c.name().0),
+            connect_urls: self.client_urls(),
             auth_required: self.auth().required(),
             tls_required: self.tls.is_some() && !self.allow_non_tls,
             tls_available: self.tls.is_some() && self.allow_non_tls,
@@ -546,7 +656,8 @@ async fn run_inner(
         }
         None => None,
     };
-    let files = startup_files(&shared, client_addr, monitor_addr)?;
+    let cluster_addr = start_cluster(&shared).await?;
+    let files = startup_files(&shared, client_addr, monitor_addr, cluster_addr)?;
     let signals = match &stop {
         Stop::Signals => shutdown::Signals::install(),
         Stop::When(_) => None,
@@ -566,6 +677,7 @@ async fn run_inner(
         Stop::When(f) => f.await,
     }
     shutdown.cancel();
+    shared.route_stop.cancel();
     let _ = accept.await;
     if let Some(ws) = websocket {
         let _ = ws.await;
@@ -584,6 +696,69 @@ async fn run_inner(
     }
     info!("Server Exiting..");
     Ok(())
+}
+
+/// Binds the route port, starts accepting and dialing the configured routes, and keeps
+/// clients' `connect_urls` current. Returns the route listener's address.
+async fn start_cluster(shared: &Arc<Shared>) -> Result<Option<SocketAddr>, ServerError> {
+    let Some(cluster) = shared.cluster.clone() else {
+        return Ok(None);
+    };
+    let o = &cluster.opts;
+    let l = listener::bind(&o.host, o.port, "route connections").await?;
+    let addr = l
+        .local_addr()
+        .map(|a| listener::as_configured(&o.host, a))
+        .map_err(|e| ServerError::Bind {
+            what: "route connections",
+            addr: o.host.clone(),
+            source: e,
+        })?;
+    let _ = cluster.listen.set(addr);
+    info!("Cluster name is {}", cluster.name().0);
+    info!("Listening for route connections on {}", display_addr(addr));
+    let compressing = !["accept", "off", "disabled", "false"]
+        .iter()
+        .any(|m| o.compression.eq_ignore_ascii_case(m));
+    if compressing {
+        info!(
+            "route compression {:?} is not applied: routes are uncompressed",
+            o.compression
+        );
+    }
+    tokio::spawn(route::dial::accept_loop(
+        l,
+        Arc::clone(shared),
+        Arc::clone(&cluster),
+        shared.route_stop.clone(),
+    ));
+    for url in &o.routes {
+        tokio::spawn(route::dial::configured(
+            Arc::clone(shared),
+            Arc::clone(&cluster),
+            url.clone(),
+            shared.route_stop.clone(),
+        ));
+    }
+    let watcher = Arc::clone(shared);
+    tokio::spawn(async move {
+        let Some(cluster) = watcher.cluster.clone() else {
+            return;
+        };
+        let mut last = watcher.client_urls();
+        loop {
+            tokio::select! {
+                () = cluster.urls_changed.notified() => {}
+                () = watcher.route_stop.cancelled() => return,
+            }
+            let now = watcher.client_urls();
+            if now != last {
+                last = now;
+                watcher.broadcast_client_info();
+            }
+        }
+    });
+    Ok(Some(addr))
 }
 
 fn display_addr(a: SocketAddr) -> String {
@@ -642,6 +817,7 @@ fn startup_files(
     shared: &Shared,
     client: SocketAddr,
     monitor: Option<SocketAddr>,
+    cluster: Option<SocketAddr>,
 ) -> Result<Vec<PathBuf>, ServerError> {
     let mut files = Vec::new();
     let pid = std::process::id();
@@ -661,6 +837,9 @@ fn startup_files(
         let mut ports = serde_json::json!({ "client": [format!("nats://{client}")] });
         if let Some(m) = monitor {
             ports["monitoring"] = serde_json::json!([format!("http://{m}")]);
+        }
+        if let Some(c) = cluster {
+            ports["cluster"] = serde_json::json!([format!("nats://{c}")]);
         }
         std::fs::write(&path, ports.to_string()).map_err(|e| ServerError::WriteFile {
             path: path.clone(),

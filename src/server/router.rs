@@ -21,7 +21,7 @@ use tracing::warn;
 use crate::proto::headers::no_responders_block;
 use crate::subject::MatchCache;
 
-use super::account::{imports, Account, Matches, SubRef, Subscriber, Subscription};
+use super::account::{imports, Account, Matches, RemoteInterest, SubRef, Subscriber, Subscription};
 use super::backpressure::{self, Budget};
 use super::client::outbound::PushError;
 use super::client::{ClientHandle, CloseReason};
@@ -52,6 +52,9 @@ pub(crate) struct RouteCtx {
     throttle: Vec<Arc<Budget>>,
     /// Subscribers this batch left above their high-water mark (the reader stalls briefly).
     stalled: Vec<Arc<ClientHandle>>,
+    /// Copies for cluster peers collected while matching one publish (sent, one per peer, at
+    /// its end).
+    routed: Vec<RoutedCopy>,
     /// Messages queued to subscribers since the last [`RouteCtx::take_counts`].
     delivered_msgs: u64,
     delivered_bytes: u64,
@@ -69,6 +72,7 @@ impl RouteCtx {
             expired: Vec::new(),
             throttle: Vec::new(),
             stalled: Vec::new(),
+            routed: Vec::new(),
             delivered_msgs: 0,
             delivered_bytes: 0,
             slow_consumers: 0,
@@ -126,6 +130,25 @@ impl RouteCtx {
     }
 }
 
+/// One publish's copy for one route peer: the queue groups picked on that peer (none: plain
+/// interest only).
+struct RoutedCopy {
+    route: Arc<ClientHandle>,
+    queues: Vec<Arc<[u8]>>,
+}
+
+/// Where a publish may go besides local subscribers.
+#[derive(Clone, Copy)]
+enum Reach<'a> {
+    /// Local subscribers and, as `RMSG` in this account, route peers (a local publisher).
+    Cluster(&'a [u8]),
+    /// Local subscribers only (JetStream deliveries).
+    Local,
+    /// A message that came from a route: local plain subscribers, and one local member of
+    /// each of these queue groups (the sender picked them for us).
+    FromRoute(&'a [Bytes]),
+}
+
 /// Routes one message within `account`. Returns how many subscriptions it was queued to.
 pub(crate) fn publish(
     ctx: &mut RouteCtx,
@@ -137,7 +160,8 @@ pub(crate) fn publish(
     payload: &Bytes,
 ) -> usize {
     let matches = ctx.lookup(account, subject);
-    let n = deliver_matches(ctx, &matches, from, subject, reply, headers, payload);
+    let reach = Reach::Cluster(account.name.as_bytes());
+    let n = deliver_matches(ctx, &matches, from, reach, subject, reply, headers, payload);
     let crossed = cross_accounts(ctx, account, from, subject, reply, headers, payload);
     if matches.plain.is_empty() && matches.groups.is_empty() && !crossed && from.no_responders {
         if let Some(reply) = reply {
@@ -183,7 +207,42 @@ pub(crate) fn deliver_as(
         no_responders: false,
         crossed: true,
     };
-    let n = deliver_matches(ctx, &matches, from, shown, reply, headers, payload);
+    let n = deliver_matches(
+        ctx,
+        &matches,
+        from,
+        Reach::Local,
+        shown,
+        reply,
+        headers,
+        payload,
+    );
+    release_expired(ctx, account);
+    n
+}
+
+/// Delivers a message a route peer sent (`RMSG`): to local plain subscribers and to one local
+/// member of each group in `queues`. Never forwarded to another route (one hop), no imports
+/// (the sender applied them), no no-responders status (the requester's server decides).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn deliver_routed(
+    ctx: &mut RouteCtx,
+    account: &Arc<Account>,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    queues: &[Bytes],
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) -> usize {
+    let matches = ctx.lookup(account, subject);
+    let from = Publisher {
+        cid: u64::MAX,
+        echo: true,
+        no_responders: false,
+        crossed: true,
+    };
+    let reach = Reach::FromRoute(queues);
+    let n = deliver_matches(ctx, &matches, from, reach, subject, reply, headers, payload);
     release_expired(ctx, account);
     n
 }
@@ -204,19 +263,29 @@ fn release_expired(ctx: &mut RouteCtx, account: &Arc<Account>) {
     }
 }
 
-/// One copy to every plain subscription and one per queue group.
+/// One copy to every plain subscription and one per queue group; route peers get one `RMSG`
+/// each whatever matched there (with the groups picked on them), when `reach` allows.
+#[allow(clippy::too_many_arguments)]
 fn deliver_matches(
     ctx: &mut RouteCtx,
     matches: &Matches,
     from: Publisher,
+    reach: Reach<'_>,
     subject: &[u8],
     reply: Option<&[u8]>,
     headers: Option<&Bytes>,
     payload: &Bytes,
 ) -> usize {
+    let to_routes = matches!(reach, Reach::Cluster(_));
     let mut n = 0;
     for s in &matches.plain {
         let sub = &s.0;
+        if let Subscriber::Route(r) = &sub.subscriber {
+            if to_routes && add_routed(ctx, r, None) {
+                n += 1;
+            }
+            continue;
+        }
         if !from.echo && sub.subscriber.cid() == Some(from.cid) {
             continue;
         }
@@ -229,12 +298,25 @@ fn deliver_matches(
         if len == 0 {
             continue;
         }
-        let start = (ctx.next_rand() % len as u64) as usize;
+        if let Reach::FromRoute(picked) = reach {
+            if !picked.iter().any(|q| q.as_ref() == &*group.name) {
+                continue;
+            }
+        }
+        let start = pick_member(ctx, &group.members, to_routes);
         for i in 0..len {
             let Some(m) = group.members.get((start + i) % len) else {
                 continue;
             };
             let sub = &m.0;
+            if let Subscriber::Route(r) = &sub.subscriber {
+                if to_routes && !r.route.is_closed() {
+                    add_routed(ctx, r, Some(&group.name));
+                    n += 1;
+                    break;
+                }
+                continue;
+            }
             if !from.echo && sub.subscriber.cid() == Some(from.cid) {
                 continue;
             }
@@ -244,7 +326,97 @@ fn deliver_matches(
             }
         }
     }
+    if let Reach::Cluster(account) = reach {
+        send_routed(ctx, account, subject, reply, headers, payload);
+    }
     n
+}
+
+/// The index to start looking for a queue member at: uniform over the cluster's members, a
+/// route entry counting as many members as the peer announced (spec/cluster.md §3.3).
+fn pick_member(ctx: &mut RouteCtx, members: &[SubRef], weighted: bool) -> usize {
+    let r = ctx.next_rand();
+    let weight = |m: &SubRef| match &m.0.subscriber {
+        Subscriber::Route(ri) => u64::from(ri.weight.load(Ordering::Relaxed).max(1)),
+        _ => 1,
+    };
+    if !weighted
+        || !members
+            .iter()
+            .any(|m| matches!(m.0.subscriber, Subscriber::Route(_)))
+    {
+        return (r % members.len() as u64) as usize;
+    }
+    let total: u64 = members.iter().map(weight).sum();
+    let mut at = r % total.max(1);
+    for (i, m) in members.iter().enumerate() {
+        let w = weight(m);
+        if at < w {
+            return i;
+        }
+        at -= w;
+    }
+    0
+}
+
+/// Notes that `r`'s peer gets this publish (with `queue` picked there). True when the peer
+/// was not in the list yet.
+fn add_routed(ctx: &mut RouteCtx, r: &RemoteInterest, queue: Option<&Arc<[u8]>>) -> bool {
+    if let Some(c) = ctx.routed.iter_mut().find(|c| c.route.cid == r.route.cid) {
+        if let Some(q) = queue {
+            c.queues.push(Arc::clone(q));
+        }
+        return false;
+    }
+    ctx.routed.push(RoutedCopy {
+        route: Arc::clone(&r.route),
+        queues: queue.map(|q| vec![Arc::clone(q)]).unwrap_or_default(),
+    });
+    true
+}
+
+/// Queues the collected route copies: one `RMSG`/`HMSG` per peer. A peer that cannot keep up
+/// is closed like a slow consumer (it reconnects and re-sends its interest).
+fn send_routed(
+    ctx: &mut RouteCtx,
+    account: &[u8],
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) {
+    for copy in std::mem::take(&mut ctx.routed) {
+        let route = &copy.route;
+        let queues: Vec<&[u8]> = copy.queues.iter().map(|q| &**q).collect();
+        let headers = if route.headers.load(Ordering::Relaxed) {
+            headers
+        } else {
+            None
+        };
+        match route
+            .outbound
+            .push_routed(account, subject, reply, &queues, headers, payload)
+        {
+            Ok(pushed) => {
+                if pushed.wake {
+                    ctx.wake.push(Arc::clone(route));
+                }
+                if pushed.above_high_water {
+                    backpressure::note(&mut ctx.stalled, route);
+                }
+                ctx.delivered_msgs += 1;
+                ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
+            }
+            Err(PushError::SlowConsumer) => {
+                if route.close_reason().is_none() {
+                    warn!(cid = route.cid, "slow route detected, closing the route");
+                    ctx.slow_consumers += 1;
+                }
+                route.close(CloseReason::SlowConsumer);
+            }
+            Err(PushError::Closed) => {}
+        }
+    }
 }
 
 /// Queues one copy for `sub`. False when the subscription could not take it.
@@ -274,6 +446,7 @@ fn deliver(
         return false;
     }
     let client = match &sub.subscriber {
+        Subscriber::Route(_) => return false,
         Subscriber::Service(svc) => {
             if let Some(budget) = svc.deliver(&sub.sid, subject, reply, headers, payload) {
                 backpressure::note(&mut ctx.throttle, &budget);

@@ -104,6 +104,9 @@ async fn lame_duck(shared: &Arc<Shared>, shutdown: &Shutdown) {
     info!("Entering lame duck mode, stop accepting new clients");
     shared.lame_duck.store(true, Ordering::Relaxed);
     shutdown.cancel();
+    if let Some(cluster) = &shared.cluster {
+        cluster.broadcast(&super::route::conn::our_info(shared, cluster), None);
+    }
     let clients = shared.clients();
     for c in &clients {
         let info = shared.info_line(c, false, None, None);

@@ -11,6 +11,7 @@
     reason = "shared by every test crate, each using a different part; a harness may panic"
 )]
 
+pub mod cluster;
 pub mod js;
 pub mod jwt;
 
@@ -28,6 +29,8 @@ pub struct TestServer {
     pub port: u16,
     /// Monitoring port, when started with `-m -1`... (parsed from the log).
     pub http_port: Option<u16>,
+    /// Route port, when started with a cluster listener (parsed from the log).
+    pub cluster_port: Option<u16>,
     /// Everything the server logged so far.
     pub log: Arc<Mutex<String>>,
     /// Temporary directory owned by this server (config files, store).
@@ -116,7 +119,19 @@ impl TestServer {
 
     fn spawn(dir: tempfile::TempDir, args: Vec<String>, conf: Option<String>) -> Self {
         let (bin, reference) = server_binary();
-        let mut cmd = Command::new(&bin);
+        Self::spawn_bin(&bin, reference, dir, args, conf)
+    }
+
+    /// Starts `bin` (sealstream or nats-server, as `reference` says) with `args` and an
+    /// optional config body, in `dir`.
+    pub fn spawn_bin(
+        bin: &Path,
+        reference: bool,
+        dir: tempfile::TempDir,
+        args: Vec<String>,
+        conf: Option<String>,
+    ) -> Self {
+        let mut cmd = Command::new(bin);
         cmd.current_dir(dir.path());
         if let Some(c) = &conf {
             let path = dir.path().join("server.conf");
@@ -155,10 +170,12 @@ impl TestServer {
         let port =
             find_port(&text, "Listening for client connections on ").expect("client port in log");
         let http_port = find_port(&text, "Starting http monitor on ");
+        let cluster_port = find_port(&text, "Listening for route connections on ");
         TestServer {
             child: Some(child),
             port,
             http_port,
+            cluster_port,
             log,
             dir,
             reference,

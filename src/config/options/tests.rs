@@ -364,8 +364,10 @@ fn unsupported_keys_are_parsed_and_listed_as_ignored() {
          gateway {}\nleafnodes {}\nmqtt {}\nmappings { \"a.*\": \"b.$1\" }\n\
          server_tags: [az1]\njetstream { unique_tag: az, limits: { max_ack_pending: 1 }, max_concurrent_io: 16 }",
     );
+    assert_eq!(o.cluster.port, 6222);
+    assert_eq!(o.cluster.name.as_deref(), Some("c"));
+    assert_eq!(o.cluster.routes, ["nats://a:6222"]);
     for path in [
-        "cluster",
         "gateway",
         "leafnodes",
         "mqtt",
@@ -795,4 +797,53 @@ fn empty_and_unreadable_files_are_errors() {
         e.starts_with("/nonexistent/x.conf: cannot read configuration file"),
         "{e}"
     );
+}
+
+#[test]
+fn cluster_blocks_map_and_refuse_what_would_not_hold() {
+    let o = opts(
+        "cluster { name: C1, listen: 127.0.0.1:-1, no_advertise: true, connect_retries: 3,\n\
+         authorization { user: ruser, password: rpass, timeout: 2 }, pool_size: -1,\n\
+         routes: [\"nats-route://ruser:rpass@127.0.0.1:4248\"] }",
+    );
+    let c = &o.cluster;
+    assert_eq!(
+        (c.host.as_str(), c.port, c.no_advertise),
+        ("127.0.0.1", -1, true)
+    );
+    assert_eq!(
+        (c.user.as_deref(), c.password.as_deref()),
+        (Some("ruser"), Some("rpass"))
+    );
+    assert_eq!((c.connect_retries, c.pool_size), (3, -1));
+    for (text, err) in [
+        (
+            "cluster { name: \"a b\" }",
+            "cluster name cannot contain spaces",
+        ),
+        (
+            "cluster { compression: bogus }",
+            "unsupported compression mode \"bogus\"",
+        ),
+        (
+            "cluster { routes: [\"nats-route://[::1\"] }",
+            "error parsing route url",
+        ),
+        (
+            "cluster { authorization { users: [] } }",
+            "does not allow multiple users",
+        ),
+        (
+            "cluster { authorization { token: t } }",
+            "does not support tokens",
+        ),
+        (
+            "cluster { tls { cert_file: x } }",
+            "cluster tls is not supported",
+        ),
+        ("cluster { bogus_field: 1 }", "unknown field"),
+    ] {
+        let e = parse_str(text, std::path::Path::new("t.conf")).unwrap_err();
+        assert!(e.to_string().contains(err), "{text}: {e}");
+    }
 }

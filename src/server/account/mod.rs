@@ -53,15 +53,46 @@ pub(crate) enum Subscriber {
     /// An in-process service (JetStream's intake): each delivery is a call on the
     /// publisher's task. No connection stands behind it.
     Service(Arc<dyn Service>),
+    /// Interest a cluster peer announced (`RS+`): deliveries become one `RMSG` per peer and
+    /// publish, sent on the route connection. Never advertised back to any route.
+    Route(Arc<RemoteInterest>),
 }
+
+/// One `RS+` of a route peer: the route connection to send matches to, and (for a queue
+/// group) how many members the peer has in it, which weighs the member choice.
+pub(crate) struct RemoteInterest {
+    /// The route connection.
+    pub(crate) route: Arc<ClientHandle>,
+    /// Queue members behind this entry (1 for plain interest).
+    pub(crate) weight: std::sync::atomic::AtomicU32,
+}
+
+/// Told when this server's own interest in a subject changes, so the cluster layer can send
+/// `RS+`/`RS-` to its routes. Called with the account's interest-count lock held, which keeps
+/// the order of changes to one subject; implementations only queue bytes (a leaf lock).
+pub(crate) trait InterestSink: Send + Sync {
+    /// Local interest in (`subject`, `queue`) of `account` is now `count` subscriptions.
+    fn changed(&self, account: &str, subject: &[u8], queue: Option<&[u8]>, count: u32);
+}
+
+/// Where an account's interest changes go: set once when clustering starts.
+pub(crate) type SinkSlot = Arc<std::sync::OnceLock<Arc<dyn InterestSink>>>;
 
 impl Subscriber {
     /// The connection's id; `None` for a service.
     pub(crate) fn cid(&self) -> Option<u64> {
         match self {
             Subscriber::Client(c) => Some(c.cid),
+            Subscriber::Route(r) => Some(r.route.cid),
             Subscriber::Service(_) => None,
         }
+    }
+
+    /// Whether this subscription is interest routes hear about: the server's own clients and
+    /// internal clients. Route interest is never re-advertised (one hop), and JetStream's
+    /// in-process services stay node-local until streams are replicated.
+    fn advertised(&self) -> bool {
+        matches!(self, Subscriber::Client(_))
     }
 }
 
@@ -120,11 +151,15 @@ pub(crate) struct Account {
     routes: std::sync::OnceLock<imports::Routes>,
     /// The account JWT's imports were installed (operator mode, on first login).
     jwt_routes: AtomicBool,
+    /// Where interest changes go once clustering is on.
+    sink: SinkSlot,
+    /// Local interest per (subject, queue), counted only while a sink is set (clustered).
+    local: std::sync::Mutex<HashMap<(Bytes, Option<Bytes>), u32>>,
 }
 
 impl Account {
-    /// A new, empty account.
-    pub(crate) fn new(name: &str) -> Self {
+    /// A new, empty account whose interest changes go to `sink` once it is set.
+    pub(crate) fn with_sink(name: &str, sink: SinkSlot) -> Self {
         Account {
             name: name.to_owned(),
             connections: AtomicU64::new(0),
@@ -132,6 +167,54 @@ impl Account {
             generation: AtomicU64::new(0),
             routes: std::sync::OnceLock::new(),
             jwt_routes: AtomicBool::new(false),
+            sink,
+            local: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts one more (`up`) or one less local subscription on (`subject`, `queue`) and tells
+    /// the sink, under the count lock so changes to one key reach routes in order.
+    fn count_interest(&self, sub: &Subscription, up: bool) {
+        let Some(sink) = self.sink.get() else {
+            return;
+        };
+        if !sub.subscriber.advertised() {
+            return;
+        }
+        let mut m = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (sub.subject.clone(), sub.queue.clone());
+        let n = m.entry(key.clone()).or_insert(0);
+        if up {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+        }
+        let count = *n;
+        if count == 0 {
+            m.remove(&key);
+        }
+        // Plain interest is announced on 0→1 and 1→0 only; queue interest on every change
+        // (its weight is the member count).
+        if sub.queue.is_some() || count <= 1 {
+            sink.changed(&self.name, &sub.subject, sub.queue.as_deref(), count);
+        }
+    }
+
+    /// Encodes every (subject, queue, count) of local interest with `encode` and hands the
+    /// result to `send`, all under the count lock, so no change can overtake the dump (a new
+    /// route's full interest).
+    pub(crate) fn dump_local_interest(
+        &self,
+        mut encode: impl FnMut(&mut bytes::BytesMut, &[u8], Option<&[u8]>, u32),
+        send: impl FnOnce(&[u8]),
+    ) {
+        let m = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = bytes::BytesMut::new();
+        for ((subject, queue), n) in m.iter() {
+            encode(&mut out, subject, queue.as_deref(), *n);
+        }
+        if !out.is_empty() {
+            send(&out);
         }
     }
 
@@ -171,6 +254,8 @@ impl Account {
         let mut t = self.tree.write().unwrap_or_else(|p| p.into_inner());
         t.insert(&sub.subject, sub.queue.as_deref(), SubRef(Arc::clone(sub)))?;
         self.generation.store(t.generation(), Ordering::Release);
+        drop(t);
+        self.count_interest(sub, true);
         Ok(())
     }
 
@@ -180,6 +265,10 @@ impl Account {
         let mut t = self.tree.write().unwrap_or_else(|p| p.into_inner());
         let removed = t.remove(&sub.subject, sub.queue.as_deref(), &SubRef(Arc::clone(sub)));
         self.generation.store(t.generation(), Ordering::Release);
+        drop(t);
+        if removed {
+            self.count_interest(sub, false);
+        }
         removed
     }
 
@@ -212,20 +301,40 @@ pub(crate) trait ClaimsHook: Send + Sync {
 pub(crate) struct Registry {
     accounts: RwLock<HashMap<String, Arc<Account>>>,
     claims_hooks: RwLock<Vec<Arc<dyn ClaimsHook>>>,
+    /// Shared by every account: where interest changes go when clustered.
+    sink: SinkSlot,
 }
 
 impl Registry {
     /// A registry holding only the global account.
     pub(crate) fn new() -> Self {
+        let sink = SinkSlot::default();
         let mut m = HashMap::new();
         m.insert(
             GLOBAL_ACCOUNT.to_owned(),
-            Arc::new(Account::new(GLOBAL_ACCOUNT)),
+            Arc::new(Account::with_sink(GLOBAL_ACCOUNT, Arc::clone(&sink))),
         );
         Registry {
             accounts: RwLock::new(m),
             claims_hooks: RwLock::new(Vec::new()),
+            sink,
         }
+    }
+
+    /// Sends every account's interest changes to `sink` from now on (clustering). Set before
+    /// anything subscribes: counts start at the moment it is set.
+    pub(crate) fn set_interest_sink(&self, sink: Arc<dyn InterestSink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// Every account (a snapshot).
+    pub(crate) fn all(&self) -> Vec<Arc<Account>> {
+        self.accounts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Registers a hook told of every account's claims (startup).
@@ -265,7 +374,7 @@ impl Registry {
     /// The global account `$G`.
     pub(crate) fn global(&self) -> Arc<Account> {
         self.get(GLOBAL_ACCOUNT).unwrap_or_else(|| {
-            let acc = Arc::new(Account::new(GLOBAL_ACCOUNT));
+            let acc = Arc::new(Account::with_sink(GLOBAL_ACCOUNT, Arc::clone(&self.sink)));
             self.accounts
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
@@ -301,7 +410,7 @@ impl Registry {
         let mut m = self.accounts.write().unwrap_or_else(|p| p.into_inner());
         Arc::clone(
             m.entry(name.to_owned())
-                .or_insert_with(|| Arc::new(Account::new(name))),
+                .or_insert_with(|| Arc::new(Account::with_sink(name, Arc::clone(&self.sink)))),
         )
     }
 }

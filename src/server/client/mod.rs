@@ -95,6 +95,9 @@ pub(crate) struct ClientHandle {
     pub(crate) in_bytes: AtomicU64,
     /// Live subscriptions of this client.
     pub(crate) subs: AtomicU64,
+    /// The client takes async INFO (protocol 1, past its first PONG): cluster membership
+    /// changes are sent to it.
+    pub(crate) async_info: AtomicBool,
     /// Monitoring metadata, written at CONNECT.
     pub(crate) meta: Mutex<ConnMeta>,
     /// Set when the user's permissions include `allow_responses`: reply subjects of requests
@@ -118,6 +121,7 @@ impl ClientHandle {
             in_msgs: AtomicU64::new(0),
             in_bytes: AtomicU64::new(0),
             subs: AtomicU64::new(0),
+            async_info: AtomicBool::new(false),
             meta: Mutex::new(ConnMeta::default()),
             track_replies: AtomicBool::new(false),
             replies: Mutex::new(std::collections::HashMap::new()),
@@ -141,6 +145,10 @@ impl ClientHandle {
     }
 
     /// Why the connection closed, if it has.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.close_reason().is_some()
+    }
+
     pub(crate) fn close_reason(&self) -> Option<CloseReason> {
         *self.reason.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::Notify;
 
-use crate::proto::encode;
+use crate::proto::{encode, route};
 
 /// Payloads at least this large are queued by reference instead of copied.
 pub(crate) const ZERO_COPY_THRESHOLD: usize = 16 * 1024;
@@ -221,7 +221,43 @@ impl Outbound {
     ) -> Result<Pushed, PushError> {
         let hlen = headers.map(|h| h.len());
         let total = hlen.unwrap_or(0) + payload.len();
-        let frame = total + subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + 32;
+        let line = subject.len() + sid.len() + reply.map_or(0, <[u8]>::len) + 32;
+        self.push_frame(line, headers, payload, |out| {
+            encode::encode_msg_line(out, subject, sid, reply, hlen, total);
+        })
+    }
+
+    /// Queues one RMSG/HMSG frame for a route peer: `account`, and the queue groups picked on
+    /// that peer (spec/cluster.md §2.6). Bounded like [`Outbound::push_msg`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_routed(
+        &self,
+        account: &[u8],
+        subject: &[u8],
+        reply: Option<&[u8]>,
+        queues: &[&[u8]],
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> Result<Pushed, PushError> {
+        let hlen = headers.map(|h| h.len());
+        let total = hlen.unwrap_or(0) + payload.len();
+        let line = route::msg_line_len(account, subject, reply, queues);
+        self.push_frame(line, headers, payload, |out| {
+            route::encode_msg_line(out, account, subject, reply, queues, hlen, total);
+        })
+    }
+
+    /// Queues a control line `encode` writes (at most `line` bytes), then the body: copied
+    /// behind the line when small, kept as its own shared buffers when large.
+    fn push_frame(
+        &self,
+        line: usize,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+        encode: impl FnOnce(&mut BytesMut),
+    ) -> Result<Pushed, PushError> {
+        let total = headers.map_or(0, Bytes::len) + payload.len();
+        let frame = total + line;
         let above_high_water = {
             let mut g = self.lock();
             if g.closed {
@@ -235,10 +271,10 @@ impl Outbound {
             } else {
                 total + 2
             };
-            g.make_room(frame - total + inline);
+            g.make_room(line + inline);
             let before = g.tail.len();
-            encode::encode_msg_line(&mut g.tail, subject, sid, reply, hlen, total);
-            // Every byte this frame puts on the socket: the MSG line, the body, the CRLF.
+            encode(&mut g.tail);
+            // Every byte this frame puts on the socket: the control line, the body, the CRLF.
             let written = g.tail.len() - before + total + 2;
             if total >= ZERO_COPY_THRESHOLD {
                 let tail = g.tail.split().freeze();

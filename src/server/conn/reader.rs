@@ -229,7 +229,11 @@ pub(crate) async fn run<R: AsyncRead + Unpin>(
 /// Waits until every stream intake in `throttle` has room, then up to
 /// [`backpressure::STALL_MAX`] for the subscribers in `stalled` (other than the publisher
 /// itself) to drain below their high-water marks.
-async fn backpressure_wait(throttle: &[Arc<Budget>], stalled: &[Arc<ClientHandle>], me: u64) {
+pub(crate) async fn backpressure_wait(
+    throttle: &[Arc<Budget>],
+    stalled: &[Arc<ClientHandle>],
+    me: u64,
+) {
     for b in throttle {
         b.wait_for_room().await;
     }
@@ -369,6 +373,7 @@ impl Session {
                 self.push_raw(b"PONG\r\n");
                 if self.connected && self.protocol >= 1 && !self.sent_connect_info {
                     self.sent_connect_info = true;
+                    self.client.async_info.store(true, Ordering::Relaxed);
                     let info =
                         self.shared
                             .info_line(&self.client, true, Some(&self.account.name), None);

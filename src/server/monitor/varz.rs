@@ -110,8 +110,8 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "cpu": cpu,
         "connections": s.num_clients(),
         "total_connections": st.total_connections.load(Ordering::Relaxed),
-        "routes": 0,
-        "remotes": 0,
+        "routes": s.cluster.as_ref().map_or(0, |c| c.routes().len()),
+        "remotes": s.cluster.as_ref().map_or(0, |c| c.routes().len()),
         "leafnodes": 0,
         "in_msgs": st.in_msgs.load(Ordering::Relaxed),
         "out_msgs": st.out_msgs.load(Ordering::Relaxed),
@@ -123,7 +123,8 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "http_req_stats": http_stats,
         "config_load_time": crate::timefmt::rfc3339_system(s.start),
         "system_account": o.system_account.clone().unwrap_or_else(|| "$SYS".to_owned()),
-        "cluster": {},
+        "cluster": cluster_varz(s),
+        "connect_urls": s.client_urls(),
         "gateway": {},
         "leaf": {},
         "mqtt": {},
@@ -227,9 +228,72 @@ pub(crate) fn subsz(s: &Shared) -> Value {
     })
 }
 
-/// `/routez`: always empty, there is no clustering.
+/// `/varz`'s `cluster` object (empty when not clustered).
+fn cluster_varz(s: &Shared) -> Value {
+    let Some(c) = &s.cluster else {
+        return json!({});
+    };
+    let addr = c.listen.get();
+    json!({
+        "name": c.name().0,
+        "addr": addr.map(|a| a.ip().to_string()).unwrap_or_else(|| c.opts.host.clone()),
+        "cluster_port": addr.map_or(0, std::net::SocketAddr::port),
+        "auth_timeout": c.opts.auth_timeout.as_secs_f64(),
+        "urls": c.opts.routes.iter().map(|r| {
+            crate::config::cluster::parse_route_url(r)
+                .map_or_else(|| r.clone(), |u| format!("{}:{}", u.host, u.port))
+        }).collect::<Vec<_>>(),
+        "tls_timeout": 2.0,
+        "pool_size": -1,
+    })
+}
+
+/// `/routez`: one entry per route connection (one per peer: routes are not pooled).
 pub(crate) fn routez(s: &Shared) -> Value {
-    json!({ "server_id": s.server_id, "now": crate::timefmt::rfc3339_system(SystemTime::now()), "num_routes": 0, "routes": [] })
+    let now = SystemTime::now();
+    let now_ns = super::super::route::unix_nanos();
+    let mut routes: Vec<Value> = Vec::new();
+    if let Some(c) = &s.cluster {
+        let mut all = c.routes();
+        all.sort_by_key(|r| r.handle.cid);
+        for r in all {
+            let info = r.lock_info().clone();
+            let (out_msgs, out_bytes) = r.handle.outbound.out_stats();
+            let up = now.duration_since(r.handle.start).unwrap_or_default();
+            let idle_ns = now_ns.saturating_sub(r.last_activity.load(Ordering::Relaxed));
+            let last = SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_nanos(r.last_activity.load(Ordering::Relaxed));
+            let rtt = r.rtt.load(Ordering::Relaxed);
+            routes.push(json!({
+                "rid": r.handle.cid,
+                "remote_id": info.server_id,
+                "remote_name": info.server_name,
+                "did_solicit": r.did_solicit,
+                "is_configured": r.configured,
+                "ip": r.handle.peer.ip().to_string(),
+                "port": r.handle.peer.port(),
+                "start": crate::timefmt::rfc3339_system(r.handle.start),
+                "last_activity": crate::timefmt::rfc3339_system(last),
+                "rtt": crate::timefmt::format_go_duration(i64::try_from(rtt).unwrap_or(0)),
+                "uptime": uptime_string(up),
+                "idle": uptime_string(std::time::Duration::from_nanos(idle_ns)),
+                "pending_size": r.handle.outbound.pending_bytes(),
+                "in_msgs": r.in_msgs.load(Ordering::Relaxed),
+                "out_msgs": out_msgs,
+                "in_bytes": r.in_bytes.load(Ordering::Relaxed),
+                "out_bytes": out_bytes,
+                "subscriptions": r.subs.load(Ordering::Relaxed),
+                "compression": "off",
+            }));
+        }
+    }
+    json!({
+        "server_id": s.server_id,
+        "server_name": s.server_name,
+        "now": crate::timefmt::rfc3339_system(now),
+        "num_routes": routes.len(),
+        "routes": routes,
+    })
 }
 
 /// `/healthz`: ok while the server runs; `js-enabled-only` reports 503 because this build has

@@ -1,0 +1,674 @@
+//! The route protocol between cluster members (`spec/cluster.md` §2): a resumable parser for
+//! what a peer sends on a route connection, and the encoders for what we send.
+//!
+//! Framing is the client protocol's (CRLF control lines, byte-counted payloads, case-insensitive
+//! op names), but the ops differ: interest travels as `RS+`/`RS-` keyed by account, messages as
+//! `RMSG`/`HMSG` with the account and, after a `+` or `|` marker, the queue groups the sender
+//! chose on this peer. There is no sid: the receiver routes by account and subject.
+//!
+//! We never ask for the pooled, pinned-account or leaf-origin forms (our INFO leaves out
+//! `route_pool_size` and `lnoc`), so every op carries its account; `LS+`/`LS-`/`LMSG` are still
+//! read (origin dropped) so a peer that sends them anyway does not lose the route.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::parser::{parse_size, ProtoError};
+
+/// Longest route control line accepted (queue lists make RMSG lines long).
+pub const MAX_ROUTE_CONTROL_LINE: usize = 64 * 1024;
+/// Largest message a peer may send on a route: nats-server's ceiling for `max_payload`.
+pub const MAX_ROUTE_PAYLOAD: usize = 64 * 1024 * 1024;
+
+/// One op read from a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteOp {
+    /// `INFO {json}`: the handshake, or later gossip and updates.
+    Info(Bytes),
+    /// `CONNECT {json}`.
+    Connect(Bytes),
+    /// `PING`.
+    Ping,
+    /// `PONG`.
+    Pong,
+    /// `+OK`.
+    Ok,
+    /// `-ERR 'text'` (quotes removed).
+    Err(Bytes),
+    /// `RS+ <account> <subject> [<queue> <weight>]`.
+    Sub {
+        /// Account name.
+        account: Bytes,
+        /// Subject filter.
+        subject: Bytes,
+        /// Queue name and how many members the peer has in it on this subject.
+        queue: Option<(Bytes, u32)>,
+    },
+    /// `RS- <account> <subject> [<queue>]`.
+    Unsub {
+        /// Account name.
+        account: Bytes,
+        /// Subject filter.
+        subject: Bytes,
+        /// Queue name.
+        queue: Option<Bytes>,
+    },
+    /// `RMSG`/`HMSG`: a message for this server's subscribers.
+    Msg {
+        /// Account name.
+        account: Bytes,
+        /// Subject.
+        subject: Bytes,
+        /// Reply subject.
+        reply: Option<Bytes>,
+        /// Queue groups of ours the sender picked for this message (one member each).
+        queues: Vec<Bytes>,
+        /// Header block, for HMSG.
+        headers: Option<Bytes>,
+        /// Payload.
+        payload: Bytes,
+    },
+}
+
+#[derive(Debug)]
+struct Pending {
+    account: Bytes,
+    subject: Bytes,
+    reply: Option<Bytes>,
+    queues: Vec<Bytes>,
+    header_len: Option<usize>,
+    total: usize,
+}
+
+/// The route parser; one per route connection.
+#[derive(Debug, Default)]
+pub struct RouteParser {
+    pending: Option<Pending>,
+}
+
+fn is_sep(c: u8) -> bool {
+    c == b' ' || c == b'\t'
+}
+
+/// Splits a control line into blank-separated words (zero-copy slices of `line`).
+fn words(line: &Bytes) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < line.len() {
+        while line.get(i).is_some_and(|c| is_sep(*c)) {
+            i += 1;
+        }
+        let start = i;
+        while line.get(i).is_some_and(|c| !is_sep(*c)) {
+            i += 1;
+        }
+        if i > start {
+            out.push(line.slice(start..i));
+        }
+    }
+    out
+}
+
+/// The JSON after an op name (INFO, CONNECT) or the text after `-ERR`.
+fn rest_after_name(line: &Bytes) -> Bytes {
+    let start = line.iter().position(|c| !is_sep(*c)).unwrap_or(line.len());
+    let name_end = line
+        .iter()
+        .skip(start)
+        .position(|c| is_sep(*c))
+        .map_or(line.len(), |p| p + start);
+    let body_start = line
+        .iter()
+        .skip(name_end)
+        .position(|c| !is_sep(*c))
+        .map_or(line.len(), |p| p + name_end);
+    let mut end = line.len();
+    while end > body_start && line.get(end - 1).is_some_and(|c| is_sep(*c)) {
+        end -= 1;
+    }
+    line.slice(body_start..end)
+}
+
+impl RouteParser {
+    /// A parser with nothing pending.
+    pub fn new() -> Self {
+        RouteParser::default()
+    }
+
+    /// Parses the next op from the front of `buf`; `Ok(None)` means "need more bytes".
+    ///
+    /// # Errors
+    /// A [`ProtoError`] for bytes no route peer would send; the route must be closed.
+    pub fn next_op(&mut self, buf: &mut BytesMut) -> Result<Option<RouteOp>, ProtoError> {
+        loop {
+            if let Some(p) = &self.pending {
+                let need = p.total.saturating_add(2);
+                if buf.len() < need {
+                    buf.reserve(need - buf.len());
+                    return Ok(None);
+                }
+                let Some(p) = self.pending.take() else {
+                    return Ok(None);
+                };
+                let data = buf.split_to(p.total).freeze();
+                if buf.get(..2) != Some(b"\r\n".as_slice()) {
+                    return Err(ProtoError::MissingPayloadTerminator);
+                }
+                buf.advance(2);
+                let (headers, payload) = match p.header_len {
+                    Some(h) => (Some(data.slice(..h)), data.slice(h..)),
+                    None => (None, data),
+                };
+                return Ok(Some(RouteOp::Msg {
+                    account: p.account,
+                    subject: p.subject,
+                    reply: p.reply,
+                    queues: p.queues,
+                    headers,
+                    payload,
+                }));
+            }
+            let scan = buf
+                .get(..buf.len().min(MAX_ROUTE_CONTROL_LINE + 2))
+                .unwrap_or(&[]);
+            let Some(nl) = memchr::memchr(b'\n', scan) else {
+                if buf.len() > MAX_ROUTE_CONTROL_LINE {
+                    return Err(ProtoError::ControlLineTooLong);
+                }
+                return Ok(None);
+            };
+            let mut line = buf.split_to(nl + 1).freeze();
+            line.truncate(nl);
+            if line.last() == Some(&b'\r') {
+                line.truncate(nl - 1);
+            }
+            let w = words(&line);
+            let Some(name) = w.first() else {
+                continue;
+            };
+            let name = name.to_ascii_uppercase();
+            let args = w.get(1..).unwrap_or(&[]);
+            let op = match name.as_slice() {
+                b"PING" => RouteOp::Ping,
+                b"PONG" => RouteOp::Pong,
+                b"+OK" => RouteOp::Ok,
+                b"INFO" => RouteOp::Info(rest_after_name(&line)),
+                b"CONNECT" => RouteOp::Connect(rest_after_name(&line)),
+                b"-ERR" => {
+                    let text = rest_after_name(&line);
+                    let trimmed = text
+                        .strip_prefix(b"'")
+                        .and_then(|t| t.strip_suffix(b"'"))
+                        .map(|t| text.slice_ref(t))
+                        .unwrap_or(text);
+                    RouteOp::Err(trimmed)
+                }
+                b"RS+" => sub(args, "RS+")?,
+                b"LS+" => sub(args.get(1..).unwrap_or(&[]), "LS+")?,
+                b"RS-" => unsub(args, "RS-")?,
+                b"LS-" => {
+                    // With an origin the account is the second word; without, the first.
+                    let a = if args.len() >= 3 {
+                        args.get(1..).unwrap_or(&[])
+                    } else {
+                        args
+                    };
+                    unsub(a, "LS-")?
+                }
+                b"RMSG" => {
+                    self.start_msg(args, false, "RMSG")?;
+                    continue;
+                }
+                b"HMSG" => {
+                    self.start_msg(args, true, "HMSG")?;
+                    continue;
+                }
+                b"LMSG" => {
+                    self.start_msg(args.get(1..).unwrap_or(&[]), true, "LMSG")?;
+                    continue;
+                }
+                _ => return Err(ProtoError::UnknownOp),
+            };
+            return Ok(Some(op));
+        }
+    }
+
+    /// Reads an RMSG/HMSG control line into [`Pending`].
+    fn start_msg(
+        &mut self,
+        args: &[Bytes],
+        with_headers: bool,
+        op: &'static str,
+    ) -> Result<(), ProtoError> {
+        let bad = || ProtoError::BadArgs { op };
+        let sizes = if with_headers { 2 } else { 1 };
+        if args.len() < 2 + sizes {
+            return Err(bad());
+        }
+        let (head, size_words) = args.split_at(args.len() - sizes);
+        let account = head.first().cloned().ok_or_else(bad)?;
+        let subject = head.get(1).cloned().ok_or_else(bad)?;
+        let middle = head.get(2..).unwrap_or(&[]);
+        let (reply, queues) = match middle {
+            [] => (None, Vec::new()),
+            [r] => (Some(r.clone()), Vec::new()),
+            [marker, rest @ ..] if marker.as_ref() == b"+" => {
+                let (r, q) = rest.split_first().ok_or_else(bad)?;
+                (Some(r.clone()), q.to_vec())
+            }
+            [marker, rest @ ..] if marker.as_ref() == b"|" => (None, rest.to_vec()),
+            _ => return Err(bad()),
+        };
+        let nums: Vec<u64> = size_words
+            .iter()
+            .map(|s| parse_size(s).ok_or_else(bad))
+            .collect::<Result<_, _>>()?;
+        let (header_len, total) = match nums.as_slice() {
+            [t] => (None, *t),
+            [h, t] if h <= t => (Some(*h), *t),
+            _ => return Err(bad()),
+        };
+        if total > MAX_ROUTE_PAYLOAD as u64 {
+            return Err(ProtoError::PayloadTooLarge {
+                size: total,
+                max: MAX_ROUTE_PAYLOAD,
+            });
+        }
+        self.pending = Some(Pending {
+            account,
+            subject,
+            reply,
+            queues,
+            header_len: header_len.map(|h| usize::try_from(h).unwrap_or(usize::MAX)),
+            total: usize::try_from(total).map_err(|_| bad())?,
+        });
+        Ok(())
+    }
+}
+
+fn sub(args: &[Bytes], op: &'static str) -> Result<RouteOp, ProtoError> {
+    match args {
+        [account, subject] => Ok(RouteOp::Sub {
+            account: account.clone(),
+            subject: subject.clone(),
+            queue: None,
+        }),
+        [account, subject, queue, weight] => {
+            let w = parse_size(weight)
+                .and_then(|w| u32::try_from(w).ok())
+                .ok_or(ProtoError::BadArgs { op })?;
+            Ok(RouteOp::Sub {
+                account: account.clone(),
+                subject: subject.clone(),
+                queue: Some((queue.clone(), w.max(1))),
+            })
+        }
+        // Older peers send a queue without a weight: one member.
+        [account, subject, queue] => Ok(RouteOp::Sub {
+            account: account.clone(),
+            subject: subject.clone(),
+            queue: Some((queue.clone(), 1)),
+        }),
+        _ => Err(ProtoError::BadArgs { op }),
+    }
+}
+
+fn unsub(args: &[Bytes], op: &'static str) -> Result<RouteOp, ProtoError> {
+    match args {
+        [account, subject] => Ok(RouteOp::Unsub {
+            account: account.clone(),
+            subject: subject.clone(),
+            queue: None,
+        }),
+        [account, subject, queue] => Ok(RouteOp::Unsub {
+            account: account.clone(),
+            subject: subject.clone(),
+            queue: Some(queue.clone()),
+        }),
+        _ => Err(ProtoError::BadArgs { op }),
+    }
+}
+
+fn put_num(out: &mut BytesMut, n: usize) {
+    let mut b = itoa::Buffer::new();
+    out.put_slice(b.format(n).as_bytes());
+}
+
+/// Appends `RS+ <account> <subject>[ <queue> <weight>]\r\n`.
+pub fn encode_sub(out: &mut BytesMut, account: &[u8], subject: &[u8], queue: Option<(&[u8], u32)>) {
+    out.put_slice(b"RS+ ");
+    out.put_slice(account);
+    out.put_u8(b' ');
+    out.put_slice(subject);
+    if let Some((q, w)) = queue {
+        out.put_u8(b' ');
+        out.put_slice(q);
+        out.put_u8(b' ');
+        put_num(out, w as usize);
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// Appends `RS- <account> <subject>[ <queue>]\r\n`.
+pub fn encode_unsub(out: &mut BytesMut, account: &[u8], subject: &[u8], queue: Option<&[u8]>) {
+    out.put_slice(b"RS- ");
+    out.put_slice(account);
+    out.put_u8(b' ');
+    out.put_slice(subject);
+    if let Some(q) = queue {
+        out.put_u8(b' ');
+        out.put_slice(q);
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// Appends the `RMSG`/`HMSG` control line (without the body): the plain forms without queues,
+/// `+ <reply> <queues>` or `| <queues>` with them.
+pub fn encode_msg_line(
+    out: &mut BytesMut,
+    account: &[u8],
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    queues: &[&[u8]],
+    header_len: Option<usize>,
+    total: usize,
+) {
+    out.put_slice(if header_len.is_some() {
+        b"HMSG "
+    } else {
+        b"RMSG "
+    });
+    out.put_slice(account);
+    out.put_u8(b' ');
+    out.put_slice(subject);
+    out.put_u8(b' ');
+    if queues.is_empty() {
+        if let Some(r) = reply {
+            out.put_slice(r);
+            out.put_u8(b' ');
+        }
+    } else {
+        match reply {
+            Some(r) => {
+                out.put_slice(b"+ ");
+                out.put_slice(r);
+                out.put_u8(b' ');
+            }
+            None => out.put_slice(b"| "),
+        }
+        for q in queues {
+            out.put_slice(q);
+            out.put_u8(b' ');
+        }
+    }
+    if let Some(h) = header_len {
+        put_num(out, h);
+        out.put_u8(b' ');
+    }
+    put_num(out, total);
+    out.put_slice(b"\r\n");
+}
+
+/// Estimated length of the control line [`encode_msg_line`] writes.
+pub fn msg_line_len(
+    account: &[u8],
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    queues: &[&[u8]],
+) -> usize {
+    account.len()
+        + subject.len()
+        + reply.map_or(0, <[u8]>::len)
+        + queues.iter().map(|q| q.len() + 1).sum::<usize>()
+        + 48
+}
+
+/// The route INFO we send (spec/cluster.md §2.2, §2.14): no `jetstream`, `compression`,
+/// `route_pool_size` or `lnoc`, so nats-server treats us as a one-connection peer.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RouteInfo {
+    /// This server's id (`N…`).
+    pub server_id: String,
+    /// This server's name.
+    pub server_name: String,
+    /// NATS-compatible version.
+    pub version: String,
+    /// Route protocol level (2: accounts in the protocol).
+    pub proto: i32,
+    /// Runtime (nats-server: Go version).
+    pub go: String,
+    /// Route listener host.
+    pub host: String,
+    /// Route listener port.
+    pub port: u16,
+    /// Advertised route URL, `nats-route://host:port/` (only with `advertise`, or in gossip).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// We take HMSG.
+    pub headers: bool,
+    /// Route credentials required.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub auth_required: bool,
+    /// Largest payload.
+    pub max_payload: i64,
+    /// Cluster name.
+    pub cluster: String,
+    /// The name was generated (no `cluster.name` configured).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_dynamic: bool,
+    /// This server's own client URLs (`host:port`), unless `no_advertise`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connect_urls: Vec<String>,
+    /// Lame-duck mode.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ldm: bool,
+}
+
+/// A peer's route INFO, as much of it as we act on. Unknown fields are ignored.
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct PeerInfo {
+    /// Its id.
+    pub server_id: String,
+    /// Its name.
+    pub server_name: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Its name was generated.
+    pub cluster_dynamic: bool,
+    /// Route listener host.
+    pub host: String,
+    /// Route listener port.
+    pub port: u16,
+    /// Advertised route URL.
+    pub ip: Option<String>,
+    /// It takes HMSG.
+    pub headers: bool,
+    /// Its client URLs.
+    pub connect_urls: Vec<String>,
+    /// It is in lame-duck mode.
+    pub ldm: bool,
+    /// It requires route credentials.
+    pub auth_required: bool,
+    /// Its version.
+    pub version: String,
+}
+
+/// The route CONNECT body: what we send and what we check from a dialing peer.
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+#[serde(default)]
+pub struct RouteConnect {
+    /// Always true.
+    pub echo: bool,
+    /// Always false.
+    pub verbose: bool,
+    /// Always false.
+    pub pedantic: bool,
+    /// Route user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Route password.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass: Option<String>,
+    /// TLS in use.
+    pub tls_required: bool,
+    /// Header support.
+    pub headers: bool,
+    /// The dialer's server id.
+    pub name: String,
+    /// The dialer's cluster name.
+    pub cluster: String,
+    /// Set by clients only: a client dialed the route port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lang: Option<String>,
+    /// Set by gateways only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn parse_all(bytes: &[u8]) -> Vec<RouteOp> {
+        let mut p = RouteParser::new();
+        let mut buf = BytesMut::from(bytes);
+        let mut out = Vec::new();
+        while let Some(op) = p.next_op(&mut buf).unwrap() {
+            out.push(op);
+        }
+        out
+    }
+
+    #[test]
+    fn the_observed_route_messages_parse() {
+        let ops = parse_all(
+            b"RMSG $G orders.new 2\r\no1\r\nRMSG $G orders.new reply.here 2\r\no2\r\n\
+              HMSG $G orders.new 18 20\r\nNATS/1.0\r\nK: V\r\n\r\no3\r\n\
+              RMSG $G work | wq 2\r\nw1\r\nRMSG $G work + r.w wq 2\r\nw2\r\n",
+        );
+        assert_eq!(ops.len(), 5);
+        let RouteOp::Msg {
+            reply,
+            queues,
+            payload,
+            ..
+        } = &ops[1]
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (reply.as_deref(), payload.as_ref()),
+            (Some(&b"reply.here"[..]), &b"o2"[..])
+        );
+        assert!(queues.is_empty());
+        let RouteOp::Msg {
+            headers, payload, ..
+        } = &ops[2]
+        else {
+            panic!()
+        };
+        assert_eq!(headers.as_ref().unwrap().len(), 18);
+        assert_eq!(payload.as_ref(), b"o3");
+        let RouteOp::Msg { reply, queues, .. } = &ops[3] else {
+            panic!()
+        };
+        assert_eq!(
+            (reply, queues.as_slice()),
+            (&None, &[Bytes::from_static(b"wq")][..])
+        );
+        let RouteOp::Msg { reply, queues, .. } = &ops[4] else {
+            panic!()
+        };
+        assert_eq!(reply.as_deref(), Some(&b"r.w"[..]));
+        assert_eq!(queues.as_slice(), &[Bytes::from_static(b"wq")][..]);
+    }
+
+    #[test]
+    fn interest_ops_parse_with_and_without_queues() {
+        let ops =
+            parse_all(b"RS+ $G foo.*\r\nRS+ $G work wq 2\r\nRS- $G work wq\r\nrs- APP bar\r\n");
+        assert_eq!(
+            ops[1],
+            RouteOp::Sub {
+                account: "$G".into(),
+                subject: "work".into(),
+                queue: Some(("wq".into(), 2))
+            }
+        );
+        assert!(matches!(&ops[3], RouteOp::Unsub { account, queue: None, .. } if account == "APP"));
+    }
+
+    #[test]
+    fn bytes_split_anywhere_parse_the_same() {
+        let wire =
+            b"PING\r\nRS+ $G a\r\nHMSG $G a + r q1 q2 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPONG\r\n";
+        let whole = parse_all(wire);
+        for cut in 1..wire.len() {
+            let mut p = RouteParser::new();
+            let mut buf = BytesMut::from(&wire[..cut]);
+            let mut got = Vec::new();
+            while let Some(op) = p.next_op(&mut buf).unwrap() {
+                got.push(op);
+            }
+            buf.extend_from_slice(&wire[cut..]);
+            while let Some(op) = p.next_op(&mut buf).unwrap() {
+                got.push(op);
+            }
+            assert_eq!(got, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn malformed_route_ops_are_errors_not_panics() {
+        for bad in [
+            &b"RMSG $G\r\n"[..],
+            b"RMSG $G a x y 2\r\n",
+            b"HMSG $G a 5 2\r\n",
+            b"RS+ $G\r\n",
+            b"RS+ $G a q notanumber\r\n",
+            b"BOGUS\r\n",
+            b"RMSG $G a 2\r\nabcd",
+        ] {
+            let mut p = RouteParser::new();
+            let mut buf = BytesMut::from(bad);
+            let mut r = p.next_op(&mut buf);
+            while let Ok(Some(_)) = r {
+                r = p.next_op(&mut buf);
+            }
+            assert!(r.is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn encoders_write_what_the_parser_reads() {
+        let mut out = BytesMut::new();
+        encode_sub(&mut out, b"$G", b"work", Some((b"wq", 3)));
+        encode_unsub(&mut out, b"$G", b"work", Some(b"wq"));
+        encode_msg_line(
+            &mut out,
+            b"$G",
+            b"work",
+            Some(b"r"),
+            &[b"wq", b"x"],
+            None,
+            2,
+        );
+        out.put_slice(b"hi\r\n");
+        encode_msg_line(&mut out, b"A", b"s", None, &[], Some(12), 12);
+        out.put_slice(b"NATS/1.0\r\n\r\n\r\n");
+        assert!(
+            out.starts_with(b"RS+ $G work wq 3\r\nRS- $G work wq\r\nRMSG $G work + r wq x 2\r\n")
+        );
+        let ops = parse_all(&out);
+        assert_eq!(ops.len(), 4);
+        assert!(matches!(&ops[2], RouteOp::Msg { queues, .. } if queues.len() == 2));
+        assert!(matches!(
+            &ops[3],
+            RouteOp::Msg {
+                headers: Some(_),
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,643 @@
+//! One route connection, from the first byte to its close (spec/cluster.md §2.1–2.6).
+//!
+//! Handshake: the acceptor sends INFO at once; the dialer sends CONNECT and its INFO at once
+//! (we negotiate neither compression nor pooling, so nothing has to wait). The acceptor checks
+//! the CONNECT (a client on the wrong port, credentials, cluster name); both sides register the
+//! route when the peer's INFO arrives, then send their whole local interest. After that the
+//! reader applies `RS+`/`RS-` to the account trees, delivers `RMSG`/`HMSG` to local
+//! subscribers only, answers PINGs and acts on gossip. The writer is the client connections'
+//! writer: a route is a bounded outbound queue like any connection.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::cluster::RouteUrl;
+use crate::proto::errors as perr;
+use crate::proto::route::{PeerInfo, RouteConnect, RouteInfo, RouteOp, RouteParser};
+
+use super::super::account::{Account, RemoteInterest, Subscriber, Subscription};
+use super::super::client::{ClientHandle, CloseReason};
+use super::super::conn::reader::backpressure_wait;
+use super::super::conn::writer;
+use super::super::router::{self, RouteCtx};
+use super::super::{Shared, NATS_COMPAT_VERSION, RUNTIME_VERSION};
+use super::{encode_interest, unix_nanos, Admission, Cluster, Route, MAX_PING_INTERVAL};
+
+/// Most remote subscriptions one peer may hold with us; a peer past it is disconnected.
+pub(crate) const MAX_REMOTE_SUBS: usize = 4_000_000;
+/// Time a peer has to complete the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a connection we dialed came about.
+pub(crate) struct Dialed {
+    /// The URL dialed (credentials used in CONNECT).
+    pub(crate) url: RouteUrl,
+    /// One of our configured routes (retried for ever).
+    pub(crate) configured: bool,
+}
+
+/// How a route connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Closed before the handshake completed.
+    NoHandshake,
+    /// The peer is this server.
+    SelfRoute,
+    /// Another connection to this peer was kept.
+    Duplicate(String),
+    /// Refused for a reason that will not go away by itself (name clash, cluster name).
+    Refused,
+    /// It was registered and has now closed.
+    Closed(String),
+}
+
+/// The route INFO this server sends.
+pub(crate) fn our_info(shared: &Shared, cluster: &Cluster) -> Vec<u8> {
+    let (name, dynamic) = cluster.name();
+    let listen = cluster.listen.get().copied();
+    let advertise = cluster.opts.advertise.as_ref().map(|a| {
+        let a = a.split_once("://").map_or(a.as_str(), |(_, r)| r);
+        format!("nats-route://{}/", a.trim_end_matches('/'))
+    });
+    let info = RouteInfo {
+        server_id: shared.server_id.clone(),
+        server_name: shared.server_name.clone(),
+        version: NATS_COMPAT_VERSION.to_owned(),
+        proto: 2,
+        go: RUNTIME_VERSION.to_owned(),
+        host: listen.map_or_else(
+            || cluster.opts.host.clone(),
+            |a| {
+                super::super::listener::as_configured(&cluster.opts.host, a)
+                    .ip()
+                    .to_string()
+            },
+        ),
+        port: listen.map_or(0, |a| a.port()),
+        ip: advertise,
+        headers: true,
+        auth_required: cluster.opts.user.is_some(),
+        max_payload: shared.limits.max_payload as i64,
+        cluster: name,
+        cluster_dynamic: dynamic,
+        connect_urls: if cluster.opts.no_advertise {
+            Vec::new()
+        } else {
+            shared.own_client_urls()
+        },
+        ldm: shared.lame_duck.load(Ordering::Relaxed),
+    };
+    let mut line = b"INFO ".to_vec();
+    line.extend_from_slice(
+        serde_json::to_string(&info)
+            .unwrap_or_else(|_| "{}".into())
+            .as_bytes(),
+    );
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+fn our_connect(shared: &Shared, cluster: &Cluster, url: &RouteUrl) -> Vec<u8> {
+    let (user, pass) = match (&url.user, &cluster.opts.user) {
+        (Some((u, p)), _) => (Some(u.clone()), Some(p.clone())),
+        (None, Some(u)) => (Some(u.clone()), cluster.opts.password.clone()),
+        (None, None) => (None, None),
+    };
+    let c = RouteConnect {
+        echo: true,
+        verbose: false,
+        pedantic: false,
+        user,
+        pass,
+        tls_required: false,
+        headers: true,
+        name: shared.server_id.clone(),
+        cluster: cluster.name().0,
+        lang: None,
+        gateway: None,
+    };
+    let mut line = b"CONNECT ".to_vec();
+    line.extend_from_slice(
+        serde_json::to_string(&c)
+            .unwrap_or_else(|_| "{}".into())
+            .as_bytes(),
+    );
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+/// Remote interest one peer holds with us, keyed by (account, subject, queue).
+type RemoteSubs = HashMap<(Bytes, Bytes, Option<Bytes>), (Arc<Account>, Arc<Subscription>)>;
+
+/// State of one route connection, owned by its reader.
+struct RouteConn {
+    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
+    handle: Arc<ClientHandle>,
+    peer: SocketAddr,
+    dialed: Option<(RouteUrl, bool)>,
+    connect_ok: bool,
+    route: Option<Arc<Route>>,
+    outcome: Outcome,
+    subs: RemoteSubs,
+    ctx: RouteCtx,
+    pings_out: u32,
+    ping_sent: Option<std::time::Instant>,
+    in_msgs: u64,
+    in_bytes: u64,
+}
+
+/// Serves one route connection until it closes.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    dialed: Option<Dialed>,
+    cancel: CancellationToken,
+) -> Outcome {
+    let _ = stream.set_nodelay(true);
+    let cid = shared.next_cid();
+    let handle = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
+    let (mut r, w) = stream.into_split();
+    let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), shared.write_deadline()));
+    let mut hello = Vec::new();
+    if let Some(d) = &dialed {
+        hello.extend_from_slice(&our_connect(&shared, &cluster, &d.url));
+    }
+    hello.extend_from_slice(&our_info(&shared, &cluster));
+    if let Ok(true) = handle.outbound.push_raw(&hello) {
+        handle.outbound.wake();
+    }
+    let mut c = RouteConn {
+        ctx: RouteCtx::new(shared.seed ^ cid),
+        shared,
+        cluster,
+        handle: Arc::clone(&handle),
+        peer,
+        dialed: dialed.map(|d| (d.url, d.configured)),
+        connect_ok: false,
+        route: None,
+        outcome: Outcome::NoHandshake,
+        subs: HashMap::new(),
+        pings_out: 0,
+        ping_sent: None,
+        in_msgs: 0,
+        in_bytes: 0,
+    };
+    c.connect_ok = c.dialed.is_some();
+    let mut parser = RouteParser::new();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let ping_every = c
+        .cluster
+        .opts
+        .ping_interval
+        .unwrap_or(c.shared.limits.ping_interval)
+        .min(MAX_PING_INTERVAL);
+    let ping_max = c
+        .cluster
+        .opts
+        .ping_max
+        .map_or(c.shared.limits.ping_max, |m| {
+            u32::try_from(m.max(1)).unwrap_or(2)
+        });
+    let jitter = Duration::from_millis(rand::random::<u64>() % 200);
+    let mut next_ping = tokio::time::Instant::now() + Duration::from_secs(1) + jitter;
+    let handshake_deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(64 * 1024);
+        }
+        let deadline = if c.route.is_none() {
+            next_ping.min(handshake_deadline)
+        } else {
+            next_ping
+        };
+        tokio::select! {
+            n = r.read_buf(&mut buf) => {
+                match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if let Some(route) = &c.route {
+                    route.last_activity.store(unix_nanos(), Ordering::Relaxed);
+                }
+                if !c.process(&mut parser, &mut buf) {
+                    break;
+                }
+                c.flush();
+                let (throttle, stalled) = c.ctx.take_backpressure();
+                if !throttle.is_empty() || !stalled.is_empty() {
+                    backpressure_wait(&throttle, &stalled, c.handle.cid).await;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if c.route.is_none() && tokio::time::Instant::now() >= handshake_deadline {
+                    debug!(remote = %peer, "route handshake timed out");
+                    break;
+                }
+                if c.pings_out >= ping_max {
+                    info!(remote = %peer, "route connection is stale, closing");
+                    c.handle.close(CloseReason::StaleConnection);
+                    break;
+                }
+                c.pings_out += 1;
+                c.ping_sent = Some(std::time::Instant::now());
+                c.push(b"PING\r\n");
+                next_ping = tokio::time::Instant::now() + ping_every;
+            }
+            () = handle.cancelled() => break,
+            () = cancel.cancelled() => {
+                c.handle.close(CloseReason::ServerShutdown);
+                break;
+            }
+        }
+    }
+    c.finish();
+    if !handle.is_closed() {
+        handle.close(CloseReason::ClientClosed);
+    }
+    let _ = writer.await;
+    c.outcome
+}
+
+impl RouteConn {
+    fn push(&self, bytes: &[u8]) {
+        if let Ok(true) = self.handle.outbound.push_raw(bytes) {
+            self.handle.outbound.wake();
+        }
+    }
+
+    fn fail(&mut self, text: &str) -> bool {
+        let mut line = BytesMut::new();
+        crate::proto::encode::encode_err(&mut line, text);
+        self.push(&line);
+        self.handle.close(CloseReason::ProtocolViolation);
+        false
+    }
+
+    /// Wakes the queues this batch wrote to and counts the batch.
+    fn flush(&mut self) {
+        let (msgs, bytes, slow) = self.ctx.take_counts();
+        let st = &self.shared.stats;
+        st.out_msgs.fetch_add(msgs, Ordering::Relaxed);
+        st.out_bytes.fetch_add(bytes, Ordering::Relaxed);
+        st.slow_consumers.fetch_add(slow, Ordering::Relaxed);
+        st.in_msgs.fetch_add(self.in_msgs, Ordering::Relaxed);
+        st.in_bytes.fetch_add(self.in_bytes, Ordering::Relaxed);
+        if let Some(r) = &self.route {
+            r.in_msgs.fetch_add(self.in_msgs, Ordering::Relaxed);
+            r.in_bytes.fetch_add(self.in_bytes, Ordering::Relaxed);
+        }
+        self.in_msgs = 0;
+        self.in_bytes = 0;
+        for q in self.ctx.wake.drain(..) {
+            q.outbound.flush();
+        }
+        self.handle.outbound.flush();
+    }
+
+    /// Applies every complete op in `buf`; false when the route must close.
+    fn process(&mut self, parser: &mut RouteParser, buf: &mut BytesMut) -> bool {
+        loop {
+            let op = match parser.next_op(buf) {
+                Ok(Some(op)) => op,
+                Ok(None) => return true,
+                Err(e) => {
+                    warn!(remote = %self.peer, error = %e, "route protocol error");
+                    let text = e.err_text().unwrap_or(perr::UNKNOWN_PROTOCOL_OPERATION);
+                    return self.fail(text);
+                }
+            };
+            if !self.handle_op(op) {
+                return false;
+            }
+        }
+    }
+
+    fn handle_op(&mut self, op: RouteOp) -> bool {
+        match op {
+            RouteOp::Ping => {
+                self.push(b"PONG\r\n");
+                true
+            }
+            RouteOp::Pong => {
+                self.pings_out = 0;
+                if let (Some(at), Some(r)) = (self.ping_sent.take(), &self.route) {
+                    let ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    r.rtt.store(ns.max(1), Ordering::Relaxed);
+                }
+                true
+            }
+            RouteOp::Ok => true,
+            RouteOp::Err(text) => {
+                let text = String::from_utf8_lossy(&text);
+                if text.contains("dedicated route") {
+                    // nats-server trying a pinned-account connection to a one-connection
+                    // peer: expected, and it does not retry (spec §2.8).
+                    debug!(remote = %self.peer, "route error from peer: {text}");
+                } else {
+                    warn!(remote = %self.peer, "route error from peer: {text}");
+                }
+                if text.contains("cluster name") {
+                    self.outcome = Outcome::Refused;
+                }
+                self.handle.close(CloseReason::ClientClosed);
+                false
+            }
+            RouteOp::Connect(body) => self.on_connect(&body),
+            RouteOp::Info(body) => self.on_info(&body),
+            op if self.route.is_none() => {
+                debug!(remote = %self.peer, ?op, "route op before the handshake");
+                self.fail(perr::UNKNOWN_PROTOCOL_OPERATION)
+            }
+            RouteOp::Sub {
+                account,
+                subject,
+                queue,
+            } => self.on_sub(account, subject, queue),
+            RouteOp::Unsub {
+                account,
+                subject,
+                queue,
+            } => {
+                if let Some((acc, sub)) = self.subs.remove(&(account, subject, queue)) {
+                    acc.unsubscribe(&sub);
+                    if let Some(r) = &self.route {
+                        r.subs.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                true
+            }
+            RouteOp::Msg {
+                account,
+                subject,
+                reply,
+                queues,
+                headers,
+                payload,
+            } => {
+                self.in_msgs += 1;
+                self.in_bytes += (payload.len() + headers.as_ref().map_or(0, Bytes::len)) as u64;
+                let name = String::from_utf8_lossy(&account);
+                if let Some(acc) = self.shared.accounts.get(&name) {
+                    router::deliver_routed(
+                        &mut self.ctx,
+                        &acc,
+                        &subject,
+                        reply.as_deref(),
+                        &queues,
+                        headers.as_ref(),
+                        &payload,
+                    );
+                }
+                true
+            }
+        }
+    }
+
+    fn on_connect(&mut self, body: &[u8]) -> bool {
+        if self.dialed.is_some() {
+            return true;
+        }
+        let Ok(c) = serde_json::from_slice::<RouteConnect>(body) else {
+            return self.fail(perr::UNKNOWN_PROTOCOL_OPERATION);
+        };
+        if c.lang.is_some() {
+            return self.fail(perr::ROUTE_PORT_CLIENT);
+        }
+        if c.gateway.is_some() {
+            return self.fail(perr::UNKNOWN_PROTOCOL_OPERATION);
+        }
+        let opts = &self.cluster.opts;
+        if let Some(user) = &opts.user {
+            let ok = c.user.as_deref() == Some(user.as_str())
+                && c.pass.as_deref().unwrap_or("") == opts.password.as_deref().unwrap_or("");
+            if !ok {
+                warn!(remote = %self.peer, "route authorization failed");
+                return self.fail(perr::AUTHORIZATION_VIOLATION);
+            }
+        }
+        if !c.cluster.is_empty() && !self.cluster.accept_cluster_name(&c.cluster, false) {
+            let ours = self.cluster.name().0;
+            warn!(remote = %self.peer, "cluster name from remote server conflicts: {:?}", c.cluster);
+            self.outcome = Outcome::Refused;
+            return self.fail(&perr::cluster_name_mismatch(&c.cluster, &ours));
+        }
+        self.connect_ok = true;
+        true
+    }
+
+    fn on_info(&mut self, body: &[u8]) -> bool {
+        let Ok(info) = serde_json::from_slice::<PeerInfo>(body) else {
+            return self.fail(perr::UNKNOWN_PROTOCOL_OPERATION);
+        };
+        match &self.route {
+            None => self.register(info, body),
+            Some(r) => {
+                if info.server_id == r.remote_id() {
+                    let changed = {
+                        let mut i = r.lock_info();
+                        let changed = i.connect_urls != info.connect_urls || i.ldm != info.ldm;
+                        i.connect_urls = info.connect_urls;
+                        i.ldm = info.ldm;
+                        changed
+                    };
+                    if changed {
+                        self.cluster.urls_changed.notify_one();
+                    }
+                } else {
+                    super::dial::gossiped(&self.shared, &self.cluster, &info);
+                }
+                true
+            }
+        }
+    }
+
+    fn register(&mut self, info: PeerInfo, body: &[u8]) -> bool {
+        if !self.connect_ok {
+            return self.fail(perr::AUTHORIZATION_VIOLATION);
+        }
+        if self.dialed.is_some()
+            && !info.cluster.is_empty()
+            && !self
+                .cluster
+                .accept_cluster_name(&info.cluster, info.cluster_dynamic)
+        {
+            warn!(remote = %self.peer, "cluster name from remote server conflicts: {:?}", info.cluster);
+            self.outcome = Outcome::Refused;
+            self.handle.close(CloseReason::ClientClosed);
+            return false;
+        }
+        self.handle.headers.store(info.headers, Ordering::Relaxed);
+        let id = info.server_id.clone();
+        let route = Arc::new(Route {
+            handle: Arc::clone(&self.handle),
+            info: Mutex::new(info),
+            did_solicit: self.dialed.is_some(),
+            configured: self.dialed.as_ref().is_some_and(|d| d.1),
+            in_msgs: AtomicU64::new(0),
+            in_bytes: AtomicU64::new(0),
+            subs: AtomicU64::new(0),
+            last_activity: AtomicU64::new(unix_nanos()),
+            rtt: AtomicU64::new(0),
+        });
+        match self.cluster.admit(&route) {
+            Admission::Registered => {}
+            Admission::SelfRoute => {
+                debug!("detected route to self, ignoring");
+                self.outcome = Outcome::SelfRoute;
+                self.handle.close(CloseReason::ClientClosed);
+                return false;
+            }
+            Admission::Duplicate => {
+                debug!(remote = %self.peer, "duplicate route, closing this connection");
+                self.outcome = Outcome::Duplicate(id);
+                self.handle.close(CloseReason::ClientClosed);
+                return false;
+            }
+            Admission::DuplicateName => {
+                let name = route.lock_info().server_name.clone();
+                warn!(remote = %self.peer, "Remote server has a duplicate name: {name:?}");
+                self.outcome = Outcome::Refused;
+                self.handle.close(CloseReason::ClientClosed);
+                return false;
+            }
+        }
+        info!(
+            remote = %self.peer,
+            name = %route.lock_info().server_name,
+            "Route connection created"
+        );
+        self.outcome = Outcome::Closed(id);
+        self.route = Some(Arc::clone(&route));
+        self.send_interest();
+        self.gossip(body);
+        true
+    }
+
+    /// Our whole local interest, account by account, each under its count lock.
+    fn send_interest(&self) {
+        for acc in self.shared.accounts.all() {
+            let name = acc.name.clone();
+            acc.dump_local_interest(
+                |out, subject, queue, n| encode_interest(out, &name, subject, queue, n),
+                |bytes| self.push(bytes),
+            );
+        }
+    }
+
+    /// Tells the other members about this peer (its INFO, nonce cleared, `ip` filled in), so
+    /// they dial it and the mesh completes (spec §2.9).
+    fn gossip(&self, body: &[u8]) {
+        let Ok(serde_json::Value::Object(mut m)) = serde_json::from_slice(body) else {
+            return;
+        };
+        m.remove("nonce");
+        if !m.contains_key("ip") {
+            let port = m
+                .get("port")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            let host = match &self.dialed {
+                Some((url, _)) => url.host.clone(),
+                None => self.peer.ip().to_string(),
+            };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            m.insert(
+                "ip".into(),
+                serde_json::Value::String(format!("nats-route://{host}:{port}/")),
+            );
+        }
+        let mut line = b"INFO ".to_vec();
+        line.extend_from_slice(serde_json::Value::Object(m).to_string().as_bytes());
+        line.extend_from_slice(b"\r\n");
+        self.cluster.broadcast(&line, Some(self.handle.cid));
+    }
+
+    fn on_sub(&mut self, account: Bytes, subject: Bytes, queue: Option<(Bytes, u32)>) -> bool {
+        let (qname, weight) = match queue {
+            Some((q, w)) => (Some(q), w),
+            None => (None, 1),
+        };
+        let key = (account.clone(), subject.clone(), qname.clone());
+        if let Some((_, sub)) = self.subs.get(&key) {
+            if let Subscriber::Route(ri) = &sub.subscriber {
+                ri.weight.store(weight, Ordering::Relaxed);
+            }
+            return true;
+        }
+        if self.subs.len() >= MAX_REMOTE_SUBS {
+            warn!(remote = %self.peer, "route peer exceeded {MAX_REMOTE_SUBS} subscriptions");
+            return self.fail("Maximum Subscriptions Exceeded");
+        }
+        let name = String::from_utf8_lossy(&account).into_owned();
+        let Some(acc) = self.account_for(&name) else {
+            debug!(account = %name, "interest for an unknown account dropped");
+            return true;
+        };
+        let sub = Arc::new(Subscription {
+            subscriber: Subscriber::Route(Arc::new(RemoteInterest {
+                route: Arc::clone(&self.handle),
+                weight: AtomicU32::new(weight),
+            })),
+            sid: Bytes::new(),
+            subject,
+            queue: qname,
+            delivered: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            deny: None,
+        });
+        if acc.subscribe(&sub).is_err() {
+            debug!(account = %name, "invalid subject in route interest dropped");
+            return true;
+        }
+        if let Some(r) = &self.route {
+            r.subs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.subs.insert(key, (acc, sub));
+        true
+    }
+
+    /// The account a peer names: one we have, or (operator mode) an account public key the
+    /// trusted operator may issue, created empty so its interest is kept until a local
+    /// client of it appears.
+    fn account_for(&self, name: &str) -> Option<Arc<Account>> {
+        if let Some(a) = self.shared.accounts.get(name) {
+            return Some(a);
+        }
+        let operator_mode = self.shared.auth().trust().is_some();
+        (operator_mode
+            && crate::auth::nkeys::is_public_key(name, &[crate::auth::nkeys::Role::Account]))
+        .then(|| self.shared.accounts.create(name))
+    }
+
+    /// Drops everything the peer told us (its interest goes with the connection).
+    fn finish(&mut self) {
+        for (_, (acc, sub)) in self.subs.drain() {
+            acc.unsubscribe(&sub);
+        }
+        if let Some(route) = self.route.take() {
+            self.cluster.remove(&route);
+            info!(
+                remote = %self.peer,
+                name = %route.lock_info().server_name,
+                "Route connection closed"
+            );
+        }
+    }
+}

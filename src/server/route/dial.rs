@@ -1,0 +1,193 @@
+//! Getting route connections: the route port's accept loop, a supervisor per configured route
+//! (dials whenever no route to that peer is up, every second, for as long as the server runs),
+//! and one-shot dials of the peers gossip names (spec/cluster.md §2.9), retried
+//! `connect_retries` times.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::cluster::{parse_route_url, RouteUrl};
+use crate::proto::route::PeerInfo;
+
+use super::super::listener::canonical_peer;
+use super::super::Shared;
+use super::conn::{self, Dialed, Outcome};
+use super::{Cluster, DIAL_TIMEOUT, MAX_RECONNECT_DELAY, RECONNECT_DELAY};
+
+/// Accepts route connections until `stop` is cancelled.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
+    stop: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let peer = canonical_peer(peer);
+                debug!(remote = %peer, "route connection accepted");
+                tokio::spawn(conn::run(
+                    Arc::clone(&shared),
+                    Arc::clone(&cluster),
+                    stream,
+                    peer,
+                    None,
+                    stop.clone(),
+                ));
+            }
+            Err(e) => {
+                warn!(error = %e, "route accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn connect(url: &RouteUrl) -> Option<(TcpStream, SocketAddr)> {
+    let host = url.host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, url.port))
+        .await
+        .ok()?
+        .collect();
+    for a in addrs {
+        if let Ok(Ok(s)) = tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(a)).await {
+            return Some((s, a));
+        }
+    }
+    None
+}
+
+fn jittered(d: Duration) -> Duration {
+    d + Duration::from_millis(rand::random::<u64>() % 100)
+}
+
+/// Keeps a configured route up until `stop`.
+pub(crate) async fn configured(
+    shared: Arc<Shared>,
+    cluster: Arc<Cluster>,
+    url_text: String,
+    stop: CancellationToken,
+) {
+    let Some(url) = parse_route_url(&url_text) else {
+        return;
+    };
+    let mut peer_id: Option<String> = None;
+    let mut delay = RECONNECT_DELAY;
+    let mut failures = 0u32;
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let up = peer_id
+            .as_deref()
+            .is_some_and(|id| cluster.connected_to(id));
+        if !up {
+            match connect(&url).await {
+                Some((stream, addr)) => {
+                    failures = 0;
+                    delay = RECONNECT_DELAY;
+                    let dialed = Dialed {
+                        url: url.clone(),
+                        configured: true,
+                    };
+                    let outcome = conn::run(
+                        Arc::clone(&shared),
+                        Arc::clone(&cluster),
+                        stream,
+                        addr,
+                        Some(dialed),
+                        stop.clone(),
+                    )
+                    .await;
+                    match outcome {
+                        Outcome::SelfRoute => {
+                            debug!(url = %url_text, "route to self ignored");
+                            return;
+                        }
+                        Outcome::Closed(id) | Outcome::Duplicate(id) => peer_id = Some(id),
+                        Outcome::Refused | Outcome::NoHandshake => {}
+                    }
+                }
+                None => {
+                    failures += 1;
+                    if failures == 1 || failures % 60 == 0 {
+                        info!(url = %url_text, attempts = failures, "error trying to connect to route");
+                    }
+                    if cluster.opts.connect_backoff {
+                        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(jittered(delay)) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Acts on a gossiped INFO: dials the peer it names unless it is us, already connected, or
+/// being dialed.
+pub(crate) fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
+    let id = info.server_id.clone();
+    if id.is_empty() || id == shared.server_id || cluster.connected_to(&id) {
+        return;
+    }
+    let url = match &info.ip {
+        Some(ip) => parse_route_url(ip),
+        None if info.port != 0 => parse_route_url(&format!("{}:{}", info.host, info.port)),
+        None => None,
+    };
+    let Some(url) = url else {
+        return;
+    };
+    {
+        let mut d = cluster.dialing.lock().unwrap_or_else(|p| p.into_inner());
+        if !d.insert(id.clone()) {
+            return;
+        }
+    }
+    let retries = u32::try_from(cluster.opts.connect_retries.max(0)).unwrap_or(0);
+    let (shared, cluster) = (Arc::clone(shared), Arc::clone(cluster));
+    let stop = shared.route_stop.clone();
+    tokio::spawn(async move {
+        for attempt in 0..=retries {
+            if stop.is_cancelled() || cluster.connected_to(&id) {
+                break;
+            }
+            if let Some((stream, addr)) = connect(&url).await {
+                let dialed = Dialed {
+                    url: url.clone(),
+                    configured: false,
+                };
+                let _ = conn::run(
+                    Arc::clone(&shared),
+                    Arc::clone(&cluster),
+                    stream,
+                    addr,
+                    Some(dialed),
+                    stop.clone(),
+                )
+                .await;
+                break;
+            }
+            if attempt < retries {
+                tokio::time::sleep(jittered(RECONNECT_DELAY)).await;
+            }
+        }
+        cluster
+            .dialing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    });
+}

@@ -1,0 +1,360 @@
+//! Clusters of real processes on loopback (spec/cluster.md): a full mesh from one seed route,
+//! core NATS across nodes (pub/sub, wildcards, headers, queue groups, request/reply,
+//! no-responders, accounts), client failover, a restarted node rejoining, route handshake
+//! refusals — and the same core tests on a mixed cluster of sealstream and nats-server nodes.
+//!
+//! With `SEALSTREAM_TEST_SERVER` pointing at nats-server every node is the reference, which
+//! checks the expectations themselves.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use support::cluster::{nats_server_binary, Kind, TestCluster};
+use support::Raw;
+
+const MESH: Duration = Duration::from_secs(10);
+
+/// Waits until a request to `subject` from `c` no longer comes back as no-responders: the
+/// interest registered on another node has reached `c`'s node.
+async fn wait_interest(c: &async_nats::Client, subject: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = tokio::time::timeout(
+            Duration::from_millis(200),
+            c.request(subject.to_owned(), Bytes::new()),
+        )
+        .await;
+        match r {
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {}
+            _ => return,
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "interest in {subject} never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Subscribes on `c` to `subject`, then to a probe subject, and waits until `from` sees the
+/// probe: interest travels in order on a route, so `subject`'s has arrived too.
+async fn subscribe_seen(
+    c: &async_nats::Client,
+    from: &async_nats::Client,
+    subject: &str,
+    queue: Option<&str>,
+) -> async_nats::Subscriber {
+    let sub = match queue {
+        Some(q) => c
+            .queue_subscribe(subject.to_owned(), q.to_owned())
+            .await
+            .unwrap(),
+        None => c.subscribe(subject.to_owned()).await.unwrap(),
+    };
+    let probe = format!("probe.{}", c.new_inbox().replace('.', "_"));
+    let mut p = c.subscribe(probe.clone()).await.unwrap();
+    let responder = c.clone();
+    tokio::spawn(async move {
+        while let Some(m) = p.next().await {
+            if let Some(r) = m.reply {
+                let _ = responder.publish(r, Bytes::new()).await;
+            }
+        }
+    });
+    support::sync(c).await;
+    wait_interest(from, &probe).await;
+    sub
+}
+
+async fn next(sub: &mut async_nats::Subscriber) -> async_nats::Message {
+    tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("a message within 5 s")
+        .expect("subscription open")
+}
+
+/// The core checks every cluster must pass: messages published on node `a` reach subscribers
+/// on node `b`, once each.
+async fn core_across(cl: &TestCluster, a: usize, b: usize, c3: usize) {
+    let pubc = async_nats::connect(cl.url(a)).await.unwrap();
+    let subc = async_nats::connect(cl.url(b)).await.unwrap();
+
+    // Plain, wildcard and full-wildcard interest; one copy per publish however many match.
+    let mut exact = subscribe_seen(&subc, &pubc, "orders.new", None).await;
+    let mut star = subscribe_seen(&subc, &pubc, "orders.*", None).await;
+    let mut gt = subscribe_seen(&subc, &pubc, "orders.>", None).await;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("K", "V");
+    pubc.publish_with_headers("orders.new", headers, "o1".into())
+        .await
+        .unwrap();
+    pubc.publish_with_reply("orders.new", "reply.here", "o2".into())
+        .await
+        .unwrap();
+    pubc.publish("orders.deep.x", "o3".into()).await.unwrap();
+    support::sync(&pubc).await;
+    let m = next(&mut exact).await;
+    assert_eq!(m.payload, "o1");
+    assert_eq!(m.headers.as_ref().unwrap().get("K").unwrap().as_str(), "V");
+    let m = next(&mut exact).await;
+    assert_eq!(
+        (m.payload.as_ref(), m.reply.as_deref()),
+        (&b"o2"[..], Some("reply.here"))
+    );
+    assert_eq!(next(&mut star).await.payload, "o1");
+    assert_eq!(next(&mut star).await.payload, "o2");
+    for want in ["o1", "o2", "o3"] {
+        assert_eq!(next(&mut gt).await.payload, want);
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), exact.next())
+            .await
+            .is_err(),
+        "one copy per publish"
+    );
+
+    // Request/reply across nodes, and no-responders decided from cluster-wide interest.
+    let responder = subc.clone();
+    let mut svc = subscribe_seen(&subc, &pubc, "svc.echo", None).await;
+    tokio::spawn(async move {
+        while let Some(m) = svc.next().await {
+            let mut body = b"echo:".to_vec();
+            body.extend_from_slice(&m.payload);
+            let _ = responder.publish(m.reply.unwrap(), body.into()).await;
+        }
+    });
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        pubc.request("svc.echo", "hi".into()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.payload, "echo:hi");
+    let e = pubc.request("nobody.home", Bytes::new()).await.unwrap_err();
+    assert_eq!(e.kind(), async_nats::RequestErrorKind::NoResponders);
+
+    // A queue group with members on three nodes: each message to exactly one member, and
+    // members on every node get some.
+    let third = async_nats::connect(cl.url(c3)).await.unwrap();
+    let mut members = Vec::new();
+    for c in [&pubc, &subc, &third] {
+        members.push(subscribe_seen(c, &pubc, "work", Some("wq")).await);
+    }
+    let n = 300;
+    for i in 0..n {
+        pubc.publish("work", format!("{i}").into()).await.unwrap();
+    }
+    support::sync(&pubc).await;
+    let mut seen = std::collections::HashSet::new();
+    let mut counts = Vec::new();
+    for m in &mut members {
+        let mut k = 0;
+        while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(500), m.next()).await {
+            if msg.payload.is_empty() {
+                continue; // the interest probe of wait_interest
+            }
+            assert!(seen.insert(msg.payload.clone()), "delivered twice");
+            k += 1;
+        }
+        counts.push(k);
+    }
+    assert_eq!(counts.iter().sum::<usize>(), n, "{counts:?}");
+    assert!(
+        counts.iter().all(|k| *k > 30),
+        "spread over the cluster: {counts:?}"
+    );
+}
+
+#[tokio::test]
+async fn three_nodes_mesh_from_one_seed_and_route_core_nats() {
+    let cl = TestCluster::start(&[Kind::UnderTest; 3], None);
+    cl.wait_full_mesh(MESH);
+    core_across(&cl, 0, 2, 1).await;
+}
+
+#[tokio::test]
+async fn a_mixed_cluster_with_nats_server_routes_core_nats_both_ways() {
+    if nats_server_binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+        eprintln!("skipping: no .venv nats-server");
+        return;
+    }
+    // n1 is nats-server (the seed everyone dials), n2 and n3 the server under test.
+    let cl = TestCluster::start(&[Kind::NatsServer, Kind::UnderTest, Kind::UnderTest], None);
+    cl.wait_full_mesh(MESH);
+    core_across(&cl, 0, 2, 1).await;
+    core_across(&cl, 1, 0, 2).await;
+    // And the other way round: the server under test is the seed.
+    let cl = TestCluster::start(&[Kind::UnderTest, Kind::NatsServer, Kind::NatsServer], None);
+    cl.wait_full_mesh(MESH);
+    core_across(&cl, 1, 0, 2).await;
+    core_across(&cl, 0, 1, 2).await;
+}
+
+const ACCOUNTS: &str = r#"
+accounts {
+  A: { users: [{user: a, password: a}] }
+  B: { users: [{user: b, password: b}] }
+}
+"#;
+
+#[tokio::test]
+async fn accounts_stay_isolated_across_routes() {
+    let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(ACCOUNTS));
+    cl.wait_full_mesh(MESH);
+    let login = |i: usize, user: &'static str| {
+        let url = cl.url(i);
+        async move {
+            async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+                .connect(url)
+                .await
+                .unwrap()
+        }
+    };
+    let a_pub = login(0, "a").await;
+    let b_pub = login(0, "b").await;
+    let a_sub_c = login(2, "a").await;
+    let b_sub_c = login(2, "b").await;
+    let mut a_sub = subscribe_seen(&a_sub_c, &a_pub, "shared.subject", None).await;
+    let mut b_sub = subscribe_seen(&b_sub_c, &b_pub, "shared.subject", None).await;
+    a_pub
+        .publish("shared.subject", "for-a".into())
+        .await
+        .unwrap();
+    support::sync(&a_pub).await;
+    assert_eq!(next(&mut a_sub).await.payload, "for-a");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), b_sub.next())
+            .await
+            .is_err(),
+        "account B must not see account A's message"
+    );
+    b_pub
+        .publish("shared.subject", "for-b".into())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut b_sub).await.payload, "for-b");
+}
+
+#[tokio::test]
+async fn clients_learn_the_members_and_fail_over_when_a_node_is_killed() {
+    let mut cl = TestCluster::start(&[Kind::UnderTest; 3], None);
+    cl.wait_full_mesh(MESH);
+    // The subscriber knows only n1; INFO connect_urls tell it about n2 and n3.
+    let (tx, mut reconnected) = tokio::sync::mpsc::channel(4);
+    let sub_client = async_nats::ConnectOptions::new()
+        .event_callback(move |e| {
+            let tx = tx.clone();
+            async move {
+                if matches!(e, async_nats::Event::Connected) {
+                    let _ = tx.send(()).await;
+                }
+            }
+        })
+        .connect(cl.url(0))
+        .await
+        .unwrap();
+    let urls = sub_client.server_info().connect_urls;
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    assert!(
+        urls[0].ends_with(&format!(":{}", cl.nodes[0].server.port)),
+        "own URL first: {urls:?}"
+    );
+    let publisher = async_nats::connect(cl.url(2)).await.unwrap();
+    let mut sub = subscribe_seen(&sub_client, &publisher, "feed", None).await;
+    publisher.publish("feed", "before".into()).await.unwrap();
+    assert_eq!(next(&mut sub).await.payload, "before");
+
+    cl.stop(0, false); // kill -9
+    tokio::time::timeout(Duration::from_secs(15), reconnected.recv())
+        .await
+        .expect("reconnected to another member")
+        .unwrap();
+    // Its subscription is re-sent to the new node and reaches the publisher's node.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        publisher.publish("feed", "after".into()).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
+            Ok(Some(m)) if m.payload == "after" => break,
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "no message after failover"
+            ),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_node_rejoins_and_its_interest_is_restored() {
+    let mut cl = TestCluster::start(&[Kind::UnderTest; 3], None);
+    cl.wait_full_mesh(MESH);
+    let publisher = async_nats::connect(cl.url(0)).await.unwrap();
+    // A protocol-1 client of n1 past its first PONG...
+    let mut raw = Raw::connect(cl.nodes[0].server.port);
+    raw.send(b"CONNECT {\"protocol\":1,\"verbose\":false}\r\nPING\r\n");
+    raw.expect_line("PONG");
+    let n3 = format!("\"127.0.0.1:{}\"", cl.nodes[2].server.port);
+    cl.stop(2, false);
+    // ...hears in an async INFO that n3 left.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let line = raw
+            .read_line(Duration::from_secs(5))
+            .expect("an INFO without n3");
+        if line.starts_with("INFO ") && line.contains("connect_urls") && !line.contains(&n3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "n3 still advertised: {line}"
+        );
+    }
+    cl.restart(2);
+    cl.wait_full_mesh(MESH);
+    let c3 = async_nats::connect(cl.url(2)).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut sub = subscribe_seen(&c3, &publisher, "after.restart", None).await;
+    let took = started.elapsed();
+    publisher
+        .publish("after.restart", "hello".into())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut sub).await.payload, "hello");
+    eprintln!("interest from the restarted node reached n1 after {took:?}");
+}
+
+#[tokio::test]
+async fn the_route_port_refuses_clients_strangers_and_other_clusters() {
+    let cl = TestCluster::start(&[Kind::UnderTest], None);
+    let port = cl.nodes[0].server.cluster_port.expect("route port in log");
+    // A client on the route port.
+    let mut raw = Raw::connect(port);
+    raw.send(b"CONNECT {\"lang\":\"rust\",\"verbose\":false}\r\n");
+    raw.expect_line("-ERR 'attempted to connect to route port'");
+    assert!(raw.closed_within(Duration::from_secs(2)));
+    // A route of another cluster.
+    let mut raw = Raw::connect(port);
+    raw.send(b"CONNECT {\"name\":\"NXXX\",\"cluster\":\"OTHER\",\"headers\":true}\r\n");
+    raw.expect_line("-ERR 'Rejecting connection, cluster name \"OTHER\" does not match \"C1\"'");
+    assert!(raw.closed_within(Duration::from_secs(2)));
+}
+
+#[tokio::test]
+async fn route_authorization_is_required_when_configured() {
+    let conf = "cluster { authorization { user: ruser, password: rpass, timeout: 2 } }";
+    let cl = TestCluster::start(&[Kind::UnderTest], Some(conf));
+    let port = cl.nodes[0].server.cluster_port.expect("route port in log");
+    let mut raw = Raw::connect(port);
+    raw.send(
+        b"CONNECT {\"name\":\"NXXX\",\"cluster\":\"C1\",\"user\":\"ruser\",\"pass\":\"bad\"}\r\n",
+    );
+    if !cl.is_reference() {
+        raw.expect_line("-ERR 'Authorization Violation'");
+    }
+    assert!(raw.closed_within(Duration::from_secs(2)));
+}

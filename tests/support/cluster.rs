@@ -1,0 +1,195 @@
+//! Clusters of real server processes on loopback: sealstream nodes, nats-server nodes, or a
+//! mix (spec/cluster.md). Each node gets random client and monitoring ports and a fixed route
+//! port picked at start, so a node restarted with [`TestCluster::restart`] is found again by
+//! the others' configured routes.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{repo_path, server_binary, spin_pause, TestServer};
+
+/// Which server a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The binary under test (`SEALSTREAM_TEST_SERVER` or sealstream).
+    UnderTest,
+    /// The reference nats-server from the project's virtualenv.
+    NatsServer,
+}
+
+/// One node: its process and what it was started with.
+pub struct Node {
+    /// The process (client port, monitoring port, log).
+    pub server: TestServer,
+    /// Server name (`n1`, `n2`, ...).
+    pub name: String,
+    kind: Kind,
+    route_port: u16,
+    seeds: Vec<String>,
+    conf: Option<String>,
+}
+
+/// A running cluster; nodes stop on drop.
+pub struct TestCluster {
+    /// The nodes, `n1` first.
+    pub nodes: Vec<Node>,
+    /// Cluster name.
+    pub name: String,
+}
+
+/// The reference nats-server binary, when the virtualenv has one.
+pub fn nats_server_binary() -> Option<PathBuf> {
+    let p = repo_path(".venv/bin/nats-server");
+    p.exists().then_some(p)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestCluster {
+    /// Starts one node per entry of `kinds`; every node after the first has the first as its
+    /// only seed route (the rest of the mesh comes from gossip). `conf` is every node's
+    /// config file body (accounts, say).
+    pub fn start(kinds: &[Kind], conf: Option<&str>) -> Self {
+        let name = "C1".to_owned();
+        let mut c = TestCluster {
+            nodes: Vec::new(),
+            name,
+        };
+        let first_route = free_port();
+        for (i, kind) in kinds.iter().enumerate() {
+            let route_port = if i == 0 { first_route } else { free_port() };
+            let seeds = if i == 0 {
+                Vec::new()
+            } else {
+                vec![format!("nats-route://127.0.0.1:{first_route}")]
+            };
+            let node_name = format!("n{}", i + 1);
+            let server = spawn_node(*kind, &node_name, &c.name, route_port, &seeds, conf);
+            c.nodes.push(Node {
+                server,
+                name: node_name,
+                kind: *kind,
+                route_port,
+                seeds,
+                conf: conf.map(str::to_owned),
+            });
+        }
+        c
+    }
+
+    /// Whether every node runs the reference server (tests of sealstream-only behaviour
+    /// return early then).
+    pub fn is_reference(&self) -> bool {
+        self.nodes
+            .iter()
+            .all(|n| n.server.is_reference() || n.kind == Kind::NatsServer)
+    }
+
+    /// `nats://127.0.0.1:<client port>` of node `i`.
+    pub fn url(&self, i: usize) -> String {
+        self.nodes[i].server.url()
+    }
+
+    /// Names of the peers node `i` has routes to (distinct; pooled connections count once).
+    pub fn peers_of(&self, i: usize) -> Vec<String> {
+        let (code, body) = self.nodes[i].server.http_get("/routez");
+        assert_eq!(code, 200, "{body}");
+        // nats-server answers chunked: the JSON is between the first `{` and the last `}`.
+        let json = match (body.find('{'), body.rfind('}')) {
+            (Some(a), Some(b)) if a < b => &body[a..=b],
+            _ => body.as_str(),
+        };
+        let v: serde_json::Value = serde_json::from_str(json)
+            .unwrap_or_else(|e| panic!("/routez of n{}: {e}: {body:?}", i + 1));
+        let mut names: Vec<String> = v["routes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r["remote_name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Waits until every node has a route to every other node.
+    pub fn wait_full_mesh(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let n = self.nodes.len();
+        loop {
+            let done = (0..n).all(|i| self.peers_of(i).len() == n - 1);
+            if done {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no full mesh: {:?}",
+                (0..n).map(|i| self.peers_of(i)).collect::<Vec<_>>()
+            );
+            spin_pause(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills node `i` (SIGKILL when not `graceful`).
+    pub fn stop(&mut self, i: usize, graceful: bool) {
+        self.nodes[i].server.stop(graceful);
+    }
+
+    /// Starts node `i` again on its route port (its client port changes).
+    pub fn restart(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        node.server.stop(false);
+        node.server = spawn_node(
+            node.kind,
+            &node.name,
+            &self.name,
+            node.route_port,
+            &node.seeds,
+            node.conf.as_deref(),
+        );
+    }
+}
+
+fn spawn_node(
+    kind: Kind,
+    name: &str,
+    cluster: &str,
+    route_port: u16,
+    seeds: &[String],
+    conf: Option<&str>,
+) -> TestServer {
+    let (bin, reference) = match kind {
+        Kind::UnderTest => server_binary(),
+        Kind::NatsServer => (
+            nats_server_binary().expect("nats-server in .venv (scripts/setup-test-env)"),
+            true,
+        ),
+    };
+    let mut args: Vec<String> = vec![
+        "-n".into(),
+        name.into(),
+        "-m".into(),
+        "-1".into(),
+        "--cluster_name".into(),
+        cluster.into(),
+        "--cluster".into(),
+        format!("nats://127.0.0.1:{route_port}"),
+    ];
+    if !seeds.is_empty() {
+        args.push("--routes".into());
+        args.push(seeds.join(","));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = TestServer::spawn_bin(&bin, reference, dir, args, conf.map(str::to_owned));
+    // nats-server logs its route listener after "Server is ready".
+    s.cluster_port = Some(route_port);
+    s
+}
