@@ -60,6 +60,13 @@ pub struct BenchArgs {
     /// PID of the server process, to report its CPU time per message (read from /proc).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Core scenarios: connect the subscribers to this server instead (another cluster
+    /// member), so every message crosses a route.
+    #[arg(long, value_name = "URL")]
+    pub sub_server: Option<String>,
+    /// PID of the `--sub-server` process: its CPU time is added to `--server-pid`'s.
+    #[arg(long)]
+    pub sub_server_pid: Option<u32>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

@@ -331,6 +331,12 @@ pub fn addr_of(url: &str) -> String {
     }
 }
 
+/// CPU seconds of the server, plus the subscribers' server when it is another process.
+fn servers_cpu(a: &BenchArgs) -> Option<f64> {
+    let main = a.server_pid.and_then(cpu_seconds)?;
+    Some(main + a.sub_server_pid.and_then(cpu_seconds).unwrap_or(0.0))
+}
+
 /// Total CPU seconds (user + system) of a process, from `/proc/<pid>/stat`.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -488,11 +494,16 @@ pub async fn throughput(
     };
     let sample_latency = a.queue.is_none();
     let received = m.counter();
+    let sub_dial = match &a.sub_server {
+        Some(url) => Some(Dial::new(url, a)?),
+        None => None,
+    };
     // Set when the last expected message arrived, so idle subscribers stop waiting at once.
     let finished = tokio_util::sync::CancellationToken::new();
     let mut handles = Vec::new();
     for i in 0..subs {
-        let mut c = RawConn::connect(dial, &format!("bench-sub-{i}")).await?;
+        let mut c =
+            RawConn::connect(sub_dial.as_ref().unwrap_or(dial), &format!("bench-sub-{i}")).await?;
         c.send(&ClientOp::Sub {
             subject: Bytes::from(a.subject.clone()),
             queue: a.queue.clone().map(Bytes::from),
@@ -533,6 +544,10 @@ pub async fn throughput(
         }));
     }
     let mut publisher = RawConn::connect(dial, "bench-pub").await?;
+    if sub_dial.is_some() {
+        // The subscriptions' interest has to reach the publisher's node over the route.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let payload = Bytes::from(vec![b'x'; a.size]);
     let mut frame = BytesMut::new();
     encode_client_op(
@@ -544,7 +559,7 @@ pub async fn throughput(
             payload,
         },
     );
-    let cpu0 = a.server_pid.and_then(cpu_seconds);
+    let cpu0 = servers_cpu(a);
     m.begin("deliver", total_expected);
     let start = Instant::now();
     let mut sent = 0u64;
@@ -586,7 +601,7 @@ pub async fn throughput(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu1 = a.server_pid.and_then(cpu_seconds);
+    let cpu1 = servers_cpu(a);
     let cpu = match (cpu0, cpu1) {
         (Some(c0), Some(c1)) if delivered > 0 => Some((c1 - c0) * 1e6 / delivered as f64),
         _ => None,
