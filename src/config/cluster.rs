@@ -112,7 +112,7 @@ pub(super) fn cluster(e: &Entry, c: &mut Collected) -> Result<ClusterOptions, Co
                 o.name = Some(name);
             }
             "listen" => {
-                let (host, port) = super::options::host_port(item)?;
+                let (host, port) = field::host_port(item)?;
                 if let Some(h) = host {
                     o.host = h;
                 }

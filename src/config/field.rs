@@ -204,6 +204,32 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("negative duration \"{text}\" is not supported"))
 }
 
+/// A `listen`-style value: a port, or `host:port`.
+pub(super) fn host_port(e: &Entry) -> Result<(Option<String>, i32), ConfigError> {
+    match &e.value.kind {
+        ValueKind::Integer(_) => Ok((None, int32(e)?)),
+        ValueKind::String(s) => split_host_port(s)
+            .ok_or_else(|| invalid(e, format!("could not parse address string \"{s}\""))),
+        _ => Err(invalid_value(e, "a port or host:port")),
+    }
+}
+
+/// Splits `host:port`, `:port` or `[v6]:port`. `None` when there is no numeric port.
+pub(super) fn split_host_port(text: &str) -> Option<(Option<String>, i32)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let port: i32 = port.parse().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let host = if host.is_empty() {
+        None
+    } else {
+        Some(host.to_string())
+    };
+    Some((host, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

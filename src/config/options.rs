@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::accounts::{self, AccountConfig, AuthorizationOptions};
 use super::error::{ConfigError, ConfigErrorKind, Location};
-use super::field::{self, key, Collected};
+use super::field::{self, host_port, key, Collected};
 use super::keys::{self, KeyKind};
 use super::parse::{self, Entry, Map, ParseSettings, Value, ValueKind};
 
@@ -650,31 +650,6 @@ fn at_most_i32(e: &Entry) -> Result<i64, ConfigError> {
 }
 
 /// `port`, `host:port`, `:port` or `[v6]:port` (used by `listen`, `http`, `https`).
-pub(super) fn host_port(e: &Entry) -> Result<(Option<String>, i32), ConfigError> {
-    match &e.value.kind {
-        ValueKind::Integer(_) => Ok((None, field::int32(e)?)),
-        ValueKind::String(s) => split_host_port(s)
-            .ok_or_else(|| field::invalid(e, format!("could not parse address string \"{s}\""))),
-        _ => Err(field::invalid_value(e, "a port or host:port")),
-    }
-}
-
-/// Splits `host:port`, `:port` or `[v6]:port`. `None` when there is no numeric port.
-pub fn split_host_port(text: &str) -> Option<(Option<String>, i32)> {
-    let (host, port) = text.rsplit_once(':')?;
-    let port: i32 = port.parse().ok()?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    let host = if host.is_empty() {
-        None
-    } else {
-        Some(host.to_string())
-    };
-    Some((host, port))
-}
-
 /// A light version of Go's `url.Parse` acceptance: a `scheme:` prefix must be a valid
 /// scheme (so `{http://x` fails, as it does for nats-server) and `%` escapes must be hex.
 fn url_parses(url: &str) -> bool {

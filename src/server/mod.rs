@@ -732,6 +732,10 @@ async fn start_cluster(shared: &Arc<Shared>) -> Result<Option<SocketAddr>, Serve
         Arc::clone(&cluster),
         shared.route_stop.clone(),
     ));
+    tokio::spawn(route::dial::gossip_loop(
+        Arc::clone(shared),
+        Arc::clone(&cluster),
+    ));
     for url in &o.routes {
         tokio::spawn(route::dial::configured(
             Arc::clone(shared),

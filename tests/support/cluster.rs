@@ -43,14 +43,6 @@ pub fn nats_server_binary() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl TestCluster {
     /// Starts one node per entry of `kinds`; every node after the first has the first as its
     /// only seed route (the rest of the mesh comes from gossip). `conf` is every node's
@@ -61,16 +53,20 @@ impl TestCluster {
             nodes: Vec::new(),
             name,
         };
-        let first_route = free_port();
+        let mut first_route = 0;
         for (i, kind) in kinds.iter().enumerate() {
-            let route_port = if i == 0 { first_route } else { free_port() };
             let seeds = if i == 0 {
                 Vec::new()
             } else {
                 vec![format!("nats-route://127.0.0.1:{first_route}")]
             };
             let node_name = format!("n{}", i + 1);
-            let server = spawn_node(*kind, &node_name, &c.name, route_port, &seeds, conf);
+            // Each node picks its own route port; a restart reuses it.
+            let server = spawn_node(*kind, &node_name, &c.name, 0, &seeds, conf);
+            let route_port = server.cluster_port.expect("route port");
+            if i == 0 {
+                first_route = route_port;
+            }
             c.nodes.push(Node {
                 server,
                 name: node_name,
@@ -181,7 +177,11 @@ fn spawn_node(
         "--cluster_name".into(),
         cluster.into(),
         "--cluster".into(),
-        format!("nats://127.0.0.1:{route_port}"),
+        if route_port == 0 {
+            "nats://127.0.0.1:-1".into()
+        } else {
+            format!("nats://127.0.0.1:{route_port}")
+        },
     ];
     if !seeds.is_empty() {
         args.push("--routes".into());
@@ -189,7 +189,21 @@ fn spawn_node(
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mut s = TestServer::spawn_bin(&bin, reference, dir, args, conf.map(str::to_owned));
-    // nats-server logs its route listener after "Server is ready".
-    s.cluster_port = Some(route_port);
+    // nats-server logs its route listener after "Server is ready": wait for the line.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.cluster_port.is_none() {
+        let log = s.log_text();
+        s.cluster_port = log
+            .lines()
+            .find_map(|l| l.split("Listening for route connections on ").nth(1))
+            .and_then(|rest| rest.trim().rsplit(':').next()?.parse().ok());
+        assert!(
+            Instant::now() < deadline,
+            "no route listener in the log:\n{log}"
+        );
+        if s.cluster_port.is_none() {
+            spin_pause(Duration::from_millis(20));
+        }
+    }
     s
 }

@@ -456,7 +456,7 @@ impl RouteConn {
                         self.cluster.urls_changed.notify_one();
                     }
                 } else {
-                    super::dial::gossiped(&self.shared, &self.cluster, &info);
+                    self.cluster.gossip(info);
                 }
                 true
             }

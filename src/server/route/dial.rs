@@ -135,9 +135,30 @@ pub(crate) async fn configured(
     }
 }
 
+/// Dials the peers gossip names, until the server stops.
+pub(crate) async fn gossip_loop(shared: Arc<Shared>, cluster: Arc<Cluster>) {
+    let taken = cluster
+        .gossip_rx
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let Some(mut rx) = taken else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            info = rx.recv() => match info {
+                Some(info) => gossiped(&shared, &cluster, &info),
+                None => return,
+            },
+            () = shared.route_stop.cancelled() => return,
+        }
+    }
+}
+
 /// Acts on a gossiped INFO: dials the peer it names unless it is us, already connected, or
 /// being dialed.
-pub(crate) fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
+fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
     let id = info.server_id.clone();
     if id.is_empty() || id == shared.server_id || cluster.connected_to(&id) {
         return;

@@ -113,7 +113,15 @@ pub(crate) struct Cluster {
     pub(crate) server_name: String,
     /// Changed whenever the set of peers' client URLs changes (clients get an async INFO).
     pub(crate) urls_changed: tokio::sync::Notify,
+    /// Peers gossip told us about, for the dialer (bounded; see [`Cluster::gossip`]).
+    gossip_tx: tokio::sync::mpsc::Sender<PeerInfo>,
+    /// Its receiving end, taken once by the dialer.
+    pub(crate) gossip_rx: Mutex<Option<tokio::sync::mpsc::Receiver<PeerInfo>>>,
 }
+
+/// Gossiped peers waiting for the dialer; past this, gossip is dropped (and logged): a peer we
+/// miss that way dials us itself or is gossiped again when it reconnects anywhere.
+pub(crate) const GOSSIP_QUEUE: usize = 1024;
 
 impl Cluster {
     /// The table for `opts`, before any route exists.
@@ -127,7 +135,10 @@ impl Cluster {
                 (short, true)
             }
         };
+        let (gossip_tx, gossip_rx) = tokio::sync::mpsc::channel(GOSSIP_QUEUE);
         Cluster {
+            gossip_tx,
+            gossip_rx: Mutex::new(Some(gossip_rx)),
             opts,
             name: RwLock::new(name),
             routes: RwLock::new(HashMap::new()),
@@ -265,6 +276,13 @@ impl Cluster {
             .collect();
         peers.sort();
         peers.into_iter().flat_map(|(_, u)| u).collect()
+    }
+
+    /// Hands a gossiped peer to the dialer.
+    pub(crate) fn gossip(&self, info: PeerInfo) {
+        if self.gossip_tx.try_send(info).is_err() {
+            tracing::warn!("gossip queue full ({GOSSIP_QUEUE}): a gossiped peer is not dialed");
+        }
     }
 
     /// Sends `bytes` to every registered route except `skip`.
