@@ -368,17 +368,30 @@ impl Parser {
             return Ok(None);
         };
         debug_assert!(p.server_side || p.total <= self.limits.max_payload);
-        let data = buf.split_to(p.total).freeze();
-        if buf.get(..2) != Some(b"\r\n".as_slice()) {
-            return Err(ProtoError::MissingPayloadTerminator);
-        }
-        buf.advance(2);
-        let (headers, payload) = match p.header_len {
-            Some(h) => (Some(data.slice(..h)), data.slice(h..)),
-            None => (None, data),
-        };
+        let (headers, payload) = split_body(buf, p.total, p.header_len)?;
         Ok(Some((p, headers, payload)))
     }
+}
+
+/// Takes a buffered message body of `total` bytes and its CRLF off the front of `buf` (the
+/// caller checked they are there) and splits off the header block of `header_len` bytes.
+///
+/// # Errors
+/// [`ProtoError::MissingPayloadTerminator`] when the body is not followed by CRLF.
+pub(crate) fn split_body(
+    buf: &mut BytesMut,
+    total: usize,
+    header_len: Option<usize>,
+) -> Result<(Option<Bytes>, Bytes), ProtoError> {
+    let data = buf.split_to(total).freeze();
+    if buf.get(..2) != Some(b"\r\n".as_slice()) {
+        return Err(ProtoError::MissingPayloadTerminator);
+    }
+    buf.advance(2);
+    Ok(match header_len {
+        Some(h) => (Some(data.slice(..h)), data.slice(h..)),
+        None => (None, data),
+    })
 }
 
 fn is_blank(b: &[u8]) -> bool {

@@ -10,9 +10,9 @@
 //! `route_pool_size` and `lnoc`), so every op carries its account; `LS+`/`LS-`/`LMSG` are still
 //! read (origin dropped) so a peer that sends them anyway does not lose the route.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
-use super::parser::{parse_size, ProtoError};
+use super::parser::{parse_size, split_body, ProtoError};
 
 /// Longest route control line accepted (queue lists make RMSG lines long).
 pub const MAX_ROUTE_CONTROL_LINE: usize = 64 * 1024;
@@ -149,15 +149,7 @@ impl RouteParser {
                 let Some(p) = self.pending.take() else {
                     return Ok(None);
                 };
-                let data = buf.split_to(p.total).freeze();
-                if buf.get(..2) != Some(b"\r\n".as_slice()) {
-                    return Err(ProtoError::MissingPayloadTerminator);
-                }
-                buf.advance(2);
-                let (headers, payload) = match p.header_len {
-                    Some(h) => (Some(data.slice(..h)), data.slice(h..)),
-                    None => (None, data),
-                };
+                let (headers, payload) = split_body(buf, p.total, p.header_len)?;
                 return Ok(Some(RouteOp::Msg {
                     account: p.account,
                     subject: p.subject,

@@ -66,6 +66,30 @@ async fn connect(url: &RouteUrl) -> Option<(TcpStream, SocketAddr)> {
     None
 }
 
+/// Runs a route connection we dialed to `url` until it closes.
+async fn serve_dialed(
+    shared: &Arc<Shared>,
+    cluster: &Arc<Cluster>,
+    (stream, addr): (TcpStream, SocketAddr),
+    url: &RouteUrl,
+    configured: bool,
+    stop: &CancellationToken,
+) -> Outcome {
+    let dialed = Dialed {
+        url: url.clone(),
+        configured,
+    };
+    conn::run(
+        Arc::clone(shared),
+        Arc::clone(cluster),
+        stream,
+        addr,
+        Some(dialed),
+        stop.clone(),
+    )
+    .await
+}
+
 fn jittered(d: Duration) -> Duration {
     d + Duration::from_millis(rand::random::<u64>() % 100)
 }
@@ -95,19 +119,8 @@ pub(crate) async fn configured(
                 Some((stream, addr)) => {
                     failures = 0;
                     delay = RECONNECT_DELAY;
-                    let dialed = Dialed {
-                        url: url.clone(),
-                        configured: true,
-                    };
-                    let outcome = conn::run(
-                        Arc::clone(&shared),
-                        Arc::clone(&cluster),
-                        stream,
-                        addr,
-                        Some(dialed),
-                        stop.clone(),
-                    )
-                    .await;
+                    let outcome =
+                        serve_dialed(&shared, &cluster, (stream, addr), &url, true, &stop).await;
                     match outcome {
                         Outcome::SelfRoute => {
                             debug!(url = %url_text, "route to self ignored");
@@ -186,19 +199,7 @@ fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
                 break;
             }
             if let Some((stream, addr)) = connect(&url).await {
-                let dialed = Dialed {
-                    url: url.clone(),
-                    configured: false,
-                };
-                let _ = conn::run(
-                    Arc::clone(&shared),
-                    Arc::clone(&cluster),
-                    stream,
-                    addr,
-                    Some(dialed),
-                    stop.clone(),
-                )
-                .await;
+                let _ = serve_dialed(&shared, &cluster, (stream, addr), &url, false, &stop).await;
                 break;
             }
             if attempt < retries {
