@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use support::certs::{server_sans, Ca, Files};
 use support::cluster::{nats_server_binary, Kind, TestCluster};
 use support::Raw;
 
@@ -360,4 +361,82 @@ async fn route_authorization_is_required_when_configured() {
     );
     raw.expect_line("-ERR 'Authorization Violation'");
     assert!(raw.closed_within(Duration::from_secs(2)));
+}
+
+/// `cluster { tls {} }` with a member certificate signed by `ca` (files kept in `files`).
+fn route_tls_conf(ca: &Ca, files: &Files, tag: &str) -> String {
+    let ca_path = files.put(&format!("{tag}-ca.pem"), &ca.pem());
+    let (cert, key) = ca.leaf("route", server_sans(), |_| {});
+    let cert = files.put(&format!("{tag}-route.pem"), &cert);
+    let key = files.put(&format!("{tag}-route-key.pem"), &key);
+    format!(
+        "cluster {{ tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", timeout: 2 }} }}",
+        cert.display(),
+        key.display(),
+        ca_path.display()
+    )
+}
+
+/// Whether nothing arrives in plaintext on a route port and a plaintext CONNECT is dropped.
+fn plaintext_refused(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    if let Ok(n) = s.read(&mut buf) {
+        if n > 0 {
+            return false; // an INFO in plaintext
+        }
+    }
+    let _ = s.write_all(b"CONNECT {\"name\":\"NXXX\",\"cluster\":\"C1\"}\r\n");
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    !matches!(s.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"INFO"))
+}
+
+#[tokio::test]
+async fn routes_over_tls_verify_members_both_ways() {
+    let (ca, files) = (Ca::new("route CA"), Files::new());
+    let conf = route_tls_conf(&ca, &files, "c1");
+    let mut cl = TestCluster::start(&[Kind::UnderTest, Kind::UnderTest], Some(&conf));
+    cl.wait_full_mesh(MESH);
+    let port = cl.nodes[0].server.cluster_port.unwrap();
+    assert!(plaintext_refused(port), "the route port spoke plaintext");
+    // A third member with a certificate of the same CA joins; one of another CA does not.
+    cl.join(Kind::UnderTest, Some(&conf));
+    cl.wait_full_mesh(MESH);
+    core_across(&cl, 0, 1, 2).await;
+    let stranger = route_tls_conf(&Ca::new("other CA"), &files, "other");
+    let s = cl.join(Kind::UnderTest, Some(&stranger));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        cl.peers_of(0).len(),
+        2,
+        "a member of another CA was admitted"
+    );
+    assert!(cl.peers_of(s).is_empty());
+    if !cl.is_reference() {
+        assert!(cl.nodes[s]
+            .server
+            .log_text()
+            .contains("TLS route handshake error"));
+    }
+}
+
+#[tokio::test]
+async fn a_mixed_cluster_routes_over_tls() {
+    if nats_server_binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+        eprintln!("skipping: no .venv nats-server");
+        return;
+    }
+    let (ca, files) = (Ca::new("route CA"), Files::new());
+    let conf = route_tls_conf(&ca, &files, "c1");
+    let cl = TestCluster::start(
+        &[Kind::UnderTest, Kind::NatsServer, Kind::UnderTest],
+        Some(&conf),
+    );
+    cl.wait_full_mesh(MESH);
+    core_across(&cl, 0, 1, 2).await;
+    core_across(&cl, 1, 2, 0).await;
 }

@@ -10,72 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
+use rcgen::SanType;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::certs::{server_sans, Ca, Files};
 use support::TestServer;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        Ca {
-            issuer: CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap(),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// A leaf certificate; returns (cert pem, key pem).
-    fn leaf(
-        &self,
-        cn: &str,
-        sans: Vec<SanType>,
-        edit: impl FnOnce(&mut CertificateParams),
-    ) -> (String, String) {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.subject_alt_names = sans;
-        edit(&mut p);
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-fn server_sans() -> Vec<SanType> {
-    vec![
-        SanType::DnsName("localhost".try_into().unwrap()),
-        SanType::IpAddress("127.0.0.1".parse().unwrap()),
-    ]
-}
-
-struct Files {
-    dir: tempfile::TempDir,
-}
-
-impl Files {
-    fn new() -> Self {
-        Files {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn put(&self, name: &str, body: &str) -> PathBuf {
-        let p = self.dir.path().join(name);
-        std::fs::write(&p, body).unwrap();
-        p
-    }
-}
 
 fn tls_conf(cert: &Path, key: &Path, extra: &str) -> String {
     format!(

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use super::cluster::{parse_route_url, RouteUrl};
 
-use super::options::{ServerOptions, TlsOptions};
+use super::options::ServerOptions;
+use super::tls::TlsOptions;
 
 /// Help text for `-h` (sealstream's own wording; the flags are nats-server's).
 pub const USAGE: &str = "\

@@ -2,8 +2,10 @@
 //! members of its cluster (`spec/cluster.md` §1).
 //!
 //! Clustering is on when a cluster port is set (`listen`, `port`, or `--cluster`). Routes are
-//! plain TCP between members; route TLS and route permissions are refused with an error rather
-//! than accepted and ignored, because an operator who writes them expects them to hold.
+//! TCP, or TLS with `tls {}`: then both ends present certificates and verify the other's
+//! against `ca_file` (verification cannot be turned off for routes, as in nats-server). Route
+//! permissions are refused with an error rather than accepted and ignored, because an operator
+//! who writes them expects them to hold.
 //! Route pooling and compression are accepted and logged: sealstream keeps one uncompressed
 //! connection per peer, which nats-server also speaks (its "no pool" mode).
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::field::{self, key, Collected};
 use super::parse::{Entry, ValueKind};
+use super::tls::{tls, TlsOptions};
 
 /// What the `cluster {}` block (or the clustering flags) configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +49,8 @@ pub struct ClusterOptions {
     pub ping_interval: Option<Duration>,
     /// Unanswered route PINGs before the route is stale.
     pub ping_max: Option<i64>,
+    /// Route TLS (mutual, always verified).
+    pub tls: Option<TlsOptions>,
 }
 
 impl Default for ClusterOptions {
@@ -66,6 +71,7 @@ impl Default for ClusterOptions {
             compression: "accept".into(),
             ping_interval: None,
             ping_max: None,
+            tls: None,
         }
     }
 }
@@ -99,7 +105,11 @@ const COMPRESSION_MODES: &[&str] = &[
 ];
 
 /// Maps a `cluster {}` block.
-pub(super) fn cluster(e: &Entry, c: &mut Collected) -> Result<ClusterOptions, ConfigError> {
+pub(super) fn cluster(
+    e: &Entry,
+    check_files: bool,
+    c: &mut Collected,
+) -> Result<ClusterOptions, ConfigError> {
     let m = field::map(e)?;
     let mut o = ClusterOptions::default();
     for item in m.entries() {
@@ -193,14 +203,9 @@ pub(super) fn cluster(e: &Entry, c: &mut Collected) -> Result<ClusterOptions, Co
                 o.ping_interval = Some(d.min(Duration::from_secs(30)));
             }
             "ping_max" => o.ping_max = Some(field::int(item)?),
-            // Refused, not ignored: an operator who asks for encrypted or restricted routes
-            // must not get open ones.
-            "tls" => {
-                return Err(field::invalid(
-                    item,
-                    "cluster tls is not supported by sealstream yet; routes would be plaintext",
-                ))
-            }
+            "tls" => o.tls = Some(route_tls(item, check_files, c)?),
+            // Refused, not ignored: an operator who asks for restricted routes must not get
+            // open ones.
             "permissions" => {
                 return Err(field::invalid(
                     item,
@@ -217,6 +222,31 @@ pub(super) fn cluster(e: &Entry, c: &mut Collected) -> Result<ClusterOptions, Co
         ));
     }
     Ok(o)
+}
+
+/// Maps `cluster { tls {} }`: a certificate, its key and the CA that signs the members'
+/// certificates are required, because a route verifies its peer both ways; `insecure` (no
+/// verification) is refused.
+fn route_tls(
+    item: &Entry,
+    check_files: bool,
+    c: &mut Collected,
+) -> Result<TlsOptions, ConfigError> {
+    let mut t = tls(item, check_files, c)?;
+    if t.insecure {
+        return Err(field::invalid(
+            item,
+            "cluster tls: 'insecure' is not supported; routes always verify their peers",
+        ));
+    }
+    if t.cert_file.is_none() || t.ca_file.is_none() {
+        return Err(field::invalid(
+            item,
+            "cluster tls requires cert_file, key_file and ca_file (routes verify their peers both ways)",
+        ));
+    }
+    t.verify = true;
+    Ok(t)
 }
 
 /// A route URL's parts: optional `user:pass@` credentials, host and port. The scheme is not

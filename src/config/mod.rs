@@ -51,6 +51,7 @@ pub mod keys;
 pub mod lex;
 pub mod options;
 pub mod parse;
+pub mod tls;
 mod validate;
 
 pub use accounts::{
@@ -60,9 +61,9 @@ pub use accounts::{
 pub use error::{ConfigError, ConfigErrorKind, Location};
 pub use field::parse_go_duration;
 pub use options::{
-    load_file, parse_str, HandshakeFirst, JetStreamOptions, ResolverConfig, ServerOptions,
-    SyncInterval, TlsOptions,
+    load_file, parse_str, JetStreamOptions, ResolverConfig, ServerOptions, SyncInterval,
 };
+pub use tls::{HandshakeFirst, TlsOptions};
 
 /// Fuzz entry point: parses arbitrary bytes (no environment, no includes, no file checks) and
 /// maps the result onto options. Asserts that nothing panics and that every error points

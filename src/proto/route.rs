@@ -440,6 +440,12 @@ pub struct RouteInfo {
     /// Route credentials required.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub auth_required: bool,
+    /// Routes are TLS (the handshake came first).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls_required: bool,
+    /// Peers' certificates are verified (always, with route TLS).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls_verify: bool,
     /// Largest payload.
     pub max_payload: i64,
     /// Cluster name.

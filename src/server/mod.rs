@@ -172,6 +172,8 @@ pub(crate) struct Shared {
     /// Cancelled when the server stops: ends route connections and dialers (lame duck keeps
     /// them, so the other members hear about it).
     pub(crate) route_stop: tokio_util::sync::CancellationToken,
+    /// Notified when the last client connection unregisters (shutdown waits on it).
+    pub(crate) clients_gone: tokio::sync::Notify,
 }
 
 fn clamp_usize(v: i64, default: usize) -> usize {
@@ -207,13 +209,22 @@ impl Shared {
             )));
         }
         let accounts = Registry::new();
-        let cluster = opts.cluster.enabled().then(|| {
-            Arc::new(route::Cluster::new(
+        let cluster = if opts.cluster.enabled() {
+            let route_tls = opts
+                .cluster
+                .tls
+                .as_ref()
+                .map(tls::RouteTls::load)
+                .transpose()?;
+            Some(Arc::new(route::Cluster::new(
                 opts.cluster.clone(),
+                route_tls,
                 &server_id,
                 &server_name,
-            ))
-        });
+            )))
+        } else {
+            None
+        };
         if let Some(c) = &cluster {
             accounts.set_interest_sink(Arc::clone(c) as Arc<dyn account::InterestSink>);
         }
@@ -257,6 +268,7 @@ impl Shared {
             next_cid: AtomicU64::new(1),
             cluster,
             route_stop: tokio_util::sync::CancellationToken::new(),
+            clients_gone: tokio::sync::Notify::new(),
             opts,
         })
     }
@@ -332,7 +344,11 @@ impl Shared {
     }
 
     pub(crate) fn unregister(&self, c: &ClientHandle) {
-        self.clients_lock().remove(&c.cid);
+        let mut clients = self.clients_lock();
+        clients.remove(&c.cid);
+        if clients.is_empty() {
+            self.clients_gone.notify_waiters();
+        }
     }
 
     pub(crate) fn num_clients(&self) -> usize {

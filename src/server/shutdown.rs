@@ -140,8 +140,16 @@ pub(crate) async fn close_clients(shared: &Arc<Shared>) {
         c.close(CloseReason::ServerShutdown);
     }
     let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
-    while shared.num_clients() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    loop {
+        let gone = shared.clients_gone.notified();
+        tokio::pin!(gone);
+        gone.as_mut().enable();
+        if shared.num_clients() == 0 {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, gone).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -152,6 +160,12 @@ fn reload(shared: &Arc<Shared>) {
         match tls.reload() {
             Ok(()) => info!("Reloaded: TLS certificate and key"),
             Err(e) => warn!("TLS reload failed, keeping the current certificate: {e}"),
+        }
+    }
+    if let Some(tls) = shared.cluster.as_ref().and_then(|c| c.tls.as_ref()) {
+        match tls.reload() {
+            Ok(()) => info!("Reloaded: route TLS certificate and key"),
+            Err(e) => warn!("route TLS reload failed, keeping the current certificate: {e}"),
         }
     }
     match shared.reload_auth() {

@@ -1,4 +1,5 @@
-//! TLS for the client port (and the HTTPS monitoring port), with rustls and the ring provider.
+//! TLS for the client port, the HTTPS monitoring port and routes, with rustls and the ring
+//! provider.
 //!
 //! [`TlsSetup`] turns the `tls {}` options into a rustls `ServerConfig`: certificate chain and
 //! key (an expired leaf certificate refuses to start, naming the file and date), client
@@ -6,20 +7,24 @@
 //! only when `min_version: "1.3"`, and optional `pinned_certs`. The config sits behind a lock
 //! so SIGHUP can swap in re-read certificates; connections keep the session they have.
 //!
+//! [`RouteTls`] is the cluster's: one certificate used both to accept and to dial, peers
+//! verified both ways against the cluster `ca_file`.
+//!
 //! After a handshake, [`peer_identities`] lists what `verify_and_map` can map to a user: SAN
 //! e-mail addresses, SAN DNS names and the subject DN (RFC 2253 order, as nats-server prints it).
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::config::options::TlsOptions;
+use crate::config::tls::TlsOptions;
 
 use super::ServerError;
 
@@ -132,7 +137,10 @@ fn check_not_expired(cert: &CertificateDer<'_>, path: &Path) -> Result<(), Serve
     Ok(())
 }
 
-fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
+/// The certificate chain and key of `opts` (the leaf must be valid now).
+fn cert_and_key(
+    opts: &TlsOptions,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServerError> {
     let cert_file = opts
         .cert_file
         .as_deref()
@@ -147,6 +155,11 @@ fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
     }
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|e| err(format!("tls key file {}: {e}", key_file.display())))?;
+    Ok((certs, key))
+}
+
+/// The ring provider, limited to `cipher_suites` when given.
+fn provider(opts: &TlsOptions) -> Result<Arc<CryptoProvider>, ServerError> {
     let mut provider = rustls::crypto::ring::default_provider();
     if !opts.cipher_suites.is_empty() {
         let wanted: Vec<String> = opts
@@ -169,31 +182,48 @@ fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
             .cipher_suites
             .retain(|cs| wanted.contains(&format!("{:?}", cs.suite())));
     }
-    let provider = Arc::new(provider);
-    let versions: &[&rustls::SupportedProtocolVersion] = match opts.min_version.as_deref() {
-        Some("1.3") => &[&rustls::version::TLS13],
-        Some("1.2") | None => &[&rustls::version::TLS13, &rustls::version::TLS12],
-        Some(v) => {
-            return Err(err(format!(
-                "tls: min_version {v:?} (use \"1.2\" or \"1.3\")"
-            )))
-        }
-    };
+    Ok(Arc::new(provider))
+}
+
+/// The protocol versions `min_version` allows.
+fn versions(
+    opts: &TlsOptions,
+) -> Result<&'static [&'static rustls::SupportedProtocolVersion], ServerError> {
+    static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+    static TLS12_UP: [&rustls::SupportedProtocolVersion; 2] =
+        [&rustls::version::TLS13, &rustls::version::TLS12];
+    match opts.min_version.as_deref() {
+        Some("1.3") => Ok(&TLS13_ONLY),
+        Some("1.2") | None => Ok(&TLS12_UP),
+        Some(v) => Err(err(format!(
+            "tls: min_version {v:?} (use \"1.2\" or \"1.3\")"
+        ))),
+    }
+}
+
+/// The certificates of `ca_file`, as trust anchors.
+fn roots(opts: &TlsOptions) -> Result<Arc<RootCertStore>, ServerError> {
+    let ca = opts
+        .ca_file
+        .as_deref()
+        .ok_or_else(|| err("tls: verify needs ca_file".into()))?;
+    let mut roots = RootCertStore::empty();
+    for c in read_certs(ca)? {
+        roots
+            .add(c)
+            .map_err(|e| err(format!("tls ca_file {}: {e}", ca.display())))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
+    let (certs, key) = cert_and_key(opts)?;
+    let provider = provider(opts)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(versions)
+        .with_protocol_versions(versions(opts)?)
         .map_err(|e| err(format!("tls: {e}")))?;
     let builder = if opts.verify || opts.verify_and_map {
-        let ca = opts
-            .ca_file
-            .as_deref()
-            .ok_or_else(|| err("tls: verify needs ca_file".into()))?;
-        let mut roots = RootCertStore::empty();
-        for c in read_certs(ca)? {
-            roots
-                .add(c)
-                .map_err(|e| err(format!("tls ca_file {}: {e}", ca.display())))?;
-        }
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots(opts)?, provider)
             .build()
             .map_err(|e| err(format!("tls: {e}")))?;
         builder.with_client_cert_verifier(verifier)
@@ -203,6 +233,79 @@ fn build_config(opts: &TlsOptions) -> Result<ServerConfig, ServerError> {
     builder
         .with_single_cert(certs, key)
         .map_err(|e| err(format!("tls: certificate and key do not match: {e}")))
+}
+
+/// The client side of route TLS: trusts `ca_file` only and presents our certificate.
+fn build_route_client_config(opts: &TlsOptions) -> Result<ClientConfig, ServerError> {
+    let (certs, key) = cert_and_key(opts)?;
+    ClientConfig::builder_with_provider(provider(opts)?)
+        .with_protocol_versions(versions(opts)?)
+        .map_err(|e| err(format!("tls: {e}")))?
+        .with_root_certificates(roots(opts)?)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| err(format!("tls: certificate and key do not match: {e}")))
+}
+
+/// Route TLS (`cluster { tls {} }`): mutual and always verified. A member presents its
+/// certificate both when it accepts and when it dials, and checks the other side's against
+/// `ca_file`; a dialer also checks that the certificate names the host it dialed.
+pub(crate) struct RouteTls {
+    /// The options it was built from.
+    pub(crate) opts: TlsOptions,
+    ends: RwLock<(TlsAcceptor, TlsConnector)>,
+}
+
+impl RouteTls {
+    /// Loads the certificates.
+    ///
+    /// # Errors
+    /// A message naming the file or option at fault.
+    pub(crate) fn load(opts: &TlsOptions) -> Result<Self, ServerError> {
+        let ends = Self::build(opts)?;
+        Ok(RouteTls {
+            opts: opts.clone(),
+            ends: RwLock::new(ends),
+        })
+    }
+
+    fn build(opts: &TlsOptions) -> Result<(TlsAcceptor, TlsConnector), ServerError> {
+        let mut verified = opts.clone();
+        verified.verify = true;
+        let server = build_config(&verified)?;
+        let client = build_route_client_config(&verified)?;
+        Ok((
+            TlsAcceptor::from(Arc::new(server)),
+            TlsConnector::from(Arc::new(client)),
+        ))
+    }
+
+    /// Re-reads the files (SIGHUP); routes already up keep their session.
+    ///
+    /// # Errors
+    /// As [`RouteTls::load`]; the old configuration stays in place.
+    pub(crate) fn reload(&self) -> Result<(), ServerError> {
+        let ends = Self::build(&self.opts)?;
+        *self.ends.write().unwrap_or_else(|p| p.into_inner()) = ends;
+        Ok(())
+    }
+
+    /// The accepting end, for a connection on the route port.
+    pub(crate) fn acceptor(&self) -> TlsAcceptor {
+        self.ends
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    /// The dialing end.
+    pub(crate) fn connector(&self) -> TlsConnector {
+        self.ends
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
 }
 
 /// Escapes one attribute value for a DN string (RFC 2253 §2.4, as nats-server renders it):

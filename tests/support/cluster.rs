@@ -79,6 +79,27 @@ impl TestCluster {
         c
     }
 
+    /// Starts one more node of `kind` with its own config body, seeded with node 1's route.
+    /// Returns its index.
+    pub fn join(&mut self, kind: Kind, conf: Option<&str>) -> usize {
+        let seeds = vec![format!(
+            "nats-route://127.0.0.1:{}",
+            self.nodes[0].route_port
+        )];
+        let name = format!("n{}", self.nodes.len() + 1);
+        let server = spawn_node(kind, &name, &self.name, 0, &seeds, conf);
+        let route_port = server.cluster_port.expect("route port");
+        self.nodes.push(Node {
+            server,
+            name,
+            kind,
+            route_port,
+            seeds,
+            conf: conf.map(str::to_owned),
+        });
+        self.nodes.len() - 1
+    }
+
     /// Whether every node runs the reference server (tests of sealstream-only behaviour
     /// return early then).
     pub fn is_reference(&self) -> bool {

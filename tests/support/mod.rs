@@ -11,6 +11,7 @@
     reason = "shared by every test crate, each using a different part; a harness may panic"
 )]
 
+pub mod certs;
 pub mod cluster;
 pub mod js;
 pub mod jwt;

@@ -5,6 +5,7 @@ use super::super::accounts::{
 };
 use super::super::error::ConfigError;
 use super::super::parse::ParseSettings;
+use super::super::tls::HandshakeFirst;
 use super::*;
 use std::collections::HashMap;
 
@@ -629,6 +630,30 @@ fn accounts_inside_authorization_load_but_fail_the_check_like_nats_server() {
 }
 
 #[test]
+fn cluster_tls_always_verifies_and_needs_a_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |n: &str| {
+        let p = dir.path().join(n);
+        std::fs::write(&p, "pem").unwrap();
+        p.display().to_string()
+    };
+    let (cert, key, ca) = (file("c.pem"), file("k.pem"), file("ca.pem"));
+    let text = format!(
+        "cluster {{ port: -1, tls {{ cert_file: \"{cert}\", key_file: \"{key}\", ca_file: \"{ca}\", timeout: 3 }} }}"
+    );
+    let t = opts(&text).cluster.tls.unwrap();
+    assert!(t.verify, "route TLS is always verified");
+    assert_eq!(t.timeout, Duration::from_secs(3));
+    let no_ca =
+        format!("cluster {{ port: -1, tls {{ cert_file: \"{cert}\", key_file: \"{key}\" }} }}");
+    assert!(err(&no_ca).contains("requires cert_file, key_file and ca_file"));
+    let insecure = format!(
+        "cluster {{ port: -1, tls {{ cert_file: \"{cert}\", key_file: \"{key}\", ca_file: \"{ca}\", insecure: true }} }}"
+    );
+    assert!(err(&insecure).contains("'insecure' is not supported"));
+}
+
+#[test]
 fn tls_block_maps_and_checks_its_files() {
     let dir = tempfile::tempdir().unwrap();
     let cert = dir.path().join("c.pem");
@@ -839,7 +864,7 @@ fn cluster_blocks_map_and_refuse_what_would_not_hold() {
         ),
         (
             "cluster { tls { cert_file: x } }",
-            "cluster tls is not supported",
+            "missing 'key_file' in TLS configuration",
         ),
         ("cluster { bogus_field: 1 }", "unknown field"),
     ] {

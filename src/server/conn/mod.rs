@@ -155,7 +155,7 @@ async fn upgrade(
     mut stream: TcpStream,
     nonce: Option<String>,
 ) -> Option<Transport> {
-    use crate::config::options::HandshakeFirst;
+    use crate::config::tls::HandshakeFirst;
     use tokio::io::AsyncWriteExt;
 
     let plain = |stream, info_sent, nonce| {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -36,6 +36,14 @@ use super::{encode_interest, unix_nanos, Admission, Cluster, Route, MAX_PING_INT
 pub(crate) const MAX_REMOTE_SUBS: usize = 4_000_000;
 /// Time a peer has to complete the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A route socket: plain TCP, or TLS from its first byte (`cluster { tls {} }`).
+pub(crate) enum RouteStream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS, handshake done (either side).
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+}
 
 /// How a connection we dialed came about.
 pub(crate) struct Dialed {
@@ -86,6 +94,8 @@ pub(crate) fn our_info(shared: &Shared, cluster: &Cluster) -> Vec<u8> {
         ip: advertise,
         headers: true,
         auth_required: cluster.opts.user.is_some(),
+        tls_required: cluster.tls.is_some(),
+        tls_verify: cluster.tls.is_some(),
         max_payload: shared.limits.max_payload as i64,
         cluster: name,
         cluster_dynamic: dynamic,
@@ -118,7 +128,7 @@ fn our_connect(shared: &Shared, cluster: &Cluster, url: &RouteUrl) -> Vec<u8> {
         pedantic: false,
         user,
         pass,
-        tls_required: false,
+        tls_required: cluster.tls.is_some(),
         headers: true,
         name: shared.server_id.clone(),
         cluster: cluster.name().0,
@@ -160,16 +170,28 @@ struct RouteConn {
 pub(crate) async fn run(
     shared: Arc<Shared>,
     cluster: Arc<Cluster>,
-    stream: TcpStream,
+    stream: RouteStream,
     peer: SocketAddr,
     dialed: Option<Dialed>,
     cancel: CancellationToken,
 ) -> Outcome {
-    let _ = stream.set_nodelay(true);
     let cid = shared.next_cid();
     let handle = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
-    let (mut r, w) = stream.into_split();
-    let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), shared.write_deadline()));
+    let deadline = shared.write_deadline();
+    let (mut r, writer): (Box<dyn AsyncRead + Unpin + Send>, _) = match stream {
+        RouteStream::Plain(s) => {
+            let _ = s.set_nodelay(true);
+            let (r, w) = s.into_split();
+            let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), deadline));
+            (Box::new(r), writer)
+        }
+        RouteStream::Tls(s) => {
+            let _ = s.get_ref().0.set_nodelay(true);
+            let (r, w) = tokio::io::split(*s);
+            let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), deadline));
+            (Box::new(r), writer)
+        }
+    };
     let mut hello = Vec::new();
     if let Some(d) = &dialed {
         hello.extend_from_slice(&our_connect(&shared, &cluster, &d.url));

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls_pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -16,7 +17,7 @@ use crate::proto::route::PeerInfo;
 
 use super::super::listener::canonical_peer;
 use super::super::Shared;
-use super::conn::{self, Dialed, Outcome};
+use super::conn::{self, Dialed, Outcome, RouteStream};
 use super::{Cluster, DIAL_TIMEOUT, MAX_RECONNECT_DELAY, RECONNECT_DELAY};
 
 /// Accepts route connections until `stop` is cancelled.
@@ -35,14 +36,13 @@ pub(crate) async fn accept_loop(
             Ok((stream, peer)) => {
                 let peer = canonical_peer(peer);
                 debug!(remote = %peer, "route connection accepted");
-                tokio::spawn(conn::run(
-                    Arc::clone(&shared),
-                    Arc::clone(&cluster),
-                    stream,
-                    peer,
-                    None,
-                    stop.clone(),
-                ));
+                let (shared, cluster, stop) =
+                    (Arc::clone(&shared), Arc::clone(&cluster), stop.clone());
+                tokio::spawn(async move {
+                    if let Some(stream) = secure(&cluster, stream, peer, None).await {
+                        conn::run(shared, cluster, stream, peer, None, stop).await;
+                    }
+                });
             }
             Err(e) => {
                 warn!(error = %e, "route accept failed");
@@ -66,6 +66,49 @@ async fn connect(url: &RouteUrl) -> Option<(TcpStream, SocketAddr)> {
     None
 }
 
+/// Makes a route socket of an accepted (`server_name` None) or dialed TCP connection: with
+/// route TLS, the handshake comes first, both sides present certificates, and a dialer checks
+/// that the peer's names `server_name`. None when the handshake fails (logged).
+async fn secure(
+    cluster: &Cluster,
+    stream: TcpStream,
+    peer: SocketAddr,
+    server_name: Option<&str>,
+) -> Option<RouteStream> {
+    let Some(tls) = &cluster.tls else {
+        return Some(RouteStream::Plain(stream));
+    };
+    let handshake = async {
+        match server_name {
+            None => tls
+                .acceptor()
+                .accept(stream)
+                .await
+                .map(tokio_rustls::TlsStream::from),
+            Some(name) => {
+                let name = ServerName::try_from(name.to_owned()).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+                })?;
+                tls.connector()
+                    .connect(name, stream)
+                    .await
+                    .map(tokio_rustls::TlsStream::from)
+            }
+        }
+    };
+    match tokio::time::timeout(tls.opts.timeout, handshake).await {
+        Ok(Ok(s)) => Some(RouteStream::Tls(Box::new(s))),
+        Ok(Err(e)) => {
+            warn!(remote = %peer, "TLS route handshake error: {e}");
+            None
+        }
+        Err(_) => {
+            warn!(remote = %peer, "TLS route handshake error: timeout");
+            None
+        }
+    }
+}
+
 /// Runs a route connection we dialed to `url` until it closes.
 async fn serve_dialed(
     shared: &Arc<Shared>,
@@ -75,6 +118,10 @@ async fn serve_dialed(
     configured: bool,
     stop: &CancellationToken,
 ) -> Outcome {
+    let host = url.host.trim_start_matches('[').trim_end_matches(']');
+    let Some(stream) = secure(cluster, stream, addr, Some(host)).await else {
+        return Outcome::NoHandshake;
+    };
     let dialed = Dialed {
         url: url.clone(),
         configured,

@@ -41,6 +41,7 @@ use crate::proto::route::{self as wire, PeerInfo};
 
 use super::account::InterestSink;
 use super::client::{ClientHandle, CloseReason};
+use super::tls::RouteTls;
 
 /// Delay between dials of a configured route, and the first retry of a gossiped one.
 pub(crate) const RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -117,6 +118,8 @@ pub(crate) struct Cluster {
     gossip_tx: tokio::sync::mpsc::Sender<PeerInfo>,
     /// Its receiving end, taken once by the dialer.
     pub(crate) gossip_rx: Mutex<Option<tokio::sync::mpsc::Receiver<PeerInfo>>>,
+    /// Route TLS, when `cluster { tls {} }` is set: every route is TLS from its first byte.
+    pub(crate) tls: Option<RouteTls>,
 }
 
 /// Gossiped peers waiting for the dialer; past this, gossip is dropped (and logged): a peer we
@@ -125,7 +128,12 @@ pub(crate) const GOSSIP_QUEUE: usize = 1024;
 
 impl Cluster {
     /// The table for `opts`, before any route exists.
-    pub(crate) fn new(opts: ClusterOptions, server_id: &str, server_name: &str) -> Self {
+    pub(crate) fn new(
+        opts: ClusterOptions,
+        tls: Option<RouteTls>,
+        server_id: &str,
+        server_name: &str,
+    ) -> Self {
         let name = match &opts.name {
             Some(n) => (n.clone(), false),
             None => {
@@ -137,6 +145,7 @@ impl Cluster {
         };
         let (gossip_tx, gossip_rx) = tokio::sync::mpsc::channel(GOSSIP_QUEUE);
         Cluster {
+            tls,
             gossip_tx,
             gossip_rx: Mutex::new(Some(gossip_rx)),
             opts,
