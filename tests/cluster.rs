@@ -440,3 +440,118 @@ async fn a_mixed_cluster_routes_over_tls() {
     core_across(&cl, 0, 1, 2).await;
     core_across(&cl, 1, 2, 0).await;
 }
+
+const IMPORTS: &str = r#"
+accounts {
+  A: {
+    users: [{user: a, password: a}]
+    exports: [{service: "svc.>"}, {stream: "feed.>"}]
+  }
+  B: {
+    users: [{user: b, password: b}]
+    imports: [
+      {service: {account: A, subject: "svc.>"}}
+      {stream: {account: A, subject: "feed.>"}, prefix: "from_a"}
+    ]
+  }
+}
+"#;
+
+async fn login(cl: &TestCluster, i: usize, user: &str) -> async_nats::Client {
+    async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+        .connect(cl.url(i))
+        .await
+        .unwrap()
+}
+
+/// A service of account A on node `svc_at` answers account B's requesters on every node,
+/// and A's stream reaches B's subscriber on node `sub_at`.
+async fn imports_across(cl: &TestCluster, svc_at: usize, sub_at: usize) {
+    let responder = login(cl, svc_at, "a").await;
+    // Subjects of this call only (responders of earlier calls are still up).
+    let tag = format!("at{}", svc_at + 1);
+    let mut reqs = responder.subscribe(format!("svc.{tag}.>")).await.unwrap();
+    let answering = responder.clone();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&served);
+    tokio::spawn(async move {
+        while let Some(m) = reqs.next().await {
+            if m.subject.contains(".from.") {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            if let Some(r) = m.reply {
+                let body = format!("answer to {}", m.subject);
+                let _ = answering.publish(r, body.into()).await;
+            }
+        }
+    });
+    support::sync(&responder).await;
+    for i in 0..cl.nodes.len() {
+        // The responder's interest has reached node i when an A client there gets answers.
+        wait_interest(&login(cl, i, "a").await, &format!("svc.{tag}.probe")).await;
+        let requester = login(cl, i, "b").await;
+        let subject = format!("svc.{tag}.from.n{}", i + 1);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            requester.request(subject.clone(), "q".into()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("no answer on n{} (service on n{})", i + 1, svc_at + 1))
+        .unwrap();
+        assert_eq!(answer.payload, format!("answer to {subject}"));
+    }
+    // Each request above was served once.
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::SeqCst),
+        cl.nodes.len()
+    );
+    // A's stream reaches B's subscribers on another node and on its own, once each.
+    let importer = login(cl, sub_at, "b").await;
+    let exporter = login(cl, svc_at, "a").await;
+    let b_there = login(cl, svc_at, "b").await;
+    let mut far = subscribe_seen(&importer, &b_there, "from_a.feed.>", None).await;
+    let mut near = b_there.subscribe("from_a.feed.>").await.unwrap();
+    support::sync(&b_there).await;
+    // B's interest has reached A's node when B's probe has (subscribe_seen above).
+    exporter.publish("feed.news", "hot".into()).await.unwrap();
+    for sub in [&mut far, &mut near] {
+        let m = next(sub).await;
+        assert_eq!(
+            (m.subject.as_str(), &m.payload[..]),
+            ("from_a.feed.news", &b"hot"[..])
+        );
+    }
+    for sub in [&mut far, &mut near] {
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), sub.next())
+                .await
+                .is_err(),
+            "a stream import delivered twice"
+        );
+    }
+}
+
+#[tokio::test]
+async fn service_and_stream_imports_work_across_nodes() {
+    let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(IMPORTS));
+    cl.wait_full_mesh(MESH);
+    imports_across(&cl, 2, 0).await;
+    imports_across(&cl, 0, 1).await;
+}
+
+#[tokio::test]
+async fn service_imports_work_across_nodes_of_a_mixed_cluster() {
+    if nats_server_binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+        eprintln!("skipping: no .venv nats-server");
+        return;
+    }
+    let cl = TestCluster::start(
+        &[Kind::UnderTest, Kind::NatsServer, Kind::UnderTest],
+        Some(IMPORTS),
+    );
+    cl.wait_full_mesh(MESH);
+    // The service on nats-server, requesters everywhere; then on sealstream.
+    imports_across(&cl, 1, 0).await;
+    imports_across(&cl, 2, 1).await;
+}

@@ -13,7 +13,7 @@ use crate::auth::{Authenticator, Trust, UserEntry};
 use crate::config::accounts::{Permissions as ConfigPermissions, UserConfig};
 use crate::config::options::{ResolverConfig, ServerOptions};
 
-use super::account::Registry;
+use super::account::{Account, Registry};
 use super::ServerError;
 
 fn permissions(p: &Option<ConfigPermissions>) -> Option<Arc<Permissions>> {
@@ -130,12 +130,15 @@ fn install_routes(opts: &ServerOptions, registry: &Registry) {
                 continue;
             };
             match imp.kind {
-                ExportKind::Stream => exporter_acc.routes_init().add_stream(StreamRoute {
-                    pattern: imp.subject.clone(),
-                    importer: Arc::clone(&importer_acc),
-                    prefix: imp.prefix.clone(),
-                    to: imp.to.clone(),
-                }),
+                ExportKind::Stream => Account::add_stream_import(
+                    &exporter_acc,
+                    StreamRoute {
+                        pattern: imp.subject.clone(),
+                        importer: Arc::clone(&importer_acc),
+                        prefix: imp.prefix.clone(),
+                        to: imp.to.clone(),
+                    },
+                ),
                 ExportKind::Service => {
                     let singleton = opts
                         .accounts
@@ -195,6 +198,7 @@ pub(crate) fn reinstall_jwt_routes(trust: &crate::auth::Trust, registry: &Regist
         .filter_map(|n| registry.get(n))
         .collect();
     for importer in &installed {
+        importer.forget_stream_imports();
         for exporter in &all {
             if let Some(r) = exporter.routes() {
                 r.forget_importer(importer, Arc::ptr_eq(exporter, importer));
@@ -235,12 +239,15 @@ fn add_jwt_routes(
         }
         let exporter = registry.create(&imp.account);
         if imp.kind.eq_ignore_ascii_case("stream") {
-            exporter.routes_init().add_stream(StreamRoute {
-                pattern: imp.subject.clone(),
-                importer: Arc::clone(account),
-                prefix: None,
-                to: imp.local_subject.clone(),
-            });
+            Account::add_stream_import(
+                &exporter,
+                StreamRoute {
+                    pattern: imp.subject.clone(),
+                    importer: Arc::clone(account),
+                    prefix: None,
+                    to: imp.local_subject.clone(),
+                },
+            );
         } else {
             exporter.routes_init();
             let singleton = export

@@ -222,8 +222,9 @@ pub(crate) fn deliver_as(
 }
 
 /// Delivers a message a route peer sent (`RMSG`): to local plain subscribers and to one local
-/// member of each group in `queues`. Never forwarded to another route (one hop), no imports
-/// (the sender applied them), no no-responders status (the requester's server decides).
+/// member of each group in `queues`, and through this account's stream exports to local
+/// importers. Never forwarded to another route (one hop), no service imports (the sender
+/// applied them), no no-responders status (the requester's server decides).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver_routed(
     ctx: &mut RouteCtx,
@@ -242,8 +243,19 @@ pub(crate) fn deliver_routed(
         crossed: true,
     };
     let reach = Reach::FromRoute(queues);
-    let n = deliver_matches(ctx, &matches, from, reach, subject, reply, headers, payload);
+    let mut n = deliver_matches(ctx, &matches, from, reach, subject, reply, headers, payload);
     release_expired(ctx, account);
+    if let Some(routes) = account.routes() {
+        // An answer to a service import this server mapped (the requester is here).
+        if subject.starts_with(b"_R_.") {
+            if let Some((importer, back)) = routes.take_reply(subject) {
+                n += 1;
+                publish(ctx, &importer, from, &back, None, headers, payload);
+            }
+        }
+        // Stream imports are mapped where the importer's subscribers are: here.
+        import_streams(ctx, routes, from, subject, reply, headers, payload);
+    }
     n
 }
 
@@ -527,34 +539,13 @@ fn cross_accounts(
     if from.crossed {
         return crossed;
     }
-    for s in routes.streams().iter() {
-        let mapped = match (&s.prefix, &s.to) {
-            (Some(prefix), _)
-                if crate::subject::subject_matches_filter(subject, s.pattern.as_bytes()) =>
-            {
-                let mut v = prefix.as_bytes().to_vec();
-                v.push(b'.');
-                v.extend_from_slice(subject);
-                Some(v)
-            }
-            (None, Some(to)) => imports::transform(subject, &s.pattern, to),
-            (None, None) => crate::subject::subject_matches_filter(subject, s.pattern.as_bytes())
-                .then(|| subject.to_vec()),
-            _ => None,
-        };
-        if let Some(m) = mapped {
-            publish(ctx, &s.importer, hop, &m, reply, headers, payload);
-        }
-    }
+    import_streams(ctx, routes, hop, subject, reply, headers, payload);
     for svc in routes.services().iter() {
         let Some(remote) = imports::transform(subject, &svc.local, &svc.remote) else {
             continue;
         };
-        let Some(exporter_routes) = svc.exporter.routes() else {
-            continue;
-        };
         let mapped_reply = reply.map(|r| {
-            exporter_routes.map_reply(
+            svc.exporter.map_reply(
                 Arc::clone(account),
                 Bytes::copy_from_slice(r),
                 svc.singleton,
@@ -572,6 +563,50 @@ fn cross_accounts(
         crossed = true;
     }
     crossed
+}
+
+/// Delivers a message of an exporting account to the importers of its subjects, on this node
+/// only: other nodes map the exporter's messages themselves (they advertise the exporter-side
+/// interest, see `Account::add_stream_import`), as nats-server's do.
+fn import_streams(
+    ctx: &mut RouteCtx,
+    routes: &imports::Routes,
+    hop: Publisher,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) {
+    for s in routes.streams().iter() {
+        let mapped = match (&s.prefix, &s.to) {
+            (Some(prefix), _)
+                if crate::subject::subject_matches_filter(subject, s.pattern.as_bytes()) =>
+            {
+                let mut v = prefix.as_bytes().to_vec();
+                v.push(b'.');
+                v.extend_from_slice(subject);
+                Some(v)
+            }
+            (None, Some(to)) => imports::transform(subject, &s.pattern, to),
+            (None, None) => crate::subject::subject_matches_filter(subject, s.pattern.as_bytes())
+                .then(|| subject.to_vec()),
+            _ => None,
+        };
+        if let Some(m) = mapped {
+            let matches = ctx.lookup(&s.importer, &m);
+            deliver_matches(
+                ctx,
+                &matches,
+                hop,
+                Reach::Local,
+                &m,
+                reply,
+                headers,
+                payload,
+            );
+            release_expired(ctx, &s.importer);
+        }
+    }
 }
 
 /// Most reply permissions one connection holds at once; older ones are dropped.

@@ -14,7 +14,8 @@
 //! import cycles cannot loop.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,6 +49,41 @@ impl StreamRoute {
             prefix: self.prefix.clone(),
             to: self.to.clone(),
         }
+    }
+}
+
+/// A stream import as seen from the importer, for the cluster: while some local subscription
+/// of the importer overlaps `target`, the exporter advertises interest in `pattern` (see
+/// [`Account::add_stream_import`]).
+pub(crate) struct ImportInterest {
+    exporter: Weak<Account>,
+    /// The imported subjects, in the exporter.
+    pub(crate) pattern: Bytes,
+    /// What the import delivers in the importer (wider than exact when a mapping has
+    /// wildcards: advertising too much costs bandwidth, too little would lose messages).
+    pub(crate) target: Bytes,
+    /// The importer's interest keys overlapping `target`; changed under its count lock.
+    keys: AtomicUsize,
+}
+
+impl ImportInterest {
+    pub(crate) fn new(exporter: &Arc<Account>, route: &StreamRoute) -> Self {
+        let target = match (&route.prefix, &route.to) {
+            (Some(prefix), _) => format!("{prefix}.{}", route.pattern),
+            (None, Some(to)) if to.contains('$') || to.contains("{{") => ">".to_owned(),
+            (None, Some(to)) => to.clone(),
+            (None, None) => route.pattern.clone(),
+        };
+        ImportInterest {
+            exporter: Arc::downgrade(exporter),
+            pattern: Bytes::from(route.pattern.clone()),
+            target: Bytes::from(target),
+            keys: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn set_keys(&self, n: usize) {
+        self.keys.store(n, Ordering::Relaxed);
     }
 }
 
@@ -92,6 +128,12 @@ pub(crate) struct Routes {
     services: RwLock<Arc<Vec<ServiceRoute>>>,
     /// Live `_R_` reply mappings for requests this account answers.
     pub(crate) responses: Mutex<HashMap<Bytes, ReplyRoute>>,
+    /// `_R_.<random>.`: this server's reply prefix for the account, made on first use.
+    reply_prefix: std::sync::OnceLock<String>,
+    /// Whether the reply wildcard has been advertised to routes.
+    pub(crate) reply_interest: std::sync::atomic::AtomicBool,
+    /// Stream imports this account makes, for the interest they lend their exporters.
+    imported: RwLock<Vec<Arc<ImportInterest>>>,
 }
 
 impl Routes {
@@ -111,6 +153,53 @@ impl Routes {
         let mut v: Vec<StreamRoute> = g.iter().map(StreamRoute::clone_route).collect();
         v.push(r);
         *g = Arc::new(v);
+    }
+
+    /// Registers a stream import this account makes (under its count lock).
+    pub(crate) fn add_import_interest(&self, i: Arc<ImportInterest>) {
+        self.imported
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(i);
+    }
+
+    /// Takes every stream import this account makes; returns the (exporter, pattern) pairs
+    /// whose interest must be withdrawn (under its count lock).
+    pub(crate) fn take_import_interest(&self) -> Vec<(Arc<Account>, Bytes)> {
+        let taken = std::mem::take(&mut *self.imported.write().unwrap_or_else(|p| p.into_inner()));
+        taken
+            .into_iter()
+            .filter(|i| i.keys.load(Ordering::Relaxed) > 0)
+            .filter_map(|i| Some((i.exporter.upgrade()?, i.pattern.clone())))
+            .collect()
+    }
+
+    /// A local subscription key of this (importing) account on `subject` appeared
+    /// (`present`) or went away: the (exporter, pattern, up) interest changes that follow
+    /// (under its count lock).
+    pub(crate) fn importer_interest(
+        &self,
+        subject: &[u8],
+        present: bool,
+    ) -> Vec<(Arc<Account>, Bytes, bool)> {
+        let imported = self.imported.read().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        for i in imported.iter() {
+            if !crate::subject::filters_overlap(subject, &i.target) {
+                continue;
+            }
+            let edge = if present {
+                i.keys.fetch_add(1, Ordering::Relaxed) == 0
+            } else {
+                i.keys.fetch_sub(1, Ordering::Relaxed) == 1
+            };
+            if edge {
+                if let Some(e) = i.exporter.upgrade() {
+                    out.push((e, i.pattern.clone(), present));
+                }
+            }
+        }
+        out
     }
 
     /// Adds a service route (an import this account makes).
@@ -138,11 +227,25 @@ impl Routes {
         }
     }
 
-    /// Records a reply mapping and returns the `_R_` subject to use as the reply.
+    fn reply_prefix(&self) -> &str {
+        self.reply_prefix.get_or_init(|| {
+            let id = crate::crypto::random_id();
+            let hex: String = id.iter().take(5).map(|b| format!("{b:02x}")).collect();
+            format!("_R_.{hex}.")
+        })
+    }
+
+    /// `_R_.<prefix>.>`: every reply subject this server maps for the account.
+    pub(crate) fn reply_wildcard(&self) -> Bytes {
+        Bytes::from(format!("{}>", self.reply_prefix()))
+    }
+
+    /// Records a reply mapping and returns the `_R_` subject to use as the reply (see
+    /// [`Account::map_reply`], which also makes it reachable from other nodes).
     pub(crate) fn map_reply(&self, importer: Arc<Account>, reply: Bytes, singleton: bool) -> Bytes {
         let id = crate::crypto::random_id();
-        let hex: String = id.iter().take(10).map(|b| format!("{b:02x}")).collect();
-        let subject = Bytes::from(format!("_R_.{}.{}", &hex[..10], &hex[10..]));
+        let hex: String = id.iter().take(5).map(|b| format!("{b:02x}")).collect();
+        let subject = Bytes::from(format!("{}{hex}", self.reply_prefix()));
         let mut m = self.responses.lock().unwrap_or_else(|p| p.into_inner());
         if m.len() >= MAX_RESPONSES {
             let now = Instant::now();

@@ -154,7 +154,24 @@ pub(crate) struct Account {
     /// Where interest changes go once clustering is on.
     sink: SinkSlot,
     /// Local interest per (subject, queue), counted only while a sink is set (clustered).
-    local: std::sync::Mutex<HashMap<(Bytes, Option<Bytes>), u32>>,
+    local: std::sync::Mutex<HashMap<(Bytes, Option<Bytes>), Interest>>,
+}
+
+/// What makes one (subject, queue) of an account interesting to the cluster.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Interest {
+    /// Local subscriptions (queue members count each).
+    subs: u32,
+    /// Interest lent, not subscribed: stream imports of this (exporting) account's `subject`
+    /// whose importer has local subscribers, and the service-reply wildcard. Signed: an importer's changes reach here outside its lock, so a
+    /// withdrawal may arrive before the grant it follows; the sum is right once both have.
+    imports: i64,
+}
+
+impl Interest {
+    fn present(self) -> bool {
+        i64::from(self.subs) + self.imports > 0
+    }
 }
 
 impl Account {
@@ -175,29 +192,111 @@ impl Account {
     /// Counts one more (`up`) or one less local subscription on (`subject`, `queue`) and tells
     /// the sink, under the count lock so changes to one key reach routes in order.
     fn count_interest(&self, sub: &Subscription, up: bool) {
+        if sub.subscriber.advertised() {
+            self.count_key(&sub.subject, sub.queue.as_ref(), up, false);
+        }
+    }
+
+    /// One more or one less local subscription (`import` false) or importer with subscribers
+    /// (`import` true, plain keys only) on a key. Plain interest is announced when the key
+    /// becomes present or absent, queue interest on every change of its weight. A local
+    /// subscription appearing or going away also updates the stream imports it overlaps.
+    fn count_key(&self, subject: &Bytes, queue: Option<&Bytes>, up: bool, import: bool) {
         let Some(sink) = self.sink.get() else {
             return;
         };
-        if !sub.subscriber.advertised() {
+        let imports_changed = {
+            let mut m = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            let key = (subject.clone(), queue.cloned());
+            let before = m.get(&key).copied().unwrap_or_default();
+            let mut after = before;
+            if import {
+                after.imports += if up { 1 } else { -1 };
+            } else if up {
+                after.subs += 1;
+            } else {
+                after.subs = after.subs.saturating_sub(1);
+            }
+            if after == Interest::default() {
+                m.remove(&key);
+            } else {
+                m.insert(key, after);
+            }
+            let weight = |i: Interest| if i.present() { i.subs.max(1) } else { 0 };
+            let announce = if queue.is_some() {
+                before.subs != after.subs
+            } else {
+                before.present() != after.present()
+            };
+            if announce {
+                sink.changed(&self.name, subject, queue.map(|q| &q[..]), weight(after));
+            }
+            if !import && (before.subs == 0) != (after.subs == 0) {
+                self.routes()
+                    .map(|r| r.importer_interest(subject, after.subs > 0))
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            }
+        };
+        for (exporter, pattern, up) in imports_changed {
+            exporter.count_key(&pattern, None, up, true);
+        }
+    }
+
+    /// Installs a stream import (`route.importer` takes `exporter`'s messages). In a cluster,
+    /// while the importer has local subscribers overlapping what the import delivers, the
+    /// exporter advertises interest in the imported subjects: other nodes then send the
+    /// exporter's messages here, and they are mapped into the importer on this node (as
+    /// nats-server does; a mapped message is never routed on).
+    pub(crate) fn add_stream_import(exporter: &Arc<Account>, route: imports::StreamRoute) {
+        let importer = Arc::clone(&route.importer);
+        let interest = Arc::new(imports::ImportInterest::new(exporter, &route));
+        exporter.routes_init().add_stream(route);
+        let present = {
+            let m = importer.local.lock().unwrap_or_else(|p| p.into_inner());
+            let overlapping = m
+                .iter()
+                .filter(|((s, _), i)| {
+                    i.subs > 0 && crate::subject::filters_overlap(s, &interest.target)
+                })
+                .count();
+            interest.set_keys(overlapping);
+            importer
+                .routes_init()
+                .add_import_interest(Arc::clone(&interest));
+            overlapping > 0
+        };
+        if present {
+            exporter.count_key(&interest.pattern, None, true, true);
+        }
+    }
+
+    /// Removes every stream import this account (the importer) makes from the interest it
+    /// lends its exporters (before its JWT imports are installed again).
+    pub(crate) fn forget_stream_imports(&self) {
+        let Some(routes) = self.routes() else {
             return;
+        };
+        let withdrawn = {
+            let _m = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            routes.take_import_interest()
+        };
+        for (exporter, pattern) in withdrawn {
+            exporter.count_key(&pattern, None, false, true);
         }
-        let mut m = self.local.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (sub.subject.clone(), sub.queue.clone());
-        let n = m.entry(key.clone()).or_insert(0);
-        if up {
-            *n += 1;
-        } else {
-            *n = n.saturating_sub(1);
+    }
+
+    /// Maps a service-import reply to a fresh `_R_` subject of this (the exporting) account.
+    /// In a cluster the account's reply wildcard (`_R_.<prefix>.>`, one per account and
+    /// server) is advertised to the routes on first use, so an answer published on another
+    /// node is routed back here, where the mapping lives.
+    pub(crate) fn map_reply(&self, importer: Arc<Account>, reply: Bytes, singleton: bool) -> Bytes {
+        let routes = self.routes_init();
+        if !routes.reply_interest.swap(true, Ordering::AcqRel) {
+            self.count_key(&routes.reply_wildcard(), None, true, true);
         }
-        let count = *n;
-        if count == 0 {
-            m.remove(&key);
-        }
-        // Plain interest is announced on 0→1 and 1→0 only; queue interest on every change
-        // (its weight is the member count).
-        if sub.queue.is_some() || count <= 1 {
-            sink.changed(&self.name, &sub.subject, sub.queue.as_deref(), count);
-        }
+        routes.map_reply(importer, reply, singleton)
     }
 
     /// Encodes every (subject, queue, count) of local interest with `encode` and hands the
@@ -210,8 +309,8 @@ impl Account {
     ) {
         let m = self.local.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = bytes::BytesMut::new();
-        for ((subject, queue), n) in m.iter() {
-            encode(&mut out, subject, queue.as_deref(), *n);
+        for ((subject, queue), i) in m.iter().filter(|(_, i)| i.present()) {
+            encode(&mut out, subject, queue.as_deref(), i.subs.max(1));
         }
         if !out.is_empty() {
             send(&out);
@@ -412,5 +511,136 @@ impl Registry {
             m.entry(name.to_owned())
                 .or_insert_with(|| Arc::new(Account::with_sink(name, Arc::clone(&self.sink)))),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (account, subject, queue, count) as the cluster would be told it.
+    type Told = (String, String, Option<String>, u32);
+
+    /// Records what the cluster would be told.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<Told>>);
+
+    impl InterestSink for Recorder {
+        fn changed(&self, account: &str, subject: &[u8], queue: Option<&[u8]>, count: u32) {
+            self.0.lock().unwrap().push((
+                account.to_owned(),
+                String::from_utf8_lossy(subject).into_owned(),
+                queue.map(|q| String::from_utf8_lossy(q).into_owned()),
+                count,
+            ));
+        }
+    }
+
+    fn clustered() -> (Registry, Arc<Recorder>) {
+        let r = Registry::new();
+        let rec = Arc::new(Recorder::default());
+        r.set_interest_sink(Arc::clone(&rec) as Arc<dyn InterestSink>);
+        (r, rec)
+    }
+
+    fn taken(rec: &Recorder) -> Vec<Told> {
+        std::mem::take(&mut *rec.0.lock().unwrap())
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[test]
+    fn plain_interest_is_told_on_presence_queue_interest_on_every_weight() {
+        let (r, rec) = clustered();
+        let a = r.create("A");
+        a.count_key(&b("x"), None, true, false);
+        a.count_key(&b("x"), None, true, false);
+        a.count_key(&b("x"), None, false, false);
+        a.count_key(&b("x"), None, false, false);
+        assert_eq!(
+            taken(&rec),
+            vec![
+                ("A".into(), "x".into(), None, 1),
+                ("A".into(), "x".into(), None, 0)
+            ]
+        );
+        a.count_key(&b("q"), Some(&b("g")), true, false);
+        a.count_key(&b("q"), Some(&b("g")), true, false);
+        a.count_key(&b("q"), Some(&b("g")), false, false);
+        let weights: Vec<u32> = taken(&rec).iter().map(|t| t.3).collect();
+        assert_eq!(weights, vec![1, 2, 1]);
+    }
+
+    #[test]
+    fn an_importer_with_subscribers_lends_interest_to_its_exporter() {
+        let (r, rec) = clustered();
+        let (a, bb) = (r.create("A"), r.create("B"));
+        Account::add_stream_import(
+            &a,
+            imports::StreamRoute {
+                pattern: "feed.>".into(),
+                importer: Arc::clone(&bb),
+                prefix: Some("from_a".into()),
+                to: None,
+            },
+        );
+        assert!(taken(&rec).is_empty(), "no importer subscriber yet");
+        bb.count_key(&b("unrelated"), None, true, false);
+        bb.count_key(&b("from_a.feed.news"), None, true, false);
+        bb.count_key(&b("from_a.>"), None, true, false);
+        let told = taken(&rec);
+        assert!(
+            told.contains(&("A".into(), "feed.>".into(), None, 1)),
+            "{told:?}"
+        );
+        assert_eq!(told.iter().filter(|t| t.0 == "A").count(), 1, "{told:?}");
+        bb.count_key(&b("from_a.feed.news"), None, false, false);
+        assert!(
+            !taken(&rec).iter().any(|t| t.0 == "A"),
+            "one overlapping sub is left"
+        );
+        bb.count_key(&b("from_a.>"), None, false, false);
+        assert!(taken(&rec).contains(&("A".into(), "feed.>".into(), None, 0)));
+        // A local subscriber of A on the same subject keeps it present across the lending.
+        a.count_key(&b("feed.>"), None, true, false);
+        bb.count_key(&b("from_a.feed.x"), None, true, false);
+        bb.count_key(&b("from_a.feed.x"), None, false, false);
+        a.count_key(&b("feed.>"), None, false, false);
+        let told = taken(&rec);
+        let a_told: Vec<u32> = told.iter().filter(|t| t.0 == "A").map(|t| t.3).collect();
+        assert_eq!(a_told, vec![1, 0], "{told:?}");
+    }
+
+    #[test]
+    fn a_withdrawal_arriving_before_its_grant_leaves_nothing() {
+        let (r, rec) = clustered();
+        let a = r.create("A");
+        a.count_key(&b("feed.>"), None, false, true);
+        a.count_key(&b("feed.>"), None, true, true);
+        assert!(taken(&rec).is_empty());
+        let mut dumped = 0;
+        a.dump_local_interest(|_, _, _, _| dumped += 1, |_| {});
+        assert_eq!(dumped, 0);
+    }
+
+    #[test]
+    fn forgetting_imports_withdraws_the_lent_interest() {
+        let (r, rec) = clustered();
+        let (a, bb) = (r.create("A"), r.create("B"));
+        Account::add_stream_import(
+            &a,
+            imports::StreamRoute {
+                pattern: "feed.>".into(),
+                importer: Arc::clone(&bb),
+                prefix: None,
+                to: None,
+            },
+        );
+        bb.count_key(&b("feed.a"), None, true, false);
+        assert!(taken(&rec).contains(&("A".into(), "feed.>".into(), None, 1)));
+        bb.forget_stream_imports();
+        assert!(taken(&rec).contains(&("A".into(), "feed.>".into(), None, 0)));
     }
 }
