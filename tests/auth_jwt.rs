@@ -11,20 +11,10 @@ use sealstream::auth::jwt::claims::{
     AccountLimits, ScopedSigningKey, SigningKey, UserPermissionsLimits,
 };
 use sealstream::auth::nkeys::{KeyPair, Role};
-use support::jwt::{now, open_user, user_jwt, World};
+use support::jwt::{connect_jwt, now, open_user, user_jwt, World};
 use support::{Raw, TestServer};
 
 const T: Duration = Duration::from_secs(5);
-
-/// CONNECT with a user JWT, signing the nonce from INFO.
-fn connect_jwt(r: &mut Raw, token: &str, user: &KeyPair) {
-    let nonce = r.info["nonce"]
-        .as_str()
-        .expect("INFO carries a nonce")
-        .to_owned();
-    let sig = data_encoding::BASE64URL_NOPAD.encode(&user.sign(nonce.as_bytes()));
-    r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"headers\":true,\"jwt\":\"{token}\",\"sig\":\"{sig}\"}}\r\nPING\r\n").as_bytes());
-}
 
 fn expect_auth_violation(r: &mut Raw) {
     r.expect_line("-ERR 'Authorization Violation'");

@@ -555,3 +555,114 @@ async fn service_imports_work_across_nodes_of_a_mixed_cluster() {
     imports_across(&cl, 1, 0).await;
     imports_across(&cl, 2, 1).await;
 }
+
+/// The next line that is not an INFO or a server PING.
+fn next_line(r: &mut Raw) -> Option<String> {
+    loop {
+        let l = r.read_line(Duration::from_secs(5))?;
+        if l.starts_with("INFO") || l == "PING" {
+            continue;
+        }
+        return Some(l);
+    }
+}
+
+#[tokio::test]
+async fn account_claims_pushed_to_one_node_reach_every_node() {
+    use sealstream::auth::jwt::claims::AccountLimits;
+    use sealstream::auth::nkeys::{KeyPair, Role};
+    use support::jwt::{connect_jwt, now, open_user, user_jwt, World};
+
+    let w = World::new();
+    let mut acme = w.tenant("ACME", AccountLimits::default());
+    let sys = w.tenant("SYS", AccountLimits::default());
+    let preload: String = [&acme, &sys]
+        .iter()
+        .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), w.account_jwt(t)))
+        .collect();
+    // Each node runs in a directory of its own: ./jwt is per node.
+    let conf = format!(
+        "operator: \"{}\"\nsystem_account: {}\nresolver: {{ type: full, dir: \"./jwt\" }}\nresolver_preload: {{\n{preload}}}\n",
+        w.operator_jwt,
+        sys.key.public_key()
+    );
+    let n = 3;
+    let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(&conf));
+    cl.wait_full_mesh(MESH);
+    let login = |i: usize, t: &support::jwt::Tenant, user: &KeyPair| {
+        let token = user_jwt(&t.key, user, "u", open_user(), |_| {});
+        let mut r = cl.nodes[i].server.raw();
+        connect_jwt(&mut r, &token, user);
+        r
+    };
+    let victim = KeyPair::generate(Role::User);
+    let mut on_n3 = login(n - 1, &acme, &victim);
+    assert_eq!(next_line(&mut on_n3).as_deref(), Some("PONG"));
+    // Let the system account's interest settle everywhere: a server ping from n1 is answered
+    // by all three servers.
+    let admin = KeyPair::generate(Role::User);
+    let mut op = login(0, &sys, &admin);
+    assert_eq!(next_line(&mut op).as_deref(), Some("PONG"));
+    op.send(b"SUB _INBOX.ping 1\r\n");
+    let deadline = std::time::Instant::now() + MESH;
+    loop {
+        op.send(b"PUB $SYS.REQ.SERVER.PING _INBOX.ping 0\r\n\r\nPING\r\n");
+        let mut answers = 0;
+        loop {
+            let l = next_line(&mut op).expect("ping answers");
+            if l == "PONG" {
+                break;
+            }
+            if l.starts_with("MSG _INBOX.ping") {
+                answers += 1;
+                let _ = op.read_line(Duration::from_secs(5));
+            }
+        }
+        // Late answers arrive after the PONG; collect them too.
+        while let Some(l) = op.read_line(Duration::from_millis(300)) {
+            if l.starts_with("MSG _INBOX.ping") {
+                answers += 1;
+                let _ = op.read_line(Duration::from_secs(5));
+            }
+        }
+        if answers == n {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{answers} of 3 servers answered"
+        );
+    }
+    // Revoke the victim with a claims update pushed to n1 only.
+    acme.claims
+        .nats
+        .revocations
+        .insert(victim.public_key(), now() + 5);
+    let jwt = w.account_jwt(&acme);
+    op.send(
+        format!(
+            "SUB _INBOX.up 2\r\nPUB $SYS.REQ.CLAIMS.UPDATE _INBOX.up {}\r\n{jwt}\r\n",
+            jwt.len()
+        )
+        .as_bytes(),
+    );
+    // The user on n3 is cut, and n2 refuses it from now on.
+    let cut = next_line(&mut on_n3);
+    if cut.is_none() {
+        for (i, n) in cl.nodes.iter().enumerate() {
+            eprintln!("--- n{} log:\n{}", i + 1, n.server.log_text());
+        }
+    }
+    assert_eq!(cut.as_deref(), Some("-ERR 'User Authentication Revoked'"));
+    assert!(on_n3.closed_within(Duration::from_secs(5)));
+    let mut on_n2 = login(1, &acme, &victim);
+    assert_eq!(
+        next_line(&mut on_n2).as_deref(),
+        Some("-ERR 'Authorization Violation'")
+    );
+    // Other users of the account still get in everywhere.
+    for i in 0..3 {
+        let mut ok = login(i, &acme, &KeyPair::generate(Role::User));
+        assert_eq!(next_line(&mut ok).as_deref(), Some("PONG"), "n{}", i + 1);
+    }
+}

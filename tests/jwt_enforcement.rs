@@ -12,16 +12,10 @@ use sealstream::auth::jwt::claims::{
     AccountLimits, Export, Import, SigningKey, UserPermissionsLimits,
 };
 use sealstream::auth::nkeys::{KeyPair, Role};
-use support::jwt::{now, open_user, user_jwt, Tenant, World};
+use support::jwt::{connect_jwt, now, open_user, user_jwt, Tenant, World};
 use support::{Raw, TestServer};
 
 const T: Duration = Duration::from_secs(5);
-
-fn connect_jwt(r: &mut Raw, token: &str, user: &KeyPair) {
-    let nonce = r.info["nonce"].as_str().unwrap().to_owned();
-    let sig = data_encoding::BASE64URL_NOPAD.encode(&user.sign(nonce.as_bytes()));
-    r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"headers\":true,\"jwt\":\"{token}\",\"sig\":\"{sig}\"}}\r\nPING\r\n").as_bytes());
-}
 
 /// The next line that is not an INFO or a server PING.
 fn next_line(r: &mut Raw) -> Option<String> {

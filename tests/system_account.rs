@@ -76,3 +76,23 @@ async fn tenants_cannot_reach_the_system_requests() {
         .unwrap_err();
     assert_eq!(err.kind(), async_nats::RequestErrorKind::NoResponders);
 }
+
+#[tokio::test]
+async fn the_system_account_answers_every_request_not_only_the_first() {
+    let s = TestServer::with_config(CONF);
+    let admin = async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(5),
+            admin.request("$SYS.REQ.SERVER.PING", "".into()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("request {i} unanswered"))
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert!(v["server"]["id"].as_str().unwrap().starts_with('N'), "{v}");
+    }
+}

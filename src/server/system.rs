@@ -160,10 +160,13 @@ impl System {
                 self.client.outbound.wait().await;
                 continue;
             }
-            self.client.outbound.written(batch.bytes);
             for c in batch.chunks {
                 buf.extend_from_slice(&c);
             }
+            // The batch is consumed: without this the queue would think a write is still in
+            // progress and hand out nothing more (one request per server lifetime).
+            self.client.outbound.written(batch.bytes);
+            self.client.outbound.finished_writing();
             loop {
                 match parser.next_server_op(&mut buf) {
                     Ok(Some(ServerOp::Msg {

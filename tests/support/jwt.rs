@@ -5,6 +5,8 @@ use sealstream::auth::jwt::claims::{AccountLimits, UserPermissionsLimits};
 use sealstream::auth::jwt::{self, AccountClaims, Claims, OperatorClaims, UserClaims};
 use sealstream::auth::nkeys::{KeyPair, Role};
 
+use super::Raw;
+
 /// Unix seconds now.
 pub fn now() -> i64 {
     std::time::SystemTime::now()
@@ -108,4 +110,14 @@ pub fn user_jwt(
     };
     edit(&mut c);
     jwt::encode(&mut c, signer)
+}
+
+/// CONNECT with a user JWT, signing the nonce from INFO, then PING.
+pub fn connect_jwt(r: &mut Raw, token: &str, user: &KeyPair) {
+    let nonce = r.info["nonce"]
+        .as_str()
+        .expect("INFO carries a nonce")
+        .to_owned();
+    let sig = data_encoding::BASE64URL_NOPAD.encode(&user.sign(nonce.as_bytes()));
+    r.send(format!("CONNECT {{\"verbose\":false,\"protocol\":1,\"headers\":true,\"jwt\":\"{token}\",\"sig\":\"{sig}\"}}\r\nPING\r\n").as_bytes());
 }
