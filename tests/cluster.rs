@@ -666,3 +666,88 @@ async fn account_claims_pushed_to_one_node_reach_every_node() {
         assert_eq!(next_line(&mut ok).as_deref(), Some("PONG"), "n{}", i + 1);
     }
 }
+
+/// Payloads `sub` receives until it has been quiet for `quiet`.
+async fn drain(sub: &mut async_nats::Subscriber, quiet: Duration) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(quiet, sub.next()).await {
+        got.push(String::from_utf8_lossy(&m.payload).into_owned());
+    }
+    got
+}
+
+/// Publishes `tag.0 .. tag.<n-1>` from `p` and flushes.
+async fn publish_numbered(p: &async_nats::Client, tag: &str, n: usize) -> Vec<String> {
+    let sent: Vec<String> = (0..n).map(|i| format!("{tag}.{i}")).collect();
+    for s in &sent {
+        p.publish("part.msgs", s.clone().into()).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    sent
+}
+
+/// Waits until node `a` has (`up`) or has not a route to node `b`.
+async fn wait_route(cl: &TestCluster, a: usize, b: usize, up: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let name = cl.nodes[b].name.clone();
+    while cl.peers_of(a).contains(&name) != up {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "n{} route to {name} still {}",
+            a + 1,
+            if up { "down" } else { "up" }
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_partition_heals_without_duplicate_or_looping_delivery() {
+    let Some(hosts) = support::netns::Hosts::new(3) else {
+        eprintln!("skipping: network namespaces need root and `ip`");
+        return;
+    };
+    // Routes notice a dead peer after two unanswered 1 s pings.
+    let conf = "cluster { ping_interval: \"1s\", ping_max: 2 }";
+    let cl = TestCluster::start_on(&hosts, &[Kind::UnderTest; 3], Some(conf));
+    cl.wait_full_mesh(MESH);
+    let connect = |i: usize| async_nats::connect(cl.url(i));
+    let (p, c2, c3) = (
+        connect(0).await.unwrap(),
+        connect(1).await.unwrap(),
+        connect(2).await.unwrap(),
+    );
+    let mut s2 = subscribe_seen(&c2, &p, "part.msgs", None).await;
+    let mut s3 = subscribe_seen(&c3, &p, "part.msgs", None).await;
+    let quiet = Duration::from_millis(500);
+    let sent = publish_numbered(&p, "before", 100).await;
+    assert_eq!(drain(&mut s2, quiet).await, sent);
+    assert_eq!(drain(&mut s3, quiet).await, sent);
+
+    // n1 and n3 lose each other; n2 still reaches both.
+    hosts.cut(0, 2);
+    wait_route(&cl, 0, 2, false).await;
+    wait_route(&cl, 2, 0, false).await;
+    let sent = publish_numbered(&p, "during", 100).await;
+    assert_eq!(drain(&mut s2, quiet).await, sent, "n2 gets each once");
+    // One hop: n2 does not relay n1's messages to n3 (nor back), so n3 misses them, as it
+    // does behind nats-server, and nothing loops.
+    assert_eq!(drain(&mut s3, quiet).await, Vec::<String>::new());
+
+    hosts.heal(0, 2);
+    wait_route(&cl, 0, 2, true).await;
+    wait_route(&cl, 2, 0, true).await;
+    cl.wait_full_mesh(MESH);
+    // n3's interest is back on n1 once a probe from n3 answers n1.
+    let _probe = subscribe_seen(&c3, &p, "part.probe", None).await;
+    let sent = publish_numbered(&p, "after", 200).await;
+    assert_eq!(drain(&mut s2, quiet).await, sent, "n2: once each, in order");
+    assert_eq!(drain(&mut s3, quiet).await, sent, "n3: once each, in order");
+    for (i, n) in cl.nodes.iter().enumerate() {
+        assert!(
+            !n.server.log_text().contains("panicked"),
+            "n{} panicked",
+            i + 1
+        );
+    }
+}

@@ -11,8 +11,13 @@ use std::process::Command;
 
 use support::{repo_path, TestServer};
 
+/// The Python tests run one at a time: nats-py's own timing is the thing most sensitive to a
+/// busy machine (it loses deliveries under CPU starvation against nats-server too).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn nats_py_core_messaging_works() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let python = repo_path(".venv/bin/python");
     if !python.exists() {
         assert!(
@@ -35,4 +40,48 @@ fn nats_py_core_messaging_works() {
     );
     assert!(out.status.success(), "nats-py script failed:\n{text}");
     assert!(text.contains("nats-py core: ok"), "{text}");
+}
+
+#[test]
+fn nats_py_fails_over_to_another_member_when_its_node_is_killed() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    use support::cluster::{Kind, TestCluster};
+
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let python = repo_path(".venv/bin/python");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide .venv (scripts/setup-test-env)"
+        );
+        eprintln!("skipping: no .venv; run scripts/setup-test-env");
+        return;
+    }
+    let mut cl = TestCluster::start(&[Kind::UnderTest; 3], None);
+    cl.wait_full_mesh(std::time::Duration::from_secs(10));
+    let mut child = Command::new(python)
+        .arg(repo_path("tests/python/failover_nats_py.py"))
+        .arg(cl.url(0))
+        .arg(cl.url(2))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run python");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    if line.trim() == "ready" {
+        cl.stop(0, false); // kill -9 the client's node
+        writeln!(child.stdin.take().unwrap(), "killed").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "nats-py script failed: {line}\n{err}");
+    assert!(line.contains("nats-py failover: ok"), "{line}\n{err}");
+    eprintln!("{}", line.trim());
 }

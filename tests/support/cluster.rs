@@ -27,6 +27,24 @@ pub struct Node {
     route_port: u16,
     seeds: Vec<String>,
     conf: Option<String>,
+    /// Network namespace and address, for nodes on hosts of their own.
+    place: Place,
+}
+
+/// Where a node runs.
+#[derive(Debug, Clone)]
+struct Place {
+    netns: Option<String>,
+    host: String,
+}
+
+impl Place {
+    fn loopback() -> Self {
+        Place {
+            netns: None,
+            host: "127.0.0.1".into(),
+        }
+    }
 }
 
 /// A running cluster; nodes stop on drop.
@@ -48,21 +66,40 @@ impl TestCluster {
     /// only seed route (the rest of the mesh comes from gossip). `conf` is every node's
     /// config file body (accounts, say).
     pub fn start(kinds: &[Kind], conf: Option<&str>) -> Self {
+        let places = vec![Place::loopback(); kinds.len()];
+        Self::start_at(kinds, conf, places)
+    }
+
+    /// As [`TestCluster::start`], node `i` on host `i` of `hosts` (a network namespace each).
+    pub fn start_on(hosts: &super::netns::Hosts, kinds: &[Kind], conf: Option<&str>) -> Self {
+        let places = (0..kinds.len())
+            .map(|i| Place {
+                netns: Some(hosts.ns(i)),
+                host: hosts.addr(i),
+            })
+            .collect();
+        Self::start_at(kinds, conf, places)
+    }
+
+    fn start_at(kinds: &[Kind], conf: Option<&str>, places: Vec<Place>) -> Self {
         let name = "C1".to_owned();
         let mut c = TestCluster {
             nodes: Vec::new(),
             name,
         };
         let mut first_route = 0;
-        for (i, kind) in kinds.iter().enumerate() {
+        for ((i, kind), place) in kinds.iter().enumerate().zip(places) {
             let seeds = if i == 0 {
                 Vec::new()
             } else {
-                vec![format!("nats-route://127.0.0.1:{first_route}")]
+                vec![format!(
+                    "nats-route://{}:{first_route}",
+                    c.nodes[0].place.host
+                )]
             };
             let node_name = format!("n{}", i + 1);
             // Each node picks its own route port; a restart reuses it.
-            let server = spawn_node(*kind, &node_name, &c.name, 0, &seeds, conf);
+            let server = spawn_node(*kind, &node_name, &c.name, 0, &seeds, conf, &place);
             let route_port = server.cluster_port.expect("route port");
             if i == 0 {
                 first_route = route_port;
@@ -74,6 +111,7 @@ impl TestCluster {
                 route_port,
                 seeds,
                 conf: conf.map(str::to_owned),
+                place,
             });
         }
         c
@@ -87,7 +125,8 @@ impl TestCluster {
             self.nodes[0].route_port
         )];
         let name = format!("n{}", self.nodes.len() + 1);
-        let server = spawn_node(kind, &name, &self.name, 0, &seeds, conf);
+        let place = Place::loopback();
+        let server = spawn_node(kind, &name, &self.name, 0, &seeds, conf, &place);
         let route_port = server.cluster_port.expect("route port");
         self.nodes.push(Node {
             server,
@@ -96,6 +135,7 @@ impl TestCluster {
             route_port,
             seeds,
             conf: conf.map(str::to_owned),
+            place,
         });
         self.nodes.len() - 1
     }
@@ -171,6 +211,7 @@ impl TestCluster {
             node.route_port,
             &node.seeds,
             node.conf.as_deref(),
+            &node.place,
         );
     }
 }
@@ -182,6 +223,7 @@ fn spawn_node(
     route_port: u16,
     seeds: &[String],
     conf: Option<&str>,
+    place: &Place,
 ) -> TestServer {
     let (bin, reference) = match kind {
         Kind::UnderTest => server_binary(),
@@ -199,9 +241,9 @@ fn spawn_node(
         cluster.into(),
         "--cluster".into(),
         if route_port == 0 {
-            "nats://127.0.0.1:-1".into()
+            format!("nats://{}:-1", place.host)
         } else {
-            format!("nats://127.0.0.1:{route_port}")
+            format!("nats://{}:{route_port}", place.host)
         },
     ];
     if !seeds.is_empty() {
@@ -209,7 +251,15 @@ fn spawn_node(
         args.push(seeds.join(","));
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut s = TestServer::spawn_bin(&bin, reference, dir, args, conf.map(str::to_owned));
+    let mut s = TestServer::spawn_at(
+        place.netns.as_deref(),
+        &place.host,
+        &bin,
+        reference,
+        dir,
+        args,
+        conf.map(str::to_owned),
+    );
     // nats-server logs its route listener after "Server is ready": wait for the line.
     let deadline = Instant::now() + Duration::from_secs(10);
     while s.cluster_port.is_none() {

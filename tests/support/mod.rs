@@ -15,6 +15,7 @@ pub mod certs;
 pub mod cluster;
 pub mod js;
 pub mod jwt;
+pub mod netns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -26,6 +27,8 @@ use std::time::{Duration, Instant};
 /// A running server process.
 pub struct TestServer {
     child: Option<Child>,
+    /// Address it listens on (127.0.0.1 unless started in a network namespace).
+    pub host: String,
     /// Client port.
     pub port: u16,
     /// Monitoring port, when started with `-m -1`... (parsed from the log).
@@ -132,14 +135,35 @@ impl TestServer {
         args: Vec<String>,
         conf: Option<String>,
     ) -> Self {
-        let mut cmd = Command::new(bin);
+        Self::spawn_at(None, "127.0.0.1", bin, reference, dir, args, conf)
+    }
+
+    /// As [`TestServer::spawn_bin`], listening on `host`, inside the network namespace
+    /// `netns` when given (`ip netns exec`, which execs the server: the child is the server).
+    pub fn spawn_at(
+        netns: Option<&str>,
+        host: &str,
+        bin: &Path,
+        reference: bool,
+        dir: tempfile::TempDir,
+        args: Vec<String>,
+        conf: Option<String>,
+    ) -> Self {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.current_dir(dir.path());
         if let Some(c) = &conf {
             let path = dir.path().join("server.conf");
             std::fs::write(&path, c).expect("write conf");
             cmd.arg("-c").arg(&path);
         }
-        cmd.args(["-a", "127.0.0.1", "-p", "-1"]).args(&args);
+        cmd.args(["-a", host, "-p", "-1"]).args(&args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -174,6 +198,7 @@ impl TestServer {
         let cluster_port = find_port(&text, "Listening for route connections on ");
         TestServer {
             child: Some(child),
+            host: host.to_owned(),
             port,
             http_port,
             cluster_port,
@@ -191,9 +216,9 @@ impl TestServer {
         self.reference
     }
 
-    /// `nats://127.0.0.1:<port>`.
+    /// `nats://<host>:<port>`.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://{}:{}", self.host, self.port)
     }
 
     /// The OS process id.
@@ -232,7 +257,7 @@ impl TestServer {
 
     /// GET a monitoring path; returns (status, body).
     pub fn http_get(&self, path: &str) -> (u16, String) {
-        http_get(self.http_port.expect("monitoring port"), path)
+        http_get_at(&self.host, self.http_port.expect("monitoring port"), path)
     }
 
     /// The log so far.
@@ -315,7 +340,12 @@ fn find_port(log: &str, marker: &str) -> Option<u16> {
 
 /// Minimal HTTP GET for monitoring tests.
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect monitor");
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// GET `path` from the monitoring port `port` at `host`.
+pub fn http_get_at(host: &str, port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect((host, port)).expect("connect monitor");
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
         s,

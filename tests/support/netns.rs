@@ -1,0 +1,130 @@
+//! Test hosts of their own: network namespaces joined by a bridge, so a test can cut the
+//! traffic between two servers (blackhole routes on both sides) while the test process, in
+//! the root namespace, still reaches every one of them.
+//!
+//! Needs root and `ip`; [`Hosts::new`] returns None where they are missing (the caller
+//! skips). Everything made is removed on drop, and leftovers of an earlier run with the same
+//! id are removed first.
+
+use std::process::Command;
+
+/// `n` hosts `10.123.<id>.2 ..` on a bridge `10.123.<id>.1` in the root namespace.
+pub struct Hosts {
+    id: u32,
+    n: usize,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+impl Hosts {
+    /// Makes the namespaces, or None when this machine does not let us (not root, no `ip`).
+    pub fn new(n: usize) -> Option<Self> {
+        let id = std::process::id() % 200 + 20;
+        let h = Hosts { id, n };
+        h.remove();
+        let bridge = h.bridge();
+        let ok = ip(&["link", "add", &bridge, "type", "bridge"])
+            && ip(&["addr", "add", &format!("10.123.{id}.1/24"), "dev", &bridge])
+            && ip(&["link", "set", &bridge, "up"])
+            && (0..n).all(|i| h.add_host(i));
+        // With br_netfilter loaded (Docker loads it), bridged frames pass the host's FORWARD
+        // chain, whose policy Docker sets to DROP: let our bridge's own traffic through.
+        h.forward_rule("-I");
+        if ok {
+            Some(h)
+        } else {
+            h.remove();
+            None
+        }
+    }
+
+    fn bridge(&self) -> String {
+        format!("ssb{}", self.id)
+    }
+
+    /// Namespace name of host `i`.
+    pub fn ns(&self, i: usize) -> String {
+        format!("ss{}h{i}", self.id)
+    }
+
+    /// Address of host `i`.
+    pub fn addr(&self, i: usize) -> String {
+        format!("10.123.{}.{}", self.id, i + 2)
+    }
+
+    fn add_host(&self, i: usize) -> bool {
+        let (ns, outer, inner) = (
+            self.ns(i),
+            format!("ss{}o{i}", self.id),
+            format!("ss{}i{i}", self.id),
+        );
+        ip(&["netns", "add", &ns])
+            && ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ])
+            && ip(&["link", "set", &outer, "master", &self.bridge()])
+            && ip(&["link", "set", &outer, "up"])
+            && ip(&["link", "set", &inner, "netns", &ns])
+            && ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", self.addr(i)),
+                "dev",
+                &inner,
+            ])
+            && ip(&["-n", &ns, "link", "set", &inner, "up"])
+            && ip(&["-n", &ns, "link", "set", "lo", "up"])
+    }
+
+    /// Cuts hosts `a` and `b` off from each other (both directions); the others still reach
+    /// both.
+    pub fn cut(&self, a: usize, b: usize) {
+        for (from, to) in [(a, b), (b, a)] {
+            let dst = format!("{}/32", self.addr(to));
+            assert!(
+                ip(&["-n", &self.ns(from), "route", "add", "blackhole", &dst]),
+                "blackhole route"
+            );
+        }
+    }
+
+    /// Undoes [`Hosts::cut`].
+    pub fn heal(&self, a: usize, b: usize) {
+        for (from, to) in [(a, b), (b, a)] {
+            let dst = format!("{}/32", self.addr(to));
+            ip(&["-n", &self.ns(from), "route", "del", "blackhole", &dst]);
+        }
+    }
+
+    fn forward_rule(&self, op: &str) {
+        let bridge = self.bridge();
+        let mut args = vec![op, "FORWARD"];
+        if op == "-I" {
+            args.push("1");
+        }
+        args.extend(["-i", &bridge, "-o", &bridge, "-j", "ACCEPT"]);
+        let _ = Command::new("iptables").args(&args).output();
+    }
+
+    fn remove(&self) {
+        self.forward_rule("-D");
+        for i in 0..self.n {
+            ip(&["netns", "del", &self.ns(i)]);
+            ip(&["link", "del", &format!("ss{}o{i}", self.id)]);
+        }
+        ip(&["link", "del", &self.bridge()]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
