@@ -751,3 +751,55 @@ async fn a_partition_heals_without_duplicate_or_looping_delivery() {
         );
     }
 }
+
+#[tokio::test]
+async fn routez_lists_the_interest_each_route_holds() {
+    let cl = TestCluster::start(&[Kind::UnderTest; 2], None);
+    cl.wait_full_mesh(MESH);
+    let (c1, c2) = (
+        async_nats::connect(cl.url(0)).await.unwrap(),
+        async_nats::connect(cl.url(1)).await.unwrap(),
+    );
+    let _plain = subscribe_seen(&c2, &c1, "rz.plain", None).await;
+    let _queued = subscribe_seen(&c2, &c1, "rz.q", Some("g")).await;
+    let get = |q: &str| -> Vec<serde_json::Value> {
+        let (code, body) = cl.nodes[0].server.http_get(&format!("/routez?subs={q}"));
+        assert_eq!(code, 200);
+        let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["remote_name"] == "n2")
+            .cloned()
+            .collect()
+    };
+    let subjects: Vec<String> = get("1")
+        .iter()
+        .flat_map(|r| {
+            r["subscriptions_list"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    assert!(subjects.contains(&"rz.plain".to_owned()), "{subjects:?}");
+    assert!(subjects.contains(&"rz.q".to_owned()), "{subjects:?}");
+    let detail: Vec<serde_json::Value> = get("detail")
+        .iter()
+        .flat_map(|r| {
+            r["subscriptions_list_detail"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    let q = detail
+        .iter()
+        .find(|d| d["subject"] == "rz.q")
+        .unwrap_or_else(|| panic!("{detail:?}"));
+    assert_eq!(q["qgroup"], "g");
+    assert_eq!(q["sid"], "R $G rz.q g");
+}

@@ -381,6 +381,17 @@ impl Account {
     pub(crate) fn subscription_count(&self) -> usize {
         self.tree.read().unwrap_or_else(|p| p.into_inner()).len()
     }
+
+    /// The interest the route connection `route` holds in this account (monitoring:
+    /// `/routez?subs=1`); walks every subscription.
+    pub(crate) fn remote_subscriptions(&self, route: &ClientHandle) -> Vec<Arc<Subscription>> {
+        let t = self.tree.read().unwrap_or_else(|p| p.into_inner());
+        t.overlapping(b">")
+            .into_iter()
+            .filter(|s| matches!(&s.0.subscriber, Subscriber::Route(r) if r.route.cid == route.cid))
+            .map(|s| s.0)
+            .collect()
+    }
 }
 
 /// Told when an account's JWT claims take effect: at the first login of one of its users

@@ -202,7 +202,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Resp, Inf
             Err(msg) => respond(StatusCode::BAD_REQUEST, "text/plain", msg),
         },
         "/subsz" | "/subscriptionsz" => json(StatusCode::OK, &varz::subsz(&shared)),
-        "/routez" => json(StatusCode::OK, &varz::routez(&shared)),
+        "/routez" => json(StatusCode::OK, &varz::routez(&shared, &q)),
         "/jsz" => {
             let sh = Arc::clone(&shared);
             let q2 = q.clone();

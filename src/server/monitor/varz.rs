@@ -5,11 +5,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
+use super::super::account::Subscription;
 use super::super::{Shared, NATS_COMPAT_VERSION};
 
 /// A Go-style duration string as nats-server prints uptimes: `1d2h3m4s`, `1m23s`, `5s`.
@@ -249,7 +251,11 @@ fn cluster_varz(s: &Shared) -> Value {
 }
 
 /// `/routez`: one entry per route connection (one per peer: routes are not pooled).
-pub(crate) fn routez(s: &Shared) -> Value {
+/// `subs=1` adds each route's `subscriptions_list` (subjects), `subs=detail` its
+/// `subscriptions_list_detail`, as nats-server does.
+pub(crate) fn routez(s: &Shared, q: &HashMap<String, String>) -> Value {
+    let subs = q.get("subs").map(String::as_str);
+    let (list, detail) = (matches!(subs, Some("1" | "true")), subs == Some("detail"));
     let now = SystemTime::now();
     let now_ns = super::super::route::unix_nanos();
     let mut routes: Vec<Value> = Vec::new();
@@ -264,7 +270,7 @@ pub(crate) fn routez(s: &Shared) -> Value {
             let last = SystemTime::UNIX_EPOCH
                 + std::time::Duration::from_nanos(r.last_activity.load(Ordering::Relaxed));
             let rtt = r.rtt.load(Ordering::Relaxed);
-            routes.push(json!({
+            let mut entry = json!({
                 "rid": r.handle.cid,
                 "remote_id": info.server_id,
                 "remote_name": info.server_name,
@@ -284,7 +290,32 @@ pub(crate) fn routez(s: &Shared) -> Value {
                 "out_bytes": out_bytes,
                 "subscriptions": r.subs.load(Ordering::Relaxed),
                 "compression": "off",
-            }));
+            });
+            if list || detail {
+                let held: Vec<(String, Arc<Subscription>)> = s
+                    .accounts
+                    .all()
+                    .iter()
+                    .flat_map(|a| {
+                        a.remote_subscriptions(&r.handle)
+                            .into_iter()
+                            .map(|sub| (a.name.clone(), sub))
+                    })
+                    .collect();
+                if !held.is_empty() && list {
+                    entry["subscriptions_list"] = held
+                        .iter()
+                        .map(|(_, sub)| Value::from(String::from_utf8_lossy(&sub.subject)))
+                        .collect();
+                }
+                if !held.is_empty() && detail {
+                    entry["subscriptions_list_detail"] = held
+                        .iter()
+                        .map(|(acc, sub)| route_sub_detail(acc, sub, r.handle.cid))
+                        .collect();
+                }
+            }
+            routes.push(entry);
         }
     }
     json!({
@@ -294,6 +325,23 @@ pub(crate) fn routez(s: &Shared) -> Value {
         "num_routes": routes.len(),
         "routes": routes,
     })
+}
+
+/// One remote subscription as `subscriptions_list_detail` shows it.
+fn route_sub_detail(account: &str, sub: &Subscription, cid: u64) -> Value {
+    let subject = String::from_utf8_lossy(&sub.subject);
+    let mut sid = format!("R {account} {subject}");
+    let mut v = json!({ "subject": subject });
+    if let Some(q) = &sub.queue {
+        let q = String::from_utf8_lossy(q);
+        sid.push(' ');
+        sid.push_str(&q);
+        v["qgroup"] = Value::from(q);
+    }
+    v["sid"] = Value::from(sid);
+    v["msgs"] = Value::from(sub.delivered.load(Ordering::Relaxed));
+    v["cid"] = Value::from(cid);
+    v
 }
 
 /// `/healthz`: ok while the server runs; `js-enabled-only` reports 503 because this build has
