@@ -1,5 +1,6 @@
 //! Getting route connections: the route port's accept loop, a supervisor per configured route
-//! (dials whenever no route to that peer is up, every second, for as long as the server runs),
+//! (dials whenever no route to that peer is up, every second, for as long as the server runs;
+//! every 100 ms for the first seconds after a route that was up dropped),
 //! and one-shot dials of the peers gossip names (spec/cluster.md §2.9), retried
 //! `connect_retries` times.
 
@@ -18,7 +19,9 @@ use crate::proto::route::PeerInfo;
 use super::super::listener::canonical_peer;
 use super::super::Shared;
 use super::conn::{self, Dialed, Outcome, RouteStream};
-use super::{Cluster, DIAL_TIMEOUT, MAX_RECONNECT_DELAY, RECONNECT_DELAY};
+use super::{
+    Cluster, DIAL_TIMEOUT, FAST_REDIAL, FAST_REDIAL_WINDOW, MAX_RECONNECT_DELAY, RECONNECT_DELAY,
+};
 
 /// Accepts route connections until `stop` is cancelled.
 pub(crate) async fn accept_loop(
@@ -154,6 +157,7 @@ pub(crate) async fn configured(
     let mut peer_id: Option<String> = None;
     let mut delay = RECONNECT_DELAY;
     let mut failures = 0u32;
+    let mut lost_at: Option<std::time::Instant> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -173,7 +177,11 @@ pub(crate) async fn configured(
                             debug!(url = %url_text, "route to self ignored");
                             return;
                         }
-                        Outcome::Closed(id) | Outcome::Duplicate(id) => peer_id = Some(id),
+                        Outcome::Closed(id) => {
+                            peer_id = Some(id);
+                            lost_at = Some(std::time::Instant::now());
+                        }
+                        Outcome::Duplicate(id) => peer_id = Some(id),
                         Outcome::Refused | Outcome::NoHandshake => {}
                     }
                 }
@@ -188,8 +196,14 @@ pub(crate) async fn configured(
                 }
             }
         }
+        let pause = match lost_at {
+            Some(at) if !up && at.elapsed() < FAST_REDIAL_WINDOW => {
+                FAST_REDIAL + Duration::from_millis(rand::random::<u64>() % 20)
+            }
+            _ => jittered(delay),
+        };
         tokio::select! {
-            () = tokio::time::sleep(jittered(delay)) => {}
+            () = tokio::time::sleep(pause) => {}
             () = stop.cancelled() => return,
         }
     }

@@ -45,6 +45,12 @@ use super::tls::RouteTls;
 
 /// Delay between dials of a configured route, and the first retry of a gossiped one.
 pub(crate) const RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often a configured route that was up is tried again right after it drops, and for
+/// how long: a peer restarting (a rolling restart) is back within that window, and its
+/// routes and interest come back in about this delay instead of a whole [`RECONNECT_DELAY`].
+pub(crate) const FAST_REDIAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// See [`FAST_REDIAL`].
+pub(crate) const FAST_REDIAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
 /// Longest delay with `connect_backoff`.
 pub(crate) const MAX_RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
 /// Dial timeout.
