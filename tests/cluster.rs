@@ -240,6 +240,12 @@ async fn accounts_stay_isolated_across_routes() {
         .await
         .unwrap();
     assert_eq!(next(&mut b_sub).await.payload, "for-b");
+    if !cl.is_reference() {
+        // Two tenants share the servers: the monitoring port does not list their subjects.
+        let (_, body) = cl.nodes[0].server.http_get("/routez?subs=1");
+        assert!(!body.contains("shared.subject"), "{body}");
+        assert!(body.contains("tenant_details"), "{body}");
+    }
 }
 
 #[tokio::test]

@@ -255,7 +255,12 @@ fn cluster_varz(s: &Shared) -> Value {
 /// `subscriptions_list_detail`, as nats-server does.
 pub(crate) fn routez(s: &Shared, q: &HashMap<String, String>) -> Value {
     let subs = q.get("subs").map(String::as_str);
-    let (list, detail) = (matches!(subs, Some("1" | "true")), subs == Some("detail"));
+    // Subjects and account names are tenants' details (super::tenant_details_allowed).
+    let allowed = super::tenant_details_allowed(s);
+    let (list, detail) = (
+        allowed && matches!(subs, Some("1" | "true")),
+        allowed && subs == Some("detail"),
+    );
     let now = SystemTime::now();
     let now_ns = super::super::route::unix_nanos();
     let mut routes: Vec<Value> = Vec::new();
@@ -318,13 +323,17 @@ pub(crate) fn routez(s: &Shared, q: &HashMap<String, String>) -> Value {
             routes.push(entry);
         }
     }
-    json!({
+    let mut v = json!({
         "server_id": s.server_id,
         "server_name": s.server_name,
         "now": crate::timefmt::rfc3339_system(now),
         "num_routes": routes.len(),
         "routes": routes,
-    })
+    });
+    if subs.is_some() && !allowed {
+        v["tenant_details"] = json!(super::TENANT_DETAILS_HIDDEN);
+    }
+    v
 }
 
 /// One remote subscription as `subscriptions_list_detail` shows it.
