@@ -582,16 +582,8 @@ async fn account_claims_pushed_to_one_node_reach_every_node() {
     let w = World::new();
     let mut acme = w.tenant("ACME", AccountLimits::default());
     let sys = w.tenant("SYS", AccountLimits::default());
-    let preload: String = [&acme, &sys]
-        .iter()
-        .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), w.account_jwt(t)))
-        .collect();
     // Each node runs in a directory of its own: ./jwt is per node.
-    let conf = format!(
-        "operator: \"{}\"\nsystem_account: {}\nresolver: {{ type: full, dir: \"./jwt\" }}\nresolver_preload: {{\n{preload}}}\n",
-        w.operator_jwt,
-        sys.key.public_key()
-    );
+    let conf = w.full_resolver_config(&[&acme], &sys);
     let n = 3;
     let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(&conf));
     cl.wait_full_mesh(MESH);

@@ -13,15 +13,9 @@ use support::{repo_path, TestServer};
 
 #[test]
 fn nats_py_jetstream_and_kv_work() {
-    let python = repo_path(".venv/bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide .venv (scripts/setup-test-env)"
-        );
-        eprintln!("skipping: no .venv; run scripts/setup-test-env");
+    let Some(python) = support::venv_python() else {
         return;
-    }
+    };
     let s = TestServer::start_js();
     let out = Command::new(python)
         .arg(repo_path("tests/python/js_nats_py.py"))

@@ -89,17 +89,7 @@ struct Setup {
 impl Setup {
     fn new(tenants: &[&Tenant], w: World) -> Self {
         let sys = w.tenant("SYS", AccountLimits::default());
-        let mut all: Vec<&Tenant> = tenants.to_vec();
-        all.push(&sys);
-        let preload: String = all
-            .iter()
-            .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), w.account_jwt(t)))
-            .collect();
-        let conf = format!(
-            "operator: \"{}\"\nsystem_account: {}\nresolver: {{ type: full, dir: \"./jwt\" }}\nresolver_preload: {{\n{preload}}}\n",
-            w.operator_jwt,
-            sys.key.public_key()
-        );
+        let conf = w.full_resolver_config(tenants, &sys);
         let s = TestServer::with_config(&conf);
         Setup { w, sys, s }
     }

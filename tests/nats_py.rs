@@ -18,15 +18,9 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn nats_py_core_messaging_works() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let python = repo_path(".venv/bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide .venv (scripts/setup-test-env)"
-        );
-        eprintln!("skipping: no .venv; run scripts/setup-test-env");
+    let Some(python) = support::venv_python() else {
         return;
-    }
+    };
     let s = TestServer::start();
     let out = Command::new(python)
         .arg(repo_path("tests/python/core_nats_py.py"))
@@ -49,15 +43,9 @@ fn nats_py_fails_over_to_another_member_when_its_node_is_killed() {
     use support::cluster::{Kind, TestCluster};
 
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let python = repo_path(".venv/bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide .venv (scripts/setup-test-env)"
-        );
-        eprintln!("skipping: no .venv; run scripts/setup-test-env");
+    let Some(python) = support::venv_python() else {
         return;
-    }
+    };
     let mut cl = TestCluster::start(&[Kind::UnderTest; 3], None);
     cl.wait_full_mesh(std::time::Duration::from_secs(10));
     let mut child = Command::new(python)

@@ -67,6 +67,21 @@ impl World {
         jwt::encode(&mut t.claims.clone(), &self.operator)
     }
 
+    /// A config trusting `tenants` and `sys` (the system account), with a full resolver in
+    /// `./jwt` (what `$SYS.REQ.CLAIMS.UPDATE` needs) preloaded with all of them.
+    pub fn full_resolver_config(&self, tenants: &[&Tenant], sys: &Tenant) -> String {
+        let preload: String = tenants
+            .iter()
+            .chain(std::iter::once(&sys))
+            .map(|t| format!("  {}: \"{}\"\n", t.key.public_key(), self.account_jwt(t)))
+            .collect();
+        format!(
+            "operator: \"{}\"\nsystem_account: {}\nresolver: {{ type: full, dir: \"./jwt\" }}\nresolver_preload: {{\n{preload}}}\n",
+            self.operator_jwt,
+            sys.key.public_key()
+        )
+    }
+
     pub fn config(&self, tenants: &[&Tenant]) -> String {
         let preload: String = tenants
             .iter()

@@ -523,6 +523,21 @@ pub fn repo_path(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
+/// The project virtualenv's Python (nats-py, nats-server), or None with a note on stderr
+/// when it is missing on a developer machine; under CI its absence is a failure.
+pub fn venv_python() -> Option<PathBuf> {
+    let python = repo_path(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide .venv (scripts/setup-test-env)"
+    );
+    eprintln!("skipping: no .venv; run scripts/setup-test-env");
+    None
+}
+
 /// Polls `f` until it returns true or `limit` passes.
 pub async fn eventually<F: FnMut() -> bool>(limit: Duration, mut f: F) -> bool {
     let deadline = Instant::now() + limit;

@@ -562,6 +562,19 @@ mod tests {
         Bytes::copy_from_slice(s.as_bytes())
     }
 
+    /// `importer` imports `exporter`'s `feed.>` (under `prefix`).
+    fn import_feed(exporter: &Arc<Account>, importer: &Arc<Account>, prefix: Option<&str>) {
+        Account::add_stream_import(
+            exporter,
+            imports::StreamRoute {
+                pattern: "feed.>".into(),
+                importer: Arc::clone(importer),
+                prefix: prefix.map(str::to_owned),
+                to: None,
+            },
+        );
+    }
+
     #[test]
     fn plain_interest_is_told_on_presence_queue_interest_on_every_weight() {
         let (r, rec) = clustered();
@@ -588,15 +601,7 @@ mod tests {
     fn an_importer_with_subscribers_lends_interest_to_its_exporter() {
         let (r, rec) = clustered();
         let (a, bb) = (r.create("A"), r.create("B"));
-        Account::add_stream_import(
-            &a,
-            imports::StreamRoute {
-                pattern: "feed.>".into(),
-                importer: Arc::clone(&bb),
-                prefix: Some("from_a".into()),
-                to: None,
-            },
-        );
+        import_feed(&a, &bb, Some("from_a"));
         assert!(taken(&rec).is_empty(), "no importer subscriber yet");
         bb.count_key(&b("unrelated"), None, true, false);
         bb.count_key(&b("from_a.feed.news"), None, true, false);
@@ -640,15 +645,7 @@ mod tests {
     fn forgetting_imports_withdraws_the_lent_interest() {
         let (r, rec) = clustered();
         let (a, bb) = (r.create("A"), r.create("B"));
-        Account::add_stream_import(
-            &a,
-            imports::StreamRoute {
-                pattern: "feed.>".into(),
-                importer: Arc::clone(&bb),
-                prefix: None,
-                to: None,
-            },
-        );
+        import_feed(&a, &bb, None);
         bb.count_key(&b("feed.a"), None, true, false);
         assert!(taken(&rec).contains(&("A".into(), "feed.>".into(), None, 1)));
         bb.forget_stream_imports();

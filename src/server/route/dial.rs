@@ -158,13 +158,29 @@ pub(crate) async fn configured(
     let mut delay = RECONNECT_DELAY;
     let mut failures = 0u32;
     let mut lost_at: Option<std::time::Instant> = None;
+    let mut was_up = false;
     loop {
         if stop.is_cancelled() {
             return;
         }
+        if !peer_id
+            .as_deref()
+            .is_some_and(|id| cluster.connected_to(id))
+        {
+            // Unknown, or gone (a restarted peer has a new id): the peer may have dialed us.
+            let host = url.host.trim_start_matches('[').trim_end_matches(']');
+            if let Some(id) = cluster.peer_listening_at(host, url.port) {
+                peer_id = Some(id);
+            }
+        }
         let up = peer_id
             .as_deref()
             .is_some_and(|id| cluster.connected_to(id));
+        if was_up && !up {
+            // The peer's own connection to us dropped: redial it quickly too.
+            lost_at = Some(std::time::Instant::now());
+        }
+        was_up = up;
         if !up {
             match connect(&url).await {
                 Some((stream, addr)) => {

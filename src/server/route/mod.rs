@@ -207,6 +207,23 @@ impl Cluster {
         self.read_routes().contains_key(server_id)
     }
 
+    /// The server id of a registered peer whose route listener is `host:port` (as its INFO
+    /// gives it, or its connection's address with the INFO's port): a configured route
+    /// whose peer already dialed us needs no second connection (and the churn of resolving
+    /// the duplicate).
+    pub(crate) fn peer_listening_at(&self, host: &str, port: u16) -> Option<String> {
+        self.read_routes().iter().find_map(|(id, r)| {
+            let i = r.lock_info();
+            let advertised =
+                i.ip.as_deref()
+                    .and_then(crate::config::cluster::parse_route_url)
+                    .is_some_and(|u| u.host == host && u.port == port);
+            let listening =
+                i.port == port && (i.host == host || r.handle.peer.ip().to_string() == host);
+            (advertised || listening).then(|| id.clone())
+        })
+    }
+
     /// Registers `route` for its peer. Of two connections to one peer (both sides dialed) the
     /// one dialed by the server with the smaller id stays, on both sides alike.
     pub(crate) fn admit(&self, route: &Arc<Route>) -> Admission {
