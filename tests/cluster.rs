@@ -801,3 +801,72 @@ async fn routez_lists_the_interest_each_route_holds() {
     assert_eq!(q["qgroup"], "g");
     assert_eq!(q["sid"], "R $G rz.q g");
 }
+
+const PERMISSIONS: &str = r#"
+authorization {
+  users: [
+    { user: pub, password: pub, permissions: { publish: { deny: ["secret.>"] } } }
+    { user: sub, password: sub, permissions: { subscribe: { allow: ["probe.>", "secret.>", "_INBOX.>"], deny: ["secret.hidden"] } } }
+    { user: all, password: all }
+  ]
+}
+"#;
+
+#[tokio::test]
+async fn permissions_hold_on_the_node_the_client_is_on() {
+    let cl = TestCluster::start(&[Kind::UnderTest; 2], Some(PERMISSIONS));
+    cl.wait_full_mesh(MESH);
+    let login = |i: usize, user: &'static str| {
+        let url = cl.url(i);
+        async move {
+            async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+                .connect(url)
+                .await
+                .unwrap()
+        }
+    };
+    // The subscriber on n2 may subscribe to secret.> but not receive secret.hidden.
+    let sub = login(1, "sub").await;
+    let all = login(0, "all").await;
+    let mut secret = subscribe_seen(&sub, &all, "secret.>", None).await;
+    all.publish("secret.hidden", "no".into()).await.unwrap();
+    all.publish("secret.open", "yes".into()).await.unwrap();
+    let m = next(&mut secret).await;
+    assert_eq!(
+        m.subject.as_str(),
+        "secret.open",
+        "secret.hidden was delivered across the route"
+    );
+    // The publisher on n1 may not publish to secret.>: nothing reaches n2.
+    let (tx, mut errors) = tokio::sync::mpsc::channel(4);
+    let publisher = async_nats::ConnectOptions::with_user_and_password("pub".into(), "pub".into())
+        .event_callback(move |e| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = e {
+                    let _ = tx.send(e.to_string()).await;
+                }
+            }
+        })
+        .connect(cl.url(0))
+        .await
+        .unwrap();
+    publisher
+        .publish("secret.open", "denied".into())
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), errors.recv())
+        .await
+        .expect("a permissions error")
+        .unwrap();
+    assert!(
+        err.to_lowercase().contains("permissions violation"),
+        "{err}"
+    );
+    all.publish("secret.open", "after".into()).await.unwrap();
+    assert_eq!(
+        next(&mut secret).await.payload,
+        "after",
+        "the denied publish got through"
+    );
+}
