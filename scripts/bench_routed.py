@@ -5,7 +5,10 @@ For each server: a two-node cluster on loopback; `sealctl bench` publishes on no
 subscribes on node 2, so every message crosses the route. CPU is both servers' together, per
 delivered message. Rounds alternate servers; ratios are taken within a round.
 
-    scripts/bench_routed.py [--rounds 2] [--msgs 1000000]
+    scripts/bench_routed.py [--rounds 2] [--msgs 1000000] [--tls-routes]
+
+With --tls-routes the routes are TLS (`cluster { tls {} }`, one certificate made with openssl,
+mutual verification on both servers); clients stay plaintext.
 """
 import argparse
 import json
@@ -15,6 +18,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+from bench_compare import make_certs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEALSTREAM = os.path.join(ROOT, "target/release/sealstream-server")
@@ -37,13 +42,20 @@ def free_port():
     return p
 
 
-def start_pair(binary):
+def start_pair(binary, route_tls=None):
     procs, clients = [], []
+    conf = []
+    if route_tls:
+        cert, key, ca = route_tls
+        path = os.path.join(tempfile.mkdtemp(), "routes.conf")
+        with open(path, "w") as f:
+            f.write(f'cluster {{ tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{ca}" }} }}\n')
+        conf = ["-c", path]
     seed = free_port()
     for i in range(2):
         client, route, http = free_port(), (seed if i == 0 else free_port()), free_port()
         args = [binary, "-a", "127.0.0.1", "-p", str(client), "-m", str(http), "-n", f"n{i + 1}",
-                "--cluster_name", "BENCH", "--cluster", f"nats://127.0.0.1:{route}"]
+                "--cluster_name", "BENCH", "--cluster", f"nats://127.0.0.1:{route}", *conf]
         if i == 1:
             args += ["--routes", f"nats-route://127.0.0.1:{seed}"]
         procs.append(subprocess.Popen(args, cwd=tempfile.mkdtemp(), stdout=subprocess.DEVNULL,
@@ -78,11 +90,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--msgs", type=int, default=1_000_000)
+    ap.add_argument("--tls-routes", action="store_true")
     a = ap.parse_args()
+    route_tls = make_certs(tempfile.mkdtemp()) if a.tls_routes else None
     for r in range(a.rounds):
         results = {}
         for name, binary in (("sealstream", SEALSTREAM), ("nats-server", NATS_SERVER)):
-            procs, ports = start_pair(binary)
+            procs, ports = start_pair(binary, route_tls)
             try:
                 for scen, size, extra in SCENARIOS:
                     results[(name, scen, size)] = bench(ports, [p.pid for p in procs], size,
@@ -93,7 +107,8 @@ def main():
                     p.wait()
         for scen, size, _ in SCENARIOS:
             (st, sc), (nt, nc) = results[("sealstream", scen, size)], results[("nats-server", scen, size)]
-            print(f"round {r + 1}  {scen:17} {size:5} B  sealstream {st / 1e3:8.0f} k/s  "
+            tag = "tls " if route_tls else ""
+            print(f"round {r + 1}  {tag}{scen:17} {size:5} B  sealstream {st / 1e3:8.0f} k/s  "
                   f"nats-server {nt / 1e3:8.0f} k/s  thr {st / nt:5.2f}x   "
                   f"CPU {sc:.2f}/{nc:.2f} us/msg = {sc / nc:4.2f}x")
 

@@ -33,8 +33,11 @@ impl Hosts {
             && ip(&["link", "set", &bridge, "up"])
             && (0..n).all(|i| h.add_host(i));
         // With br_netfilter loaded (Docker loads it), bridged frames pass the host's FORWARD
-        // chain, whose policy Docker sets to DROP: let our bridge's own traffic through.
-        h.forward_rule("-I");
+        // chain, whose policy Docker sets to DROP: let our bridge's own traffic through. Without
+        // iptables the hosts could not reach each other there: say so (None) instead.
+        let filtered = std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-iptables")
+            .is_ok_and(|v| v.trim() == "1");
+        let ok = ok && (h.forward_rule("-I") || !filtered);
         if ok {
             Some(h)
         } else {
@@ -103,18 +106,21 @@ impl Hosts {
         }
     }
 
-    fn forward_rule(&self, op: &str) {
+    fn forward_rule(&self, op: &str) -> bool {
         let bridge = self.bridge();
         let mut args = vec![op, "FORWARD"];
         if op == "-I" {
             args.push("1");
         }
         args.extend(["-i", &bridge, "-o", &bridge, "-j", "ACCEPT"]);
-        let _ = Command::new("iptables").args(&args).output();
+        Command::new("iptables")
+            .args(&args)
+            .output()
+            .is_ok_and(|o| o.status.success())
     }
 
     fn remove(&self) {
-        self.forward_rule("-D");
+        while self.forward_rule("-D") {}
         for i in 0..self.n {
             ip(&["netns", "del", &self.ns(i)]);
             ip(&["link", "del", &format!("ss{}o{i}", self.id)]);
