@@ -208,19 +208,10 @@ accounts {
 async fn accounts_stay_isolated_across_routes() {
     let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(ACCOUNTS));
     cl.wait_full_mesh(MESH);
-    let login = |i: usize, user: &'static str| {
-        let url = cl.url(i);
-        async move {
-            async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
-                .connect(url)
-                .await
-                .unwrap()
-        }
-    };
-    let a_pub = login(0, "a").await;
-    let b_pub = login(0, "b").await;
-    let a_sub_c = login(2, "a").await;
-    let b_sub_c = login(2, "b").await;
+    let a_pub = login(&cl, 0, "a").await;
+    let b_pub = login(&cl, 0, "b").await;
+    let a_sub_c = login(&cl, 2, "a").await;
+    let b_sub_c = login(&cl, 2, "b").await;
     let mut a_sub = subscribe_seen(&a_sub_c, &a_pub, "shared.subject", None).await;
     let mut b_sub = subscribe_seen(&b_sub_c, &b_pub, "shared.subject", None).await;
     a_pub
@@ -816,18 +807,9 @@ authorization {
 async fn permissions_hold_on_the_node_the_client_is_on() {
     let cl = TestCluster::start(&[Kind::UnderTest; 2], Some(PERMISSIONS));
     cl.wait_full_mesh(MESH);
-    let login = |i: usize, user: &'static str| {
-        let url = cl.url(i);
-        async move {
-            async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
-                .connect(url)
-                .await
-                .unwrap()
-        }
-    };
     // The subscriber on n2 may subscribe to secret.> but not receive secret.hidden.
-    let sub = login(1, "sub").await;
-    let all = login(0, "all").await;
+    let sub = login(&cl, 1, "sub").await;
+    let all = login(&cl, 0, "all").await;
     let mut secret = subscribe_seen(&sub, &all, "secret.>", None).await;
     all.publish("secret.hidden", "no".into()).await.unwrap();
     all.publish("secret.open", "yes".into()).await.unwrap();
