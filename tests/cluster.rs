@@ -852,3 +852,56 @@ async fn permissions_hold_on_the_node_the_client_is_on() {
         "the denied publish got through"
     );
 }
+
+#[tokio::test]
+async fn a_server_ping_is_answered_by_every_member_with_its_routes() {
+    let conf = "accounts { SYS: { users: [{user: sys, password: sys}] } }\nsystem_account: SYS\n";
+    let cl = TestCluster::start(&[Kind::UnderTest; 3], Some(conf));
+    cl.wait_full_mesh(MESH);
+    let sys = login(&cl, 0, "sys").await;
+    let deadline = std::time::Instant::now() + MESH;
+    loop {
+        let inbox = sys.new_inbox();
+        let mut answers = sys.subscribe(inbox.clone()).await.unwrap();
+        sys.publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "".into())
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        while let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_millis(500), answers.next()).await
+        {
+            seen.push(serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap());
+        }
+        if seen.len() == 3 {
+            for v in &seen {
+                let s = &v["statsz"];
+                // nats-server counts servers it has heard from on the system account, which
+                // can lag the routes; sealstream counts its routes.
+                assert!(s["active_servers"].as_u64().unwrap() >= 2, "{v}");
+                let mut peers: Vec<&str> = s["routes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|r| r["name"].as_str())
+                    .collect();
+                peers.sort_unstable();
+                peers.dedup();
+                assert_eq!(peers.len(), 2, "{v}");
+                assert!(
+                    !peers.contains(&v["server"]["name"].as_str().unwrap()),
+                    "{v}"
+                );
+                assert!(
+                    s["sent"]["msgs"].is_u64() && s["received"]["bytes"].is_u64(),
+                    "{v}"
+                );
+            }
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of 3 servers answered",
+            seen.len()
+        );
+    }
+}

@@ -10,7 +10,8 @@
 //!   **before** it is stored or persisted; connected users it revokes are disconnected with
 //!   `User Authentication Revoked`.
 //! - `$SYS.REQ.ACCOUNT.<id>.CLAIMS.LOOKUP`: the stored account JWT.
-//! - `$SYS.REQ.SERVER.PING` (and `.STATSZ`): server statistics.
+//! - `$SYS.REQ.SERVER.PING` (and `.STATSZ`): server statistics, with the cluster's routes
+//!   and `active_servers` as nats-server gives them.
 //!
 //! It publishes `$SYS.ACCOUNT.<account>.CONNECT` / `DISCONNECT` events. Tenants cannot reach
 //! any of this: `$SYS.>` in their account is their own subject space.
@@ -230,18 +231,38 @@ impl System {
             }
             ["$SYS", "REQ", "SERVER", "PING", ..] => {
                 let st = &shared.stats;
+                let (in_msgs, out_msgs) = (
+                    st.in_msgs.load(Ordering::Relaxed),
+                    st.out_msgs.load(Ordering::Relaxed),
+                );
+                let (in_bytes, out_bytes) = (
+                    st.in_bytes.load(Ordering::Relaxed),
+                    st.out_bytes.load(Ordering::Relaxed),
+                );
+                let routes = Self::route_stats(shared);
                 json!({
                     "server": server,
                     "statsz": {
                         "start": crate::timefmt::rfc3339_system(shared.start),
+                        "cores": std::thread::available_parallelism().map_or(1, usize::from),
                         "connections": shared.num_clients(),
                         "total_connections": st.total_connections.load(Ordering::Relaxed),
-                        "in_msgs": st.in_msgs.load(Ordering::Relaxed),
-                        "out_msgs": st.out_msgs.load(Ordering::Relaxed),
-                        "in_bytes": st.in_bytes.load(Ordering::Relaxed),
-                        "out_bytes": st.out_bytes.load(Ordering::Relaxed),
-                        "slow_consumers": st.slow_consumers.load(Ordering::Relaxed),
+                        "active_accounts": shared
+                            .accounts
+                            .all()
+                            .iter()
+                            .filter(|a| a.connections.load(Ordering::Relaxed) > 0)
+                            .count(),
                         "subscriptions": shared.accounts.subscription_count(),
+                        "sent": { "msgs": out_msgs, "bytes": out_bytes },
+                        "received": { "msgs": in_msgs, "bytes": in_bytes },
+                        "in_msgs": in_msgs,
+                        "out_msgs": out_msgs,
+                        "in_bytes": in_bytes,
+                        "out_bytes": out_bytes,
+                        "slow_consumers": st.slow_consumers.load(Ordering::Relaxed),
+                        "active_servers": routes.len() + 1,
+                        "routes": routes,
                     }
                 })
             }
@@ -249,6 +270,32 @@ impl System {
                 json!({ "server": server, "error": { "code": 404, "description": "unknown request" } })
             }
         }
+    }
+
+    /// The `routes` of a server ping's `statsz`, as nats-server lists them: one entry per route
+    /// (`rid`, peer `name`, `sent`/`received` messages and bytes, `pending` bytes).
+    fn route_stats(shared: &Shared) -> Vec<Value> {
+        let Some(cluster) = &shared.cluster else {
+            return Vec::new();
+        };
+        let mut routes = cluster.routes();
+        routes.sort_by_key(|r| r.handle.cid);
+        routes
+            .iter()
+            .map(|r| {
+                let (sent_msgs, sent_bytes) = r.handle.outbound.out_stats();
+                json!({
+                    "rid": r.handle.cid,
+                    "name": r.lock_info().server_name.clone(),
+                    "sent": { "msgs": sent_msgs, "bytes": sent_bytes },
+                    "received": {
+                        "msgs": r.in_msgs.load(Ordering::Relaxed),
+                        "bytes": r.in_bytes.load(Ordering::Relaxed),
+                    },
+                    "pending": r.handle.outbound.pending_bytes(),
+                })
+            })
+            .collect()
     }
 
     fn claims_update(&self, shared: &Shared, payload: &[u8], id: Option<&str>) -> Value {
