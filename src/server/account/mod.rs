@@ -169,8 +169,9 @@ struct Interest {
 }
 
 impl Interest {
+    /// A real subscription is never masked by a withdrawal that overtook its grant.
     fn present(self) -> bool {
-        i64::from(self.subs) + self.imports > 0
+        self.subs > 0 || self.imports > 0
     }
 }
 
@@ -639,6 +640,16 @@ mod tests {
         let mut dumped = 0;
         a.dump_local_interest(|_, _, _, _| dumped += 1, |_| {});
         assert_eq!(dumped, 0);
+    }
+
+    #[test]
+    fn an_early_withdrawal_never_hides_a_real_subscription() {
+        let (r, rec) = clustered();
+        let a = r.create("A");
+        a.count_key(&b("feed.>"), None, true, false);
+        a.count_key(&b("feed.>"), None, false, true);
+        a.count_key(&b("feed.>"), None, true, true);
+        assert_eq!(taken(&rec), vec![("A".into(), "feed.>".into(), None, 1)]);
     }
 
     #[test]
