@@ -48,8 +48,9 @@ use self::account::Registry;
 use self::client::ClientHandle;
 
 /// The NATS server version we advertise. Clients choose features by it (nats-py needs
-/// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver.
-pub const NATS_COMPAT_VERSION: &str = "2.12.0";
+/// `2.Y` with `Y >= 9` for name-based consumer creation), so it is a NATS-compatible semver:
+/// the nats-server release whose single-node features we implement (docs/compatibility.md).
+pub const NATS_COMPAT_VERSION: &str = "2.15.1";
 
 /// What INFO's and `/varz`'s `go` field say: nats-server puts its Go version there; ours is the
 /// language and this build's version. Clients read the field but do not interpret it.
