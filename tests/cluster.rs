@@ -876,8 +876,9 @@ async fn a_server_ping_is_answered_by_every_member_with_its_routes() {
             for v in &seen {
                 let s = &v["statsz"];
                 // nats-server counts servers it has heard from on the system account, which
-                // can lag the routes; sealstream counts its routes.
-                assert!(s["active_servers"].as_u64().unwrap() >= 2, "{v}");
+                // lags the routes (1 right after start); sealstream counts its routes.
+                let active = s["active_servers"].as_u64().unwrap();
+                assert!(cl.is_reference() || active == 3, "{v}");
                 let mut peers: Vec<&str> = s["routes"]
                     .as_array()
                     .unwrap()
