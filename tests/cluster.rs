@@ -906,3 +906,150 @@ async fn a_server_ping_is_answered_by_every_member_with_its_routes() {
         );
     }
 }
+
+/// Node `i`'s route connections by peer name: the `account` each is pinned to ("" for pool
+/// members), sorted.
+fn connections_of(cl: &TestCluster, i: usize) -> std::collections::BTreeMap<String, Vec<String>> {
+    let (code, body) = cl.nodes[i].server.http_get("/routez");
+    assert_eq!(code, 200, "{body}");
+    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut by_peer = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for r in v["routes"].as_array().unwrap() {
+        let peer = r["remote_name"].as_str().unwrap().to_owned();
+        let account = r["account"].as_str().unwrap_or("").to_owned();
+        by_peer.entry(peer).or_default().push(account);
+    }
+    for v in by_peer.values_mut() {
+        v.sort();
+    }
+    by_peer
+}
+
+/// Waits until every node has `per_peer` connections to each other node.
+fn wait_pools(cl: &TestCluster, per_peer: usize) {
+    let deadline = std::time::Instant::now() + MESH;
+    let n = cl.nodes.len();
+    loop {
+        let all: Vec<_> = (0..n).map(|i| connections_of(cl, i)).collect();
+        if all
+            .iter()
+            .all(|m| m.len() == n - 1 && m.values().all(|v| v.len() == per_peer))
+        {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "pools: {all:?}");
+        support::spin_pause(Duration::from_millis(50));
+    }
+}
+
+/// Account traffic between every pair of nodes: plain subscriptions and request/reply, each
+/// message delivered once.
+async fn accounts_between_all(cl: &TestCluster, users: &[&str]) {
+    let n = cl.nodes.len();
+    for user in users {
+        for a in 0..n {
+            for b in 0..n {
+                if a == b {
+                    continue;
+                }
+                let (pubc, subc) = (login(cl, a, user).await, login(cl, b, user).await);
+                let subject = format!("pool.{user}.{a}.{b}");
+                let mut sub = subscribe_seen(&subc, &pubc, &subject, None).await;
+                pubc.publish(subject.clone(), "m".into()).await.unwrap();
+                support::sync(&pubc).await;
+                assert_eq!(next(&mut sub).await.payload, "m");
+                assert!(
+                    tokio::time::timeout(Duration::from_millis(200), sub.next())
+                        .await
+                        .is_err(),
+                    "{user} {a}->{b}: one copy"
+                );
+                let svc = format!("poolsvc.{user}.{a}.{b}");
+                let mut reqs = subscribe_seen(&subc, &pubc, &svc, None).await;
+                let responder = subc.clone();
+                tokio::spawn(async move {
+                    if let Some(m) = reqs.next().await {
+                        let _ = responder.publish(m.reply.unwrap(), "pong".into()).await;
+                        let _ = responder.flush().await;
+                    }
+                });
+                let r = tokio::time::timeout(Duration::from_secs(5), pubc.request(svc, "".into()))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(r.payload, "pong", "{user} {a}->{b}");
+            }
+        }
+    }
+}
+
+const POOLED: &str = r#"
+accounts {
+  A: { users: [{user: a, password: a}] }
+  B: { users: [{user: b, password: b}] }
+}
+cluster { pool_size: 3, accounts: [A] }
+"#;
+
+#[tokio::test]
+async fn routes_are_pooled_by_account_with_pinned_accounts() {
+    // Per peer: 3 pool members, one for the pinned A and one for the system account.
+    let layouts: &[&[Kind]] = if nats_server_binary().is_some() {
+        &[
+            &[Kind::UnderTest; 3],
+            &[Kind::NatsServer, Kind::UnderTest, Kind::UnderTest],
+            &[Kind::UnderTest, Kind::NatsServer, Kind::NatsServer],
+        ]
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+        &[&[Kind::UnderTest; 3]]
+    };
+    for kinds in layouts {
+        let cl = TestCluster::start(kinds, Some(POOLED));
+        cl.wait_full_mesh(MESH);
+        wait_pools(&cl, 5);
+        for i in 0..3 {
+            for (peer, accounts) in connections_of(&cl, i) {
+                // Pinned names are shown for the system account (ours hides tenants' names
+                // from /routez of a multi-tenant server; nats-server shows them).
+                assert!(
+                    accounts.contains(&"$SYS".to_owned()),
+                    "n{} -> {peer}: {accounts:?}",
+                    i + 1
+                );
+                let pool = accounts.iter().filter(|a| a.is_empty()).count();
+                assert!(pool >= 3, "n{} -> {peer}: {accounts:?}", i + 1);
+            }
+        }
+        accounts_between_all(&cl, &["a", "b"]).await;
+    }
+}
+
+#[tokio::test]
+async fn unequal_pool_sizes_use_the_larger_and_pool_size_minus_one_is_one_connection() {
+    if nats_server_binary().is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+        eprintln!("skipping: no .venv nats-server");
+        return;
+    }
+    let accounts = "accounts {\n  A: { users: [{user: a, password: a}] }\n  B: { users: [{user: b, password: b}] }\n}\n";
+    // nats-server pools 3, the server under test 5: both sides open 5 and the system one.
+    let mut cl = TestCluster::start(&[Kind::NatsServer], Some(accounts));
+    cl.join(
+        Kind::UnderTest,
+        Some(&format!("{accounts}cluster {{ pool_size: 5 }}\n")),
+    );
+    cl.wait_full_mesh(MESH);
+    wait_pools(&cl, 6);
+    accounts_between_all(&cl, &["a", "b"]).await;
+    // No pooling on one side: one connection, every account on it.
+    let mut cl = TestCluster::start(&[Kind::NatsServer], Some(accounts));
+    cl.join(
+        Kind::UnderTest,
+        Some(&format!("{accounts}cluster {{ pool_size: -1 }}\n")),
+    );
+    cl.wait_full_mesh(MESH);
+    wait_pools(&cl, 1);
+    accounts_between_all(&cl, &["a", "b"]).await;
+}

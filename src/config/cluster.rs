@@ -6,8 +6,9 @@
 //! against `ca_file` (verification cannot be turned off for routes, as in nats-server). Route
 //! permissions are refused with an error rather than accepted and ignored, because an operator
 //! who writes them expects them to hold.
-//! Route pooling and compression are accepted and logged: sealstream keeps one uncompressed
-//! connection per peer, which nats-server also speaks (its "no pool" mode).
+//! Routes are pooled as nats-server pools them (`pool_size` connections per peer, default 3,
+//! plus one per pinned account; `-1` = one connection). Compression is accepted and logged:
+//! sealstream sends uncompressed, which nats-server's default (`accept`) agrees to.
 
 use std::time::Duration;
 
@@ -41,8 +42,11 @@ pub struct ClusterOptions {
     pub password: Option<String>,
     /// Time allowed for a route's CONNECT.
     pub auth_timeout: Duration,
-    /// `pool_size` as written (nats-server's default 3); sealstream uses one connection.
+    /// Pooled connections per peer (default 3; negative: no pooling, one connection).
     pub pool_size: i64,
+    /// Accounts with a connection of their own to each peer (`accounts`, "pinned"); the
+    /// system account is pinned too whenever routes are pooled.
+    pub pinned_accounts: Vec<String>,
     /// `compression` as written (default `accept`); sealstream sends uncompressed.
     pub compression: String,
     /// Route PING interval (at most 30 s).
@@ -68,6 +72,7 @@ impl Default for ClusterOptions {
             password: None,
             auth_timeout: Duration::from_secs(2),
             pool_size: 3,
+            pinned_accounts: Vec::new(),
             compression: "accept".into(),
             ping_interval: None,
             ping_max: None,
@@ -81,7 +86,19 @@ impl ClusterOptions {
     pub fn enabled(&self) -> bool {
         self.port != 0
     }
+
+    /// Pooled connections per peer; `None` when pooling is off (`pool_size` negative).
+    pub fn pool(&self) -> Option<u32> {
+        match self.pool_size {
+            n if n < 0 => None,
+            0 => Some(3),
+            n => Some(u32::try_from(n).unwrap_or(u32::MAX).min(MAX_POOL_SIZE)),
+        }
+    }
 }
+
+/// Most pooled connections per peer we open or accept (a larger `pool_size` is cut to it).
+pub const MAX_POOL_SIZE: u32 = 64;
 
 /// The compression modes nats-server accepts (spec §1.2).
 const COMPRESSION_MODES: &[&str] = &[
@@ -147,8 +164,22 @@ pub(super) fn cluster(
             "connect_backoff" => o.connect_backoff = field::boolean(item)?,
             "pool_size" => o.pool_size = field::int(item)?,
             "accounts" => {
-                field::string_list(item)?;
-                c.ignore("cluster.accounts");
+                let names = field::string_list(item)?;
+                for (i, n) in names.iter().enumerate() {
+                    if names.get(..i).is_some_and(|before| before.contains(n)) {
+                        let mut all = names.clone();
+                        all.push("$SYS".into());
+                        let listed: Vec<String> = all.iter().map(|a| format!("{a:?}")).collect();
+                        return Err(field::invalid(
+                            item,
+                            format!(
+                                "found duplicate account name {n:?} in pinned accounts list [{}]",
+                                listed.join(" ")
+                            ),
+                        ));
+                    }
+                }
+                o.pinned_accounts = names;
             }
             "compression" => {
                 let mode = match &item.value.kind {

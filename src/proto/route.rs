@@ -6,9 +6,11 @@
 //! `RMSG`/`HMSG` with the account and, after a `+` or `|` marker, the queue groups the sender
 //! chose on this peer. There is no sid: the receiver routes by account and subject.
 //!
-//! We never ask for the pooled, pinned-account or leaf-origin forms (our INFO leaves out
-//! `route_pool_size` and `lnoc`), so every op carries its account; `LS+`/`LS-`/`LMSG` are still
-//! read (origin dropped) so a peer that sends them anyway does not lose the route.
+//! On a connection pinned to one account (`route_account`, spec §2.8) the account token is left
+//! out of `RS±`/`RMSG`/`HMSG` both ways: [`RouteParser::pin`] puts it back for the reader, and
+//! the encoders leave it out when given an empty account. We never ask for the leaf-origin
+//! forms (our INFO leaves out `lnoc`); `LS+`/`LS-`/`LMSG` are still read (origin dropped) so a
+//! peer that sends them anyway does not lose the route.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -83,6 +85,8 @@ struct Pending {
 #[derive(Debug, Default)]
 pub struct RouteParser {
     pending: Option<Pending>,
+    /// The account of a pinned connection, whose ops leave it out.
+    pinned: Option<Bytes>,
 }
 
 fn is_sep(c: u8) -> bool {
@@ -134,6 +138,11 @@ impl RouteParser {
         RouteParser::default()
     }
 
+    /// From now on the connection carries only `account`, whose name the ops leave out.
+    pub fn pin(&mut self, account: &str) {
+        self.pinned = Some(Bytes::copy_from_slice(account.as_bytes()));
+    }
+
     /// Parses the next op from the front of `buf`; `Ok(None)` means "need more bytes".
     ///
     /// # Errors
@@ -178,7 +187,16 @@ impl RouteParser {
                 continue;
             };
             let name = name.to_ascii_uppercase();
-            let args = w.get(1..).unwrap_or(&[]);
+            let with_account: Vec<Bytes>;
+            let args = match &self.pinned {
+                Some(a) if matches!(name.as_slice(), b"RS+" | b"RS-" | b"RMSG" | b"HMSG") => {
+                    with_account = std::iter::once(a.clone())
+                        .chain(w.iter().skip(1).cloned())
+                        .collect();
+                    with_account.as_slice()
+                }
+                _ => w.get(1..).unwrap_or(&[]),
+            };
             let op = match name.as_slice() {
                 b"PING" => RouteOp::Ping,
                 b"PONG" => RouteOp::Pong,
@@ -325,11 +343,18 @@ fn put_num(out: &mut BytesMut, n: usize) {
     out.put_slice(b.format(n).as_bytes());
 }
 
-/// Appends `RS+ <account> <subject>[ <queue> <weight>]\r\n`.
+/// The account token and its blank; nothing on a pinned connection (`account` empty).
+fn put_account(out: &mut BytesMut, account: &[u8]) {
+    if !account.is_empty() {
+        out.put_slice(account);
+        out.put_u8(b' ');
+    }
+}
+
+/// Appends `RS+ <account> <subject>[ <queue> <weight>]\r\n` (no account when it is empty).
 pub fn encode_sub(out: &mut BytesMut, account: &[u8], subject: &[u8], queue: Option<(&[u8], u32)>) {
     out.put_slice(b"RS+ ");
-    out.put_slice(account);
-    out.put_u8(b' ');
+    put_account(out, account);
     out.put_slice(subject);
     if let Some((q, w)) = queue {
         out.put_u8(b' ');
@@ -343,8 +368,7 @@ pub fn encode_sub(out: &mut BytesMut, account: &[u8], subject: &[u8], queue: Opt
 /// Appends `RS- <account> <subject>[ <queue>]\r\n`.
 pub fn encode_unsub(out: &mut BytesMut, account: &[u8], subject: &[u8], queue: Option<&[u8]>) {
     out.put_slice(b"RS- ");
-    out.put_slice(account);
-    out.put_u8(b' ');
+    put_account(out, account);
     out.put_slice(subject);
     if let Some(q) = queue {
         out.put_u8(b' ');
@@ -369,8 +393,7 @@ pub fn encode_msg_line(
     } else {
         b"RMSG "
     });
-    out.put_slice(account);
-    out.put_u8(b' ');
+    put_account(out, account);
     out.put_slice(subject);
     out.put_u8(b' ');
     if queues.is_empty() {
@@ -414,8 +437,8 @@ pub fn msg_line_len(
         + 48
 }
 
-/// The route INFO we send (spec/cluster.md §2.2, §2.14): no `jetstream`, `compression`,
-/// `route_pool_size` or `lnoc`, so nats-server treats us as a one-connection peer.
+/// The route INFO we send (spec/cluster.md §2.2, §2.8, §2.14): no `jetstream`,
+/// `compression` or `lnoc`; `route_pool_size` unless pooling is off (`pool_size: -1`).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RouteInfo {
     /// This server's id (`N…`).
@@ -459,6 +482,19 @@ pub struct RouteInfo {
     /// Lame-duck mode.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ldm: bool,
+    /// Connections per peer this server pools (none: one connection, spec §2.8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_pool_size: Option<u32>,
+    /// The pool slot a dialed connection claims (slot 0 is left out).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub route_pool_idx: u32,
+    /// The account a dialed connection is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_account: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A peer's route INFO, as much of it as we act on. Unknown fields are ignored.
@@ -489,6 +525,14 @@ pub struct PeerInfo {
     pub auth_required: bool,
     /// Its version.
     pub version: String,
+    /// Connections per peer it pools (absent: it does not pool).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_pool_size: Option<i64>,
+    /// The pool slot its dialed connection claims.
+    pub route_pool_idx: i64,
+    /// The account its dialed connection is pinned to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_account: Option<String>,
 }
 
 /// The route CONNECT body: what we send and what we check from a dialing peer.
@@ -668,5 +712,49 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_pinned_connection_leaves_the_account_out_both_ways() {
+        let mut out = BytesMut::new();
+        encode_sub(&mut out, b"", b"$SYS.REQ.>", None);
+        encode_unsub(&mut out, b"", b"work", Some(b"wq"));
+        encode_msg_line(&mut out, b"", b"s.x", Some(b"_INBOX.1"), &[], None, 2);
+        out.put_slice(b"hi\r\n");
+        encode_msg_line(&mut out, b"", b"s.y", None, &[b"q"], Some(12), 12);
+        out.put_slice(b"NATS/1.0\r\n\r\n\r\n");
+        assert!(out.starts_with(b"RS+ $SYS.REQ.>\r\nRS- work wq\r\nRMSG s.x _INBOX.1 2\r\n"));
+        let mut p = RouteParser::new();
+        p.pin("$SYS");
+        let mut buf = BytesMut::from(&out[..]);
+        buf.put_slice(b"PING\r\nINFO {}\r\n");
+        let mut ops = Vec::new();
+        while let Some(op) = p.next_op(&mut buf).unwrap() {
+            ops.push(op);
+        }
+        assert_eq!(ops.len(), 6);
+        assert_eq!(
+            ops[0],
+            RouteOp::Sub {
+                account: "$SYS".into(),
+                subject: "$SYS.REQ.>".into(),
+                queue: None
+            }
+        );
+        assert!(
+            matches!(&ops[1], RouteOp::Unsub { account, queue: Some(q), .. }
+            if account == "$SYS" && q == "wq")
+        );
+        assert!(
+            matches!(&ops[2], RouteOp::Msg { account, subject, reply: Some(r), .. }
+            if account == "$SYS" && subject == "s.x" && r == "_INBOX.1")
+        );
+        assert!(
+            matches!(&ops[3], RouteOp::Msg { queues, headers: Some(_), .. } if queues.len() == 1)
+        );
+        assert_eq!(
+            (&ops[4], &ops[5]),
+            (&RouteOp::Ping, &RouteOp::Info("{}".into()))
+        );
     }
 }

@@ -247,6 +247,9 @@ impl Shared {
                 .unwrap_or_else(|| "$SYS".to_owned());
             Some(system::System::new(accounts.create(&name)))
         };
+        if let (Some(c), Some(sys)) = (&cluster, &system) {
+            let _ = c.system_account.set(sys.account.name.clone());
+        }
         Ok(Shared {
             headers_supported: !opts.no_header_support,
             server_id,

@@ -135,6 +135,8 @@ impl RouteCtx {
 struct RoutedCopy {
     route: Arc<ClientHandle>,
     queues: Vec<Arc<[u8]>>,
+    /// The connection is pinned to the account: no account name in the `RMSG`.
+    pinned: bool,
 }
 
 /// Where a publish may go besides local subscribers.
@@ -383,6 +385,7 @@ fn add_routed(ctx: &mut RouteCtx, r: &RemoteInterest, queue: Option<&Arc<[u8]>>)
     ctx.routed.push(RoutedCopy {
         route: Arc::clone(&r.route),
         queues: queue.map(|q| vec![Arc::clone(q)]).unwrap_or_default(),
+        pinned: r.pinned,
     });
     true
 }
@@ -405,6 +408,7 @@ fn send_routed(
         } else {
             None
         };
+        let account = if copy.pinned { &[][..] } else { account };
         match route
             .outbound
             .push_routed(account, subject, reply, &queues, headers, payload)

@@ -261,7 +261,7 @@ impl System {
                         "in_bytes": in_bytes,
                         "out_bytes": out_bytes,
                         "slow_consumers": st.slow_consumers.load(Ordering::Relaxed),
-                        "active_servers": routes.len() + 1,
+                        "active_servers": shared.cluster.as_ref().map_or(0, |c| c.peers()) + 1,
                         "routes": routes,
                     }
                 })

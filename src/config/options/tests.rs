@@ -841,6 +841,14 @@ fn cluster_blocks_map_and_refuse_what_would_not_hold() {
         (Some("ruser"), Some("rpass"))
     );
     assert_eq!((c.connect_retries, c.pool_size), (3, -1));
+    assert_eq!(c.pool(), None);
+    let pinned = opts("cluster { port: -1, pool_size: 0, accounts: [A, B] }");
+    assert_eq!(pinned.cluster.pool(), Some(3));
+    assert_eq!(pinned.cluster.pinned_accounts, ["A", "B"]);
+    assert_eq!(
+        opts("cluster { port: -1, pool_size: 1000 }").cluster.pool(),
+        Some(64)
+    );
     for (text, err) in [
         (
             "cluster { name: \"a b\" }",
@@ -867,6 +875,14 @@ fn cluster_blocks_map_and_refuse_what_would_not_hold() {
             "missing 'key_file' in TLS configuration",
         ),
         ("cluster { bogus_field: 1 }", "unknown field"),
+        (
+            "cluster { accounts: [A, A] }",
+            "found duplicate account name \"A\" in pinned accounts list [\"A\" \"A\" \"$SYS\"]",
+        ),
+        (
+            "cluster { pool_size: -1, accounts: [A] }",
+            "pool_size cannot be negative if pinned accounts are specified",
+        ),
     ] {
         let e = parse_str(text, std::path::Path::new("t.conf")).unwrap_err();
         assert!(e.to_string().contains(err), "{text}: {e}");

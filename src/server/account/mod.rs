@@ -65,6 +65,8 @@ pub(crate) struct RemoteInterest {
     pub(crate) route: Arc<ClientHandle>,
     /// Queue members behind this entry (1 for plain interest).
     pub(crate) weight: std::sync::atomic::AtomicU32,
+    /// The connection is pinned to this account: its messages leave the account name out.
+    pub(crate) pinned: bool,
 }
 
 /// Told when this server's own interest in a subject changes, so the cluster layer can send

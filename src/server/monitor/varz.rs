@@ -113,7 +113,7 @@ pub(crate) fn varz(s: &Shared) -> Value {
         "connections": s.num_clients(),
         "total_connections": st.total_connections.load(Ordering::Relaxed),
         "routes": s.cluster.as_ref().map_or(0, |c| c.routes().len()),
-        "remotes": s.cluster.as_ref().map_or(0, |c| c.routes().len()),
+        "remotes": s.cluster.as_ref().map_or(0, |c| c.peers()),
         "leafnodes": 0,
         "in_msgs": st.in_msgs.load(Ordering::Relaxed),
         "out_msgs": st.out_msgs.load(Ordering::Relaxed),
@@ -296,6 +296,11 @@ pub(crate) fn routez(s: &Shared, q: &HashMap<String, String>) -> Value {
                 "subscriptions": r.subs.load(Ordering::Relaxed),
                 "compression": "off",
             });
+            // The system account is no tenant's; other pinned names are tenants' details.
+            let system = c.system_account.get().map(String::as_str);
+            if let Some(account) = r.slot.pinned().filter(|a| allowed || Some(*a) == system) {
+                entry["account"] = Value::from(account);
+            }
             if list || detail {
                 let held: Vec<(String, Arc<Subscription>)> = s
                     .accounts

@@ -1,9 +1,12 @@
 //! One route connection, from the first byte to its close (spec/cluster.md §2.1–2.6).
 //!
-//! Handshake: the acceptor sends INFO at once; the dialer sends CONNECT and its INFO at once
-//! (we negotiate neither compression nor pooling, so nothing has to wait). The acceptor checks
-//! the CONNECT (a client on the wrong port, credentials, cluster name); both sides register the
-//! route when the peer's INFO arrives, then send their whole local interest. After that the
+//! Handshake: the acceptor sends INFO at once; the dialer sends CONNECT at once and its INFO
+//! once it has read the acceptor's, because that INFO says whether the peer pools and so
+//! which slot the connection claims (`route_pool_idx`, `route_account`; spec §2.1, §2.8). The
+//! acceptor checks the CONNECT (a client on the wrong port, credentials, cluster name); both
+//! sides register the connection when the peer's INFO arrives, then send the local interest
+//! of the accounts it carries. A dialer whose first connection to a pooling peer registered
+//! starts filling the peer's other slots (`dial::fill_pool`). After that the
 //! reader applies `RS+`/`RS-` to the account trees, delivers `RMSG`/`HMSG` to local
 //! subscribers only, answers PINGs and acts on gossip. The writer is the client connections'
 //! writer: a route is a bounded outbound queue like any connection.
@@ -20,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::cluster::RouteUrl;
+use crate::config::cluster::{RouteUrl, MAX_POOL_SIZE};
 use crate::proto::errors as perr;
 use crate::proto::route::{PeerInfo, RouteConnect, RouteInfo, RouteOp, RouteParser};
 
@@ -30,7 +33,7 @@ use super::super::conn::reader::backpressure_wait;
 use super::super::conn::writer;
 use super::super::router::{self, RouteCtx};
 use super::super::{Shared, NATS_COMPAT_VERSION, RUNTIME_VERSION};
-use super::{encode_interest, unix_nanos, Admission, Cluster, Route, MAX_PING_INTERVAL};
+use super::{encode_interest, unix_nanos, Admission, Cluster, Route, Slot, MAX_PING_INTERVAL};
 
 /// Most remote subscriptions one peer may hold with us; a peer past it is disconnected.
 pub(crate) const MAX_REMOTE_SUBS: usize = 4_000_000;
@@ -51,6 +54,9 @@ pub(crate) struct Dialed {
     pub(crate) url: RouteUrl,
     /// One of our configured routes (retried for ever).
     pub(crate) configured: bool,
+    /// The pool slot it is for; `None`: the first connection to the peer (slot 0 if it
+    /// pools, its only connection if not).
+    pub(crate) slot: Option<Slot>,
 }
 
 /// How a route connection ended.
@@ -68,8 +74,9 @@ pub(crate) enum Outcome {
     Closed(String),
 }
 
-/// The route INFO this server sends.
-pub(crate) fn our_info(shared: &Shared, cluster: &Cluster) -> Vec<u8> {
+/// The route INFO this server sends: as acceptor or in updates (`slot` None) with our pool
+/// size; as dialer with the slot the connection claims (none for a peer that does not pool).
+pub(crate) fn our_info(shared: &Shared, cluster: &Cluster, slot: Option<&Slot>) -> Vec<u8> {
     let (name, dynamic) = cluster.name();
     let listen = cluster.listen.get().copied();
     let advertise = cluster.opts.advertise.as_ref().map(|a| {
@@ -105,6 +112,15 @@ pub(crate) fn our_info(shared: &Shared, cluster: &Cluster) -> Vec<u8> {
             shared.own_client_urls()
         },
         ldm: shared.lame_duck.load(Ordering::Relaxed),
+        route_pool_size: match slot {
+            Some(Slot::Only) => None,
+            _ => cluster.pool(),
+        },
+        route_pool_idx: match slot {
+            Some(Slot::Pool(n)) => *n,
+            _ => 0,
+        },
+        route_account: slot.and_then(Slot::pinned).map(str::to_owned),
     };
     let mut line = b"INFO ".to_vec();
     line.extend_from_slice(
@@ -154,7 +170,8 @@ struct RouteConn {
     cluster: Arc<Cluster>,
     handle: Arc<ClientHandle>,
     peer: SocketAddr,
-    dialed: Option<(RouteUrl, bool)>,
+    dialed: Option<Dialed>,
+    parser: RouteParser,
     connect_ok: bool,
     route: Option<Arc<Route>>,
     outcome: Outcome,
@@ -192,11 +209,10 @@ pub(crate) async fn run(
             (Box::new(r), writer)
         }
     };
-    let mut hello = Vec::new();
-    if let Some(d) = &dialed {
-        hello.extend_from_slice(&our_connect(&shared, &cluster, &d.url));
-    }
-    hello.extend_from_slice(&our_info(&shared, &cluster));
+    let hello = match &dialed {
+        Some(d) => our_connect(&shared, &cluster, &d.url),
+        None => our_info(&shared, &cluster, None),
+    };
     if let Ok(true) = handle.outbound.push_raw(&hello) {
         handle.outbound.wake();
     }
@@ -206,7 +222,8 @@ pub(crate) async fn run(
         cluster,
         handle: Arc::clone(&handle),
         peer,
-        dialed: dialed.map(|d| (d.url, d.configured)),
+        dialed,
+        parser: RouteParser::new(),
         connect_ok: false,
         route: None,
         outcome: Outcome::NoHandshake,
@@ -217,7 +234,6 @@ pub(crate) async fn run(
         in_bytes: 0,
     };
     c.connect_ok = c.dialed.is_some();
-    let mut parser = RouteParser::new();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let ping_every = c
         .cluster
@@ -253,7 +269,7 @@ pub(crate) async fn run(
                 if let Some(route) = &c.route {
                     route.last_activity.store(unix_nanos(), Ordering::Relaxed);
                 }
-                if !c.process(&mut parser, &mut buf) {
+                if !c.process(&mut buf) {
                     break;
                 }
                 c.flush();
@@ -329,9 +345,9 @@ impl RouteConn {
     }
 
     /// Applies every complete op in `buf`; false when the route must close.
-    fn process(&mut self, parser: &mut RouteParser, buf: &mut BytesMut) -> bool {
+    fn process(&mut self, buf: &mut BytesMut) -> bool {
         loop {
-            let op = match parser.next_op(buf) {
+            let op = match self.parser.next_op(buf) {
                 Ok(Some(op)) => op,
                 Ok(None) => return true,
                 Err(e) => {
@@ -466,15 +482,9 @@ impl RouteConn {
         match &self.route {
             None => self.register(info, body),
             Some(r) => {
-                if info.server_id == r.remote_id() {
-                    let changed = {
-                        let mut i = r.lock_info();
-                        let changed = i.connect_urls != info.connect_urls || i.ldm != info.ldm;
-                        i.connect_urls = info.connect_urls;
-                        i.ldm = info.ldm;
-                        changed
-                    };
-                    if changed {
+                let id = r.remote_id();
+                if info.server_id == id {
+                    if self.cluster.update_peer(&id, &info.connect_urls, info.ldm) {
                         self.cluster.urls_changed.notify_one();
                     }
                 } else {
@@ -500,21 +510,37 @@ impl RouteConn {
             self.handle.close(CloseReason::ClientClosed);
             return false;
         }
+        let Some((slot, pool)) = self.slot_for(&info) else {
+            return false;
+        };
+        if let Some(d) = &self.dialed {
+            self.push(&our_info(&self.shared, &self.cluster, Some(&slot)));
+            if d.slot.is_some() && slot == Slot::Only {
+                // A slot of a peer that no longer pools (it restarted with `pool_size: -1`).
+                self.handle.close(CloseReason::ClientClosed);
+                return false;
+            }
+        }
+        if let Some(account) = slot.pinned() {
+            self.parser.pin(account);
+        }
         self.handle.headers.store(info.headers, Ordering::Relaxed);
         let id = info.server_id.clone();
         let route = Arc::new(Route {
             handle: Arc::clone(&self.handle),
             info: Mutex::new(info),
             did_solicit: self.dialed.is_some(),
-            configured: self.dialed.as_ref().is_some_and(|d| d.1),
+            configured: self.dialed.as_ref().is_some_and(|d| d.configured),
             in_msgs: AtomicU64::new(0),
             in_bytes: AtomicU64::new(0),
             subs: AtomicU64::new(0),
             last_activity: AtomicU64::new(unix_nanos()),
             rtt: AtomicU64::new(0),
+            slot,
+            pool: pool.unwrap_or(1),
         });
-        match self.cluster.admit(&route) {
-            Admission::Registered => {}
+        let first = match self.cluster.admit(&route) {
+            Admission::Registered { first } => first,
             Admission::SelfRoute => {
                 debug!("detected route to self, ignoring");
                 self.outcome = Outcome::SelfRoute;
@@ -534,44 +560,106 @@ impl RouteConn {
                 self.handle.close(CloseReason::ClientClosed);
                 return false;
             }
-        }
+        };
         info!(
             remote = %self.peer,
             name = %route.lock_info().server_name,
+            slot = ?route.slot,
             "Route connection created"
         );
-        self.outcome = Outcome::Closed(id);
+        self.outcome = Outcome::Closed(id.clone());
         self.route = Some(Arc::clone(&route));
-        self.send_interest();
-        self.gossip(body);
+        self.send_interest(&route);
+        if first {
+            self.gossip(body, &id, route.slot.pinned());
+        }
+        if let (Some(d), Some(pool)) = (&self.dialed, pool) {
+            super::dial::fill_pool(&self.shared, &self.cluster, &id, &d.url, pool);
+        }
         true
     }
 
-    /// Our whole local interest, account by account, each under its count lock.
-    fn send_interest(&self) {
+    /// Which of the peer's connections this one is, and the pool size used with the peer
+    /// (`None`: no pooling); `None` after refusing a claim.
+    fn slot_for(&mut self, info: &PeerInfo) -> Option<(Slot, Option<u32>)> {
+        let theirs = info
+            .route_pool_size
+            .filter(|n| *n > 0)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX).min(MAX_POOL_SIZE));
+        let pool = match (self.cluster.pool(), theirs) {
+            (Some(ours), Some(theirs)) => Some(ours.max(theirs)),
+            _ => None,
+        };
+        let slot = match (&self.dialed, pool) {
+            (Some(d), Some(_)) => d.slot.clone().unwrap_or(Slot::Pool(0)),
+            (Some(_), None) => Slot::Only,
+            (None, Some(n)) => match &info.route_account {
+                Some(a) => Slot::Pinned(Arc::from(a.as_str())),
+                None => match u32::try_from(info.route_pool_idx) {
+                    Ok(i) if i < n => Slot::Pool(i),
+                    _ => {
+                        let text = format!("Invalid route pool index: {}", info.route_pool_idx);
+                        self.fail(&text);
+                        return None;
+                    }
+                },
+            },
+            (None, None) => {
+                if let Some(a) = &info.route_account {
+                    let text = format!(
+                        "Not possible to have a dedicated route for account {a:?} between those servers"
+                    );
+                    self.fail(&text);
+                    return None;
+                }
+                if info.route_pool_idx != 0 {
+                    let text = format!("Invalid route pool index: {}", info.route_pool_idx);
+                    self.fail(&text);
+                    return None;
+                }
+                Slot::Only
+            }
+        };
+        Some((slot, pool))
+    }
+
+    /// The local interest of every account `route` carries, each under its count lock.
+    fn send_interest(&self, route: &Route) {
+        let pinned = route.slot.pinned().is_some();
         for acc in self.shared.accounts.all() {
-            let name = acc.name.clone();
+            if !self.cluster.carries(route, &acc.name) {
+                continue;
+            }
+            let name = if pinned { "" } else { acc.name.as_str() };
             acc.dump_local_interest(
-                |out, subject, queue, n| encode_interest(out, &name, subject, queue, n),
+                |out, subject, queue, n| encode_interest(out, name, subject, queue, n),
                 |bytes| self.push(bytes),
             );
         }
     }
 
-    /// Tells the other members about this peer (its INFO, nonce cleared, `ip` filled in), so
-    /// they dial it and the mesh completes (spec §2.9).
-    fn gossip(&self, body: &[u8]) {
+    /// Tells the other members about this peer (its INFO, nonce and pool slot cleared, `ip`
+    /// filled in), so they dial it and the mesh completes (spec §2.9): once for its pool (or
+    /// only connection), once per pinned connection.
+    fn gossip(&self, body: &[u8], peer_id: &str, pinned: Option<&str>) {
         let Ok(serde_json::Value::Object(mut m)) = serde_json::from_slice(body) else {
             return;
         };
         m.remove("nonce");
+        // Gossip names the account of a pinned connection, so the receivers open theirs for
+        // it too (nats-server dials a pinned route on such an INFO, a pool on one without).
+        m.remove("route_pool_idx");
+        match pinned {
+            Some(a) => m.insert("route_account".into(), a.into()),
+            None => m.remove("route_account"),
+        };
         if !m.contains_key("ip") {
             let port = m
                 .get("port")
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0);
             let host = match &self.dialed {
-                Some((url, _)) => url.host.clone(),
+                Some(d) => d.url.host.clone(),
                 None => self.peer.ip().to_string(),
             };
             let host = if host.contains(':') {
@@ -587,7 +675,7 @@ impl RouteConn {
         let mut line = b"INFO ".to_vec();
         line.extend_from_slice(serde_json::Value::Object(m).to_string().as_bytes());
         line.extend_from_slice(b"\r\n");
-        self.cluster.broadcast(&line, Some(self.handle.cid));
+        self.cluster.broadcast(&line, Some(peer_id));
     }
 
     fn on_sub(&mut self, account: Bytes, subject: Bytes, queue: Option<(Bytes, u32)>) -> bool {
@@ -615,6 +703,10 @@ impl RouteConn {
             subscriber: Subscriber::Route(Arc::new(RemoteInterest {
                 route: Arc::clone(&self.handle),
                 weight: AtomicU32::new(weight),
+                pinned: self
+                    .route
+                    .as_ref()
+                    .is_some_and(|r| r.slot.pinned().is_some()),
             })),
             sid: Bytes::new(),
             subject,

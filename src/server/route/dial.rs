@@ -2,7 +2,8 @@
 //! (dials whenever no route to that peer is up, every second, for as long as the server runs;
 //! every 100 ms for the first seconds after a route that was up dropped),
 //! and one-shot dials of the peers gossip names (spec/cluster.md §2.9), retried
-//! `connect_retries` times.
+//! `connect_retries` times. Whoever dialed a pooling peer's first connection also keeps the
+//! peer's other slots up ([`fill_pool`], §2.8) for as long as any connection to it is.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use super::super::listener::canonical_peer;
 use super::super::Shared;
 use super::conn::{self, Dialed, Outcome, RouteStream};
 use super::{
-    Cluster, DIAL_TIMEOUT, FAST_REDIAL, FAST_REDIAL_WINDOW, MAX_RECONNECT_DELAY, RECONNECT_DELAY,
+    Cluster, Slot, DIAL_TIMEOUT, FAST_REDIAL, FAST_REDIAL_WINDOW, MAX_RECONNECT_DELAY,
+    RECONNECT_DELAY,
 };
 
 /// Accepts route connections until `stop` is cancelled.
@@ -118,7 +120,7 @@ async fn serve_dialed(
     cluster: &Arc<Cluster>,
     (stream, addr): (TcpStream, SocketAddr),
     url: &RouteUrl,
-    configured: bool,
+    (configured, slot): (bool, Option<Slot>),
     stop: &CancellationToken,
 ) -> Outcome {
     let host = url.host.trim_start_matches('[').trim_end_matches(']');
@@ -128,6 +130,7 @@ async fn serve_dialed(
     let dialed = Dialed {
         url: url.clone(),
         configured,
+        slot,
     };
     conn::run(
         Arc::clone(shared),
@@ -187,7 +190,8 @@ pub(crate) async fn configured(
                     failures = 0;
                     delay = RECONNECT_DELAY;
                     let outcome =
-                        serve_dialed(&shared, &cluster, (stream, addr), &url, true, &stop).await;
+                        serve_dialed(&shared, &cluster, (stream, addr), &url, (true, None), &stop)
+                            .await;
                     match outcome {
                         Outcome::SelfRoute => {
                             debug!(url = %url_text, "route to self ignored");
@@ -251,6 +255,8 @@ pub(crate) async fn gossip_loop(shared: Arc<Shared>, cluster: Arc<Cluster>) {
 fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
     let id = info.server_id.clone();
     if id.is_empty() || id == shared.server_id || cluster.connected_to(&id) {
+        // A pinned connection of a peer we know needs nothing from us: whoever dialed the
+        // peer opens the pinned connections of the accounts it pins (`fill_pool`).
         return;
     }
     let url = match &info.ip {
@@ -276,7 +282,15 @@ fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
                 break;
             }
             if let Some((stream, addr)) = connect(&url).await {
-                let _ = serve_dialed(&shared, &cluster, (stream, addr), &url, false, &stop).await;
+                let _ = serve_dialed(
+                    &shared,
+                    &cluster,
+                    (stream, addr),
+                    &url,
+                    (false, None),
+                    &stop,
+                )
+                .await;
                 break;
             }
             if attempt < retries {
@@ -289,4 +303,91 @@ fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
     });
+}
+
+/// Keeps the other slots of pooling peer `peer_id` (pinned accounts, then pool members `0..pool`)
+/// connected, dialing `url` for each one missing, until no connection to the peer is left or
+/// the server stops. One task per peer; a slot that keeps failing is retried every second.
+pub(crate) fn fill_pool(
+    shared: &Arc<Shared>,
+    cluster: &Arc<Cluster>,
+    peer_id: &str,
+    url: &RouteUrl,
+    pool: u32,
+) {
+    {
+        let mut f = cluster.filling.lock().unwrap_or_else(|p| p.into_inner());
+        if !f.insert(peer_id.to_owned()) {
+            return;
+        }
+    }
+    let slots = cluster.slots_for(pool);
+    let (shared, cluster) = (Arc::clone(shared), Arc::clone(cluster));
+    let (id, url) = (peer_id.to_owned(), url.clone());
+    let stop = shared.route_stop.clone();
+    tokio::spawn(async move {
+        let mut dialing: tokio::task::JoinSet<Slot> = tokio::task::JoinSet::new();
+        let mut busy: std::collections::HashSet<Slot> = std::collections::HashSet::new();
+        while !stop.is_cancelled() && cluster.connected_to(&id) {
+            for slot in &slots {
+                if !busy.contains(slot) && !cluster.has_slot(&id, slot) {
+                    busy.insert(slot.clone());
+                    let (shared, cluster, url, stop, slot) = (
+                        Arc::clone(&shared),
+                        Arc::clone(&cluster),
+                        url.clone(),
+                        stop.clone(),
+                        slot.clone(),
+                    );
+                    dialing.spawn(async move {
+                        dial_slot(&shared, &cluster, &url, &slot, &stop).await;
+                        slot
+                    });
+                }
+            }
+            tokio::select! {
+                Some(Ok(slot)) = dialing.join_next() => { busy.remove(&slot); }
+                () = tokio::time::sleep(FAST_REDIAL) => {}
+                () = stop.cancelled() => break,
+            }
+        }
+        // Connections still up end on their own (peer gone, or shutdown): never cut here.
+        dialing.detach_all();
+        cluster
+            .filling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    });
+}
+
+/// One connection for `slot`, served until it closes; a dial or handshake that fails waits a
+/// second before the slot is tried again.
+async fn dial_slot(
+    shared: &Arc<Shared>,
+    cluster: &Arc<Cluster>,
+    url: &RouteUrl,
+    slot: &Slot,
+    stop: &CancellationToken,
+) {
+    let outcome = match connect(url).await {
+        Some(conn) => {
+            serve_dialed(
+                shared,
+                cluster,
+                conn,
+                url,
+                (false, Some(slot.clone())),
+                stop,
+            )
+            .await
+        }
+        None => Outcome::NoHandshake,
+    };
+    if !matches!(outcome, Outcome::Closed(_)) {
+        tokio::select! {
+            () = tokio::time::sleep(jittered(RECONNECT_DELAY)) => {}
+            () = stop.cancelled() => {}
+        }
+    }
 }

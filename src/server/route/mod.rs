@@ -9,15 +9,22 @@
 //! local PUB ───────> router::publish ─> one RMSG per peer whose interest matched
 //! ```
 //!
-//! - [`Cluster`] is the membership table: one registered route per peer `server_id`, the
-//!   peers' client URLs (for clients' `connect_urls`), and the interest sink every account
-//!   reports its own subscriptions to.
+//! - [`Cluster`] is the membership table: each peer's registered connections by `server_id`
+//!   and [`Slot`], the peers' client URLs (for clients' `connect_urls`), and the interest sink
+//!   every account reports its own subscriptions to.
 //! - `conn.rs` runs one route connection: handshake, keepalive, and applying what the peer
 //!   sends. `dial.rs` accepts on the route port and keeps dialing the configured seeds and the
 //!   peers gossip tells us about.
 //!
-//! We speak nats-server's "no pool" route mode: one connection per peer, account names in every
-//! op, no compression (spec §2.8, §2.12, §2.14), so a mixed cluster with nats-server works.
+//! Pooling (spec §2.8), as nats-server 2.10+ does it: `pool_size` connections per peer and one
+//! per pinned account (the system account is always pinned). An account's traffic, interest
+//! and messages, takes one connection per peer — its pinned one, else pool slot
+//! `FNV-1a(name) mod pool` — so per-account order holds and accounts do not queue behind each
+//! other. Which connection that is follows from configuration alone (ours, and the pool size
+//! the peer announces), never from which connections happen to be up: an account whose
+//! connection is down waits for it (its interest is sent when it registers) instead of moving
+//! and being delivered twice. A peer without `route_pool_size` gets one connection for every
+//! account ([`Slot::Only`]), as does every peer with `pool_size: -1`. No compression (§2.12).
 //! JetStream stays node-local (its in-process subscriptions are not advertised) until streams
 //! are replicated.
 //!
@@ -58,7 +65,39 @@ pub(crate) const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Route PINGs are sent at most this far apart.
 pub(crate) const MAX_PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// One registered route: a peer and the connection we talk to it on.
+/// Which of a peer's connections a route is (spec §2.8).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Slot {
+    /// The one connection to a peer that does not pool (or when we do not): every account.
+    Only,
+    /// Pool member `n` of `of`: the accounts that are not pinned and hash to `n`.
+    Pool(u32),
+    /// Dedicated to one account, whose name the connection's ops leave out.
+    Pinned(Arc<str>),
+}
+
+impl Slot {
+    /// The account this connection is pinned to.
+    pub(crate) fn pinned(&self) -> Option<&str> {
+        match self {
+            Slot::Pinned(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// An account's pool slot: FNV-1a-32 of its name, modulo the pool size (the same on every
+/// server, spec §2.8).
+pub(crate) fn pool_slot(account: &str, pool: u32) -> u32 {
+    let mut h: u32 = 2_166_136_261;
+    for b in account.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(16_777_619);
+    }
+    h % pool.max(1)
+}
+
+/// One registered route: a peer and one connection we talk to it on.
 pub(crate) struct Route {
     /// The connection's queue (its `cid` is the route id, `rid` in `/routez`).
     pub(crate) handle: Arc<ClientHandle>,
@@ -78,6 +117,10 @@ pub(crate) struct Route {
     pub(crate) last_activity: AtomicU64,
     /// Measured round trip of the last PING (nanoseconds; 0 unknown).
     pub(crate) rtt: AtomicU64,
+    /// Which of the peer's connections this is.
+    pub(crate) slot: Slot,
+    /// Pool size used with this peer: the larger of ours and its (1 without pooling).
+    pub(crate) pool: u32,
 }
 
 impl Route {
@@ -93,8 +136,11 @@ impl Route {
 
 /// What registering a route decided.
 pub(crate) enum Admission {
-    /// Registered; the caller sends its interest.
-    Registered,
+    /// Registered; the caller sends its interest (and gossips the peer when `first`).
+    Registered {
+        /// A pinned connection, or the peer's first pool (or only) connection.
+        first: bool,
+    },
     /// The peer is this server.
     SelfRoute,
     /// Another connection to the same peer stays; close this one quietly.
@@ -109,8 +155,10 @@ pub(crate) struct Cluster {
     pub(crate) opts: ClusterOptions,
     /// Cluster name (a generated one may adopt a configured peer's, spec §2.13).
     name: RwLock<(String, bool)>,
-    /// Registered routes by peer server id.
-    routes: RwLock<HashMap<String, Arc<Route>>>,
+    /// Registered connections by peer server id (at most one per [`Slot`]).
+    routes: RwLock<HashMap<String, Vec<Arc<Route>>>>,
+    /// The system account's name, pinned whenever routes are pooled (set once at start-up).
+    pub(crate) system_account: std::sync::OnceLock<String>,
     /// The route listener's address, once bound.
     pub(crate) listen: std::sync::OnceLock<SocketAddr>,
     /// Server ids and addresses being dialed because of gossip (no second dial while one runs).
@@ -126,6 +174,8 @@ pub(crate) struct Cluster {
     pub(crate) gossip_rx: Mutex<Option<tokio::sync::mpsc::Receiver<PeerInfo>>>,
     /// Route TLS, when `cluster { tls {} }` is set: every route is TLS from its first byte.
     pub(crate) tls: Option<RouteTls>,
+    /// Peers whose pool a dialer task of ours is filling (one task per peer).
+    pub(crate) filling: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Gossiped peers waiting for the dialer; past this, gossip is dropped (and logged): a peer we
@@ -159,10 +209,62 @@ impl Cluster {
             routes: RwLock::new(HashMap::new()),
             listen: std::sync::OnceLock::new(),
             dialing: Mutex::new(std::collections::HashSet::new()),
+            filling: Mutex::new(std::collections::HashSet::new()),
             server_id: server_id.to_owned(),
             server_name: server_name.to_owned(),
             urls_changed: tokio::sync::Notify::new(),
+            system_account: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Pooled connections per peer we ask for; `None` without pooling.
+    pub(crate) fn pool(&self) -> Option<u32> {
+        self.opts.pool()
+    }
+
+    /// The accounts we pin (configured ones and the system account), when pooling.
+    pub(crate) fn pinned_accounts(&self) -> Vec<String> {
+        if self.pool().is_none() {
+            return Vec::new();
+        }
+        let mut v = self.opts.pinned_accounts.clone();
+        if let Some(sys) = self.system_account.get() {
+            if !v.contains(sys) {
+                v.push(sys.clone());
+            }
+        }
+        v
+    }
+
+    /// The slot that carries `account` to a pooled peer with pool size `pool`.
+    pub(crate) fn slot_of(&self, account: &str, pool: u32) -> Slot {
+        if self.opts.pinned_accounts.iter().any(|a| a == account)
+            || self.system_account.get().is_some_and(|s| s == account)
+        {
+            Slot::Pinned(Arc::from(account))
+        } else {
+            Slot::Pool(pool_slot(account, pool))
+        }
+    }
+
+    /// Whether `route` is the connection that carries `account` to its peer.
+    pub(crate) fn carries(&self, route: &Route, account: &str) -> bool {
+        match &route.slot {
+            Slot::Only => true,
+            slot => self.slot_of(account, route.pool) == *slot,
+        }
+    }
+
+    /// Every slot a dialer fills for a pooled peer with pool size `pool`: the pinned accounts
+    /// first (as nats-server does), then the pool.
+    pub(crate) fn slots_for(&self, pool: u32) -> Vec<Slot> {
+        let mut v: Vec<Slot> = self
+            .pinned_accounts()
+            .into_iter()
+            .map(|a| Slot::Pinned(Arc::from(a.as_str())))
+            .collect();
+        v.extend((0..pool).map(Slot::Pool));
+        v
     }
 
     /// The cluster name and whether it was generated.
@@ -193,18 +295,45 @@ impl Cluster {
         }
     }
 
-    fn read_routes(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Route>>> {
+    fn read_routes(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Vec<Arc<Route>>>> {
         self.routes.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every registered route (a snapshot).
+    /// Every registered connection (a snapshot).
     pub(crate) fn routes(&self) -> Vec<Arc<Route>> {
-        self.read_routes().values().cloned().collect()
+        self.read_routes().values().flatten().cloned().collect()
     }
 
-    /// Whether a route to `server_id` is registered.
+    /// How many peers have a connection registered.
+    pub(crate) fn peers(&self) -> usize {
+        self.read_routes().len()
+    }
+
+    /// Whether any connection to `server_id` is registered.
     pub(crate) fn connected_to(&self, server_id: &str) -> bool {
         self.read_routes().contains_key(server_id)
+    }
+
+    /// Whether the connection for `slot` to `server_id` is registered.
+    pub(crate) fn has_slot(&self, server_id: &str, slot: &Slot) -> bool {
+        self.read_routes()
+            .get(server_id)
+            .is_some_and(|v| v.iter().any(|r| r.slot == *slot))
+    }
+
+    /// A peer's INFO update (client URLs, lame duck) applied to all its connections; true
+    /// when something clients see changed.
+    pub(crate) fn update_peer(&self, server_id: &str, connect_urls: &[String], ldm: bool) -> bool {
+        let mut changed = false;
+        if let Some(v) = self.read_routes().get(server_id) {
+            for r in v {
+                let mut i = r.lock_info();
+                changed |= i.connect_urls != connect_urls || i.ldm != ldm;
+                connect_urls.clone_into(&mut i.connect_urls);
+                i.ldm = ldm;
+            }
+        }
+        changed
     }
 
     /// The server id of a registered peer whose route listener is `host:port` (as its INFO
@@ -212,7 +341,8 @@ impl Cluster {
     /// whose peer already dialed us needs no second connection (and the churn of resolving
     /// the duplicate).
     pub(crate) fn peer_listening_at(&self, host: &str, port: u16) -> Option<String> {
-        self.read_routes().iter().find_map(|(id, r)| {
+        self.read_routes().iter().find_map(|(id, v)| {
+            let r = v.first()?;
             let i = r.lock_info();
             let advertised =
                 i.ip.as_deref()
@@ -224,8 +354,9 @@ impl Cluster {
         })
     }
 
-    /// Registers `route` for its peer. Of two connections to one peer (both sides dialed) the
-    /// one dialed by the server with the smaller id stays, on both sides alike.
+    /// Registers `route` for its peer and slot. Of two connections to one peer for one slot
+    /// (both sides dialed) the one dialed by the server with the smaller id stays, on both
+    /// sides alike.
     pub(crate) fn admit(&self, route: &Arc<Route>) -> Admission {
         let (id, name) = {
             let i = route.lock_info();
@@ -234,16 +365,22 @@ impl Cluster {
         if id == self.server_id {
             return Admission::SelfRoute;
         }
+        let first;
         let replaced = {
             let mut m = self.routes.write().unwrap_or_else(|p| p.into_inner());
             if name == self.server_name
-                || m.values()
-                    .any(|r| r.remote_id() != id && r.lock_info().server_name == name)
+                || m.iter().any(|(other, v)| {
+                    *other != id && v.iter().any(|r| r.lock_info().server_name == name)
+                })
             {
                 return Admission::DuplicateName;
             }
-            match m.get(&id) {
-                Some(old) => {
+            let conns = m.entry(id.clone()).or_default();
+            first =
+                route.slot.pinned().is_some() || conns.iter().all(|r| r.slot.pinned().is_some());
+            match conns.iter().position(|r| r.slot == route.slot) {
+                Some(at) => {
+                    let old = &conns[at];
                     let dialer = |r: &Route| {
                         if r.did_solicit {
                             self.server_id.clone()
@@ -252,15 +389,13 @@ impl Cluster {
                         }
                     };
                     if dialer(route) < dialer(old) {
-                        let old = Arc::clone(old);
-                        m.insert(id.clone(), Arc::clone(route));
-                        Some(old)
+                        Some(std::mem::replace(&mut conns[at], Arc::clone(route)))
                     } else {
                         return Admission::Duplicate;
                     }
                 }
                 None => {
-                    m.insert(id, Arc::clone(route));
+                    conns.push(Arc::clone(route));
                     None
                 }
             }
@@ -269,18 +404,26 @@ impl Cluster {
             old.handle.close(CloseReason::ClientClosed);
         }
         self.urls_changed.notify_one();
-        Admission::Registered
+        Admission::Registered { first }
     }
 
-    /// Removes `route` if it is the registered one for its peer.
+    /// Removes `route` if it is registered.
     pub(crate) fn remove(&self, route: &Route) {
         let id = route.remote_id();
         let removed = {
             let mut m = self.routes.write().unwrap_or_else(|p| p.into_inner());
-            match m.get(&id) {
-                Some(r) if r.handle.cid == route.handle.cid => m.remove(&id).is_some(),
-                _ => false,
+            let (removed, empty) = match m.get_mut(&id) {
+                Some(v) => {
+                    let before = v.len();
+                    v.retain(|r| r.handle.cid != route.handle.cid);
+                    (v.len() < before, v.is_empty())
+                }
+                None => (false, false),
+            };
+            if empty {
+                m.remove(&id);
             }
+            removed
         };
         if removed {
             self.urls_changed.notify_one();
@@ -296,6 +439,7 @@ impl Cluster {
         let mut peers: Vec<(String, Vec<String>)> = self
             .read_routes()
             .values()
+            .filter_map(|v| v.first())
             .map(|r| {
                 let i = r.lock_info();
                 let urls = if i.ldm {
@@ -317,14 +461,16 @@ impl Cluster {
         }
     }
 
-    /// Sends `bytes` to every registered route except `skip`.
-    pub(crate) fn broadcast(&self, bytes: &[u8], skip: Option<u64>) {
-        for r in self.read_routes().values() {
-            if Some(r.handle.cid) == skip {
+    /// Sends `bytes` (an INFO) to every peer but `skip`, on one of its connections.
+    pub(crate) fn broadcast(&self, bytes: &[u8], skip: Option<&str>) {
+        for (id, v) in self.read_routes().iter() {
+            if Some(id.as_str()) == skip {
                 continue;
             }
-            if let Ok(true) = r.handle.outbound.push_raw(bytes) {
-                r.handle.outbound.wake();
+            if let Some(r) = v.first() {
+                if let Ok(true) = r.handle.outbound.push_raw(bytes) {
+                    r.handle.outbound.wake();
+                }
             }
         }
     }
@@ -332,9 +478,26 @@ impl Cluster {
 
 impl InterestSink for Cluster {
     fn changed(&self, account: &str, subject: &[u8], queue: Option<&[u8]>, count: u32) {
-        let mut line = BytesMut::new();
-        encode_interest(&mut line, account, subject, queue, count);
-        self.broadcast(&line, None);
+        let (mut full, mut pinned) = (BytesMut::new(), BytesMut::new());
+        for r in self.read_routes().values().flatten() {
+            if !self.carries(r, account) {
+                continue;
+            }
+            let line = if r.slot.pinned().is_some() {
+                if pinned.is_empty() {
+                    encode_interest(&mut pinned, "", subject, queue, count);
+                }
+                &pinned
+            } else {
+                if full.is_empty() {
+                    encode_interest(&mut full, account, subject, queue, count);
+                }
+                &full
+            };
+            if let Ok(true) = r.handle.outbound.push_raw(line) {
+                r.handle.outbound.wake();
+            }
+        }
     }
 }
 
@@ -358,4 +521,19 @@ pub(crate) fn unix_nanos() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_slot;
+
+    #[test]
+    fn accounts_land_on_nats_servers_pool_slots() {
+        // Observed on nats-server 2.15.1 with pool_size 3 (spec §2.8).
+        assert_eq!(pool_slot("$G", 3), 2);
+        assert_eq!(pool_slot("APP", 3), 1);
+        assert_eq!(pool_slot("SYS", 3), 0);
+        assert_eq!(pool_slot("anything", 1), 0);
+        assert_eq!(pool_slot("anything", 0), 0);
+    }
 }
