@@ -1053,3 +1053,75 @@ async fn unequal_pool_sizes_use_the_larger_and_pool_size_minus_one_is_one_connec
     wait_pools(&cl, 1);
     accounts_between_all(&cl, &["a", "b"]).await;
 }
+
+/// The `compression` of each of node `i`'s route connections.
+fn compressions_of(cl: &TestCluster, i: usize) -> Vec<String> {
+    let (_, body) = cl.nodes[i].server.http_get("/routez");
+    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["compression"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn compressed_routes_carry_every_kind_of_traffic() {
+    let accounts = "accounts {\n  A: { users: [{user: a, password: a}] }\n  B: { users: [{user: b, password: b}] }\n}\n";
+    let mut layouts = vec![(Kind::UnderTest, "s2_fast", Kind::UnderTest, "accept")];
+    if nats_server_binary().is_some() {
+        layouts.extend([
+            (Kind::NatsServer, "s2_fast", Kind::UnderTest, "accept"),
+            (Kind::UnderTest, "s2_best", Kind::NatsServer, "accept"),
+            (
+                Kind::NatsServer,
+                "accept",
+                Kind::UnderTest,
+                "s2_uncompressed",
+            ),
+        ]);
+    } else {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide .venv");
+    }
+    for (k1, m1, k2, m2) in layouts {
+        let mut cl = TestCluster::start(
+            &[k1],
+            Some(&format!("{accounts}cluster {{ compression: {m1} }}\n")),
+        );
+        cl.join(
+            k2,
+            Some(&format!("{accounts}cluster {{ compression: {m2} }}\n")),
+        );
+        cl.wait_full_mesh(MESH);
+        wait_pools(&cl, 4);
+        for i in 0..2 {
+            let modes = compressions_of(&cl, i);
+            assert!(
+                modes.iter().all(|m| m.starts_with("s2_")),
+                "{m1}/{m2} n{}: {modes:?}",
+                i + 1
+            );
+        }
+        accounts_between_all(&cl, &["a", "b"]).await;
+        // Large messages (several S2 blocks) with headers, both ways.
+        let payload: Bytes = (0..600_000u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        for (a, b) in [(0, 1), (1, 0)] {
+            let (pubc, subc) = (login(&cl, a, "a").await, login(&cl, b, "a").await);
+            let mut sub = subscribe_seen(&subc, &pubc, "big.one", None).await;
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("K", "V");
+            pubc.publish_with_headers("big.one", headers, payload.clone())
+                .await
+                .unwrap();
+            support::sync(&pubc).await;
+            let m = next(&mut sub).await;
+            assert_eq!(m.payload, payload, "{m1}/{m2} {a}->{b}");
+            assert_eq!(m.headers.unwrap().get("K").unwrap().as_str(), "V");
+        }
+    }
+}

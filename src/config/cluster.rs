@@ -7,8 +7,8 @@
 //! permissions are refused with an error rather than accepted and ignored, because an operator
 //! who writes them expects them to hold.
 //! Routes are pooled as nats-server pools them (`pool_size` connections per peer, default 3,
-//! plus one per pinned account; `-1` = one connection). Compression is accepted and logged:
-//! sealstream sends uncompressed, which nats-server's default (`accept`) agrees to.
+//! plus one per pinned account; `-1` = one connection) and compressed as it negotiates
+//! (`compression`, server/route/compress.rs).
 
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ pub struct ClusterOptions {
     /// Accounts with a connection of their own to each peer (`accounts`, "pinned"); the
     /// system account is pinned too whenever routes are pooled.
     pub pinned_accounts: Vec<String>,
-    /// `compression` as written (default `accept`); sealstream sends uncompressed.
+    /// `compression` as written (default `accept`), negotiated per route connection.
     pub compression: String,
     /// Route PING interval (at most 30 s).
     pub ping_interval: Option<Duration>,

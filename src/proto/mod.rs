@@ -3,7 +3,7 @@
 //! This module owns the text protocol described in `shared/spec/client-protocol.md`: the
 //! resumable [`parser::Parser`], the op types in [`op`], the byte encoders in [`encode`], the
 //! `NATS/1.0` header block in [`headers`], and the JSON bodies of `CONNECT` ([`connect`]) and
-//! `INFO` ([`info`]), and the route protocol between cluster members ([`route`]). The exact `-ERR` texts clients match on live in [`errors`].
+//! `INFO` ([`info`]), and the route protocol between cluster members ([`route`], compressed as [`s2`] streams). The exact `-ERR` texts clients match on live in [`errors`].
 //!
 //! It deliberately does no I/O and knows nothing about tokio, accounts or routing: the server
 //! feeds it buffers and acts on the ops it returns, so every rule here is testable with plain
@@ -23,6 +23,7 @@ pub mod info;
 pub mod op;
 pub mod parser;
 pub mod route;
+pub mod s2;
 
 pub use op::{ClientOp, ServerOp};
 pub use parser::{Parser, ProtoError};

@@ -437,8 +437,8 @@ pub fn msg_line_len(
         + 48
 }
 
-/// The route INFO we send (spec/cluster.md §2.2, §2.8, §2.14): no `jetstream`,
-/// `compression` or `lnoc`; `route_pool_size` unless pooling is off (`pool_size: -1`).
+/// The route INFO we send (spec/cluster.md §2.2, §2.8, §2.12, §2.14): no `jetstream` or
+/// `lnoc`; `route_pool_size` unless pooling is off (`pool_size: -1`).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RouteInfo {
     /// This server's id (`N…`).
@@ -491,6 +491,8 @@ pub struct RouteInfo {
     /// The account a dialed connection is pinned to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route_account: Option<String>,
+    /// Our compression mode (acceptor), or the one chosen (dialer), spec §2.12.
+    pub compression: String,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -533,6 +535,9 @@ pub struct PeerInfo {
     /// The account its dialed connection is pinned to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route_account: Option<String>,
+    /// Its compression mode, or the one it chose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
 }
 
 /// The route CONNECT body: what we send and what we check from a dialing peer.

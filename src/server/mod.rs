@@ -737,15 +737,6 @@ async fn start_cluster(shared: &Arc<Shared>) -> Result<Option<SocketAddr>, Serve
     let _ = cluster.listen.set(addr);
     info!("Cluster name is {}", cluster.name().0);
     info!("Listening for route connections on {}", display_addr(addr));
-    let compressing = !["accept", "off", "disabled", "false"]
-        .iter()
-        .any(|m| o.compression.eq_ignore_ascii_case(m));
-    if compressing {
-        info!(
-            "route compression {:?} is not applied: routes are uncompressed",
-            o.compression
-        );
-    }
     tokio::spawn(route::dial::accept_loop(
         l,
         Arc::clone(shared),

@@ -105,7 +105,10 @@ async fn lame_duck(shared: &Arc<Shared>, shutdown: &Shutdown) {
     shared.lame_duck.store(true, Ordering::Relaxed);
     shutdown.cancel();
     if let Some(cluster) = &shared.cluster {
-        cluster.broadcast(&super::route::conn::our_info(shared, cluster, None), None);
+        cluster.broadcast(
+            &super::route::conn::our_info(shared, cluster, None, None),
+            None,
+        );
     }
     let clients = shared.clients();
     for c in &clients {

@@ -31,7 +31,13 @@ pub(crate) async fn run<W: AsyncWrite + Unpin>(
             // queue's high-water mark (server/backpressure.rs) resumes as soon as the queue
             // drains below it, not only after the whole batch is on the socket.
             let written = |n| client.outbound.written(n);
-            let r = tokio::time::timeout(deadline, write_all(&mut w, batch.chunks, written)).await;
+            // The flush is free on a plain socket; a compressing route writer
+            // (server/route/compress.rs) puts out the rest of its last frame there.
+            let write = async {
+                write_all(&mut w, batch.chunks, written).await?;
+                w.flush().await
+            };
+            let r = tokio::time::timeout(deadline, write).await;
             client.outbound.finished_writing();
             match r {
                 Ok(Ok(())) => {}

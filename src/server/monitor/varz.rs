@@ -294,7 +294,7 @@ pub(crate) fn routez(s: &Shared, q: &HashMap<String, String>) -> Value {
                 "in_bytes": r.in_bytes.load(Ordering::Relaxed),
                 "out_bytes": out_bytes,
                 "subscriptions": r.subs.load(Ordering::Relaxed),
-                "compression": "off",
+                "compression": r.compression.name(),
             });
             // The system account is no tenant's; other pinned names are tenants' details.
             let system = c.system_account.get().map(String::as_str);

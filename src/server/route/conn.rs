@@ -6,7 +6,10 @@
 //! acceptor checks the CONNECT (a client on the wrong port, credentials, cluster name); both
 //! sides register the connection when the peer's INFO arrives, then send the local interest
 //! of the accounts it carries. A dialer whose first connection to a pooling peer registered
-//! starts filling the peer's other slots (`dial::fill_pool`). After that the
+//! starts filling the peer's other slots (`dial::fill_pool`). The first INFO each side reads
+//! also settles compression (§2.12): when both want it, each direction turns into an S2
+//! stream right after that INFO (`compress.rs`), and nothing but the handshake is sent before
+//! it (no PINGs until registered). After that the
 //! reader applies `RS+`/`RS-` to the account trees, delivers `RMSG`/`HMSG` to local
 //! subscribers only, answers PINGs and acts on gossip. The writer is the client connections'
 //! writer: a route is a bounded outbound queue like any connection.
@@ -33,6 +36,7 @@ use super::super::conn::reader::backpressure_wait;
 use super::super::conn::writer;
 use super::super::router::{self, RouteCtx};
 use super::super::{Shared, NATS_COMPAT_VERSION, RUNTIME_VERSION};
+use super::compress::{self, Compressing, Decompressing, Mode, Switch};
 use super::{encode_interest, unix_nanos, Admission, Cluster, Route, Slot, MAX_PING_INTERVAL};
 
 /// Most remote subscriptions one peer may hold with us; a peer past it is disconnected.
@@ -76,7 +80,13 @@ pub(crate) enum Outcome {
 
 /// The route INFO this server sends: as acceptor or in updates (`slot` None) with our pool
 /// size; as dialer with the slot the connection claims (none for a peer that does not pool).
-pub(crate) fn our_info(shared: &Shared, cluster: &Cluster, slot: Option<&Slot>) -> Vec<u8> {
+/// `compression`: the mode agreed on, once it is (else our configured one).
+pub(crate) fn our_info(
+    shared: &Shared,
+    cluster: &Cluster,
+    slot: Option<&Slot>,
+    compression: Option<Mode>,
+) -> Vec<u8> {
     let (name, dynamic) = cluster.name();
     let listen = cluster.listen.get().copied();
     let advertise = cluster.opts.advertise.as_ref().map(|a| {
@@ -121,6 +131,10 @@ pub(crate) fn our_info(shared: &Shared, cluster: &Cluster, slot: Option<&Slot>) 
             _ => 0,
         },
         route_account: slot.and_then(Slot::pinned).map(str::to_owned),
+        compression: compression
+            .unwrap_or_else(|| local_compression(cluster))
+            .name()
+            .to_owned(),
     };
     let mut line = b"INFO ".to_vec();
     line.extend_from_slice(
@@ -130,6 +144,11 @@ pub(crate) fn our_info(shared: &Shared, cluster: &Cluster, slot: Option<&Slot>) 
     );
     line.extend_from_slice(b"\r\n");
     line
+}
+
+/// Our configured compression mode (the config parser admits known names only).
+fn local_compression(cluster: &Cluster) -> Mode {
+    Mode::parse(&cluster.opts.compression).unwrap_or(Mode::Accept)
 }
 
 fn our_connect(shared: &Shared, cluster: &Cluster, url: &RouteUrl) -> Vec<u8> {
@@ -172,6 +191,15 @@ struct RouteConn {
     peer: SocketAddr,
     dialed: Option<Dialed>,
     parser: RouteParser,
+    /// Bytes queued so far (exact until the route registers: only this reader queues).
+    pushed: u64,
+    /// Where the writer starts compressing.
+    switch: Arc<Switch>,
+    /// The bytes after the op just handled are S2: the reader must switch before parsing on.
+    inbound_switch: bool,
+    compression: Mode,
+    /// A compressed handshake waiting for the peer's INFO inside its S2 stream.
+    awaiting: Option<Awaiting>,
     connect_ok: bool,
     route: Option<Arc<Route>>,
     outcome: Outcome,
@@ -181,6 +209,23 @@ struct RouteConn {
     ping_sent: Option<std::time::Instant>,
     in_msgs: u64,
     in_bytes: u64,
+}
+
+/// What the handshake settled for a connection, before it is registered.
+struct Agreed {
+    info: PeerInfo,
+    body: Vec<u8>,
+    slot: Slot,
+    pool: Option<u32>,
+    mode: Mode,
+}
+
+/// The second INFO a compressed handshake waits for (spec §2.12).
+enum Awaiting {
+    /// We dialed: the acceptor's, after which ours goes out and the route registers.
+    AcceptorInfo(Box<Agreed>),
+    /// We accepted: the dialer's, which names the slot.
+    DialerInfo(Mode),
 }
 
 /// Serves one route connection until it closes.
@@ -195,27 +240,27 @@ pub(crate) async fn run(
     let cid = shared.next_cid();
     let handle = Arc::new(ClientHandle::new(cid, peer, shared.max_pending()));
     let deadline = shared.write_deadline();
+    let switch = Arc::new(Switch::default());
     let (mut r, writer): (Box<dyn AsyncRead + Unpin + Send>, _) = match stream {
         RouteStream::Plain(s) => {
             let _ = s.set_nodelay(true);
             let (r, w) = s.into_split();
+            let w = Compressing::new(w, Arc::clone(&switch));
             let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), deadline));
             (Box::new(r), writer)
         }
         RouteStream::Tls(s) => {
             let _ = s.get_ref().0.set_nodelay(true);
             let (r, w) = tokio::io::split(*s);
+            let w = Compressing::new(w, Arc::clone(&switch));
             let writer = tokio::spawn(writer::run(w, Arc::clone(&handle), deadline));
             (Box::new(r), writer)
         }
     };
     let hello = match &dialed {
         Some(d) => our_connect(&shared, &cluster, &d.url),
-        None => our_info(&shared, &cluster, None),
+        None => our_info(&shared, &cluster, None, None),
     };
-    if let Ok(true) = handle.outbound.push_raw(&hello) {
-        handle.outbound.wake();
-    }
     let mut c = RouteConn {
         ctx: RouteCtx::new(shared.seed ^ cid),
         shared,
@@ -224,6 +269,11 @@ pub(crate) async fn run(
         peer,
         dialed,
         parser: RouteParser::new(),
+        pushed: 0,
+        switch,
+        inbound_switch: false,
+        compression: Mode::Off,
+        awaiting: None,
         connect_ok: false,
         route: None,
         outcome: Outcome::NoHandshake,
@@ -234,6 +284,7 @@ pub(crate) async fn run(
         in_bytes: 0,
     };
     c.connect_ok = c.dialed.is_some();
+    c.push(&hello);
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let ping_every = c
         .cluster
@@ -272,6 +323,13 @@ pub(crate) async fn run(
                 if !c.process(&mut buf) {
                     break;
                 }
+                if c.inbound_switch {
+                    // What follows the handshake's INFO is S2, read already or not.
+                    c.inbound_switch = false;
+                    let plain: Box<dyn AsyncRead + Unpin + Send> = Box::new(tokio::io::empty());
+                    let old = std::mem::replace(&mut r, plain);
+                    r = Box::new(Decompressing::new(old, &buf.split()));
+                }
                 c.flush();
                 let (throttle, stalled) = c.ctx.take_backpressure();
                 if !throttle.is_empty() || !stalled.is_empty() {
@@ -279,9 +337,15 @@ pub(crate) async fn run(
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
-                if c.route.is_none() && tokio::time::Instant::now() >= handshake_deadline {
-                    debug!(remote = %peer, "route handshake timed out");
-                    break;
+                if c.route.is_none() {
+                    if tokio::time::Instant::now() >= handshake_deadline {
+                        debug!(remote = %peer, "route handshake timed out");
+                        break;
+                    }
+                    // Nothing but the handshake before it completes: the peer may switch
+                    // to S2 right after our INFO.
+                    next_ping = tokio::time::Instant::now() + ping_every;
+                    continue;
                 }
                 if c.pings_out >= ping_max {
                     info!(remote = %peer, "route connection is stale, closing");
@@ -309,7 +373,8 @@ pub(crate) async fn run(
 }
 
 impl RouteConn {
-    fn push(&self, bytes: &[u8]) {
+    fn push(&mut self, bytes: &[u8]) {
+        self.pushed += bytes.len() as u64;
         if let Ok(true) = self.handle.outbound.push_raw(bytes) {
             self.handle.outbound.wake();
         }
@@ -358,6 +423,9 @@ impl RouteConn {
             };
             if !self.handle_op(op) {
                 return false;
+            }
+            if self.inbound_switch {
+                return true;
             }
         }
     }
@@ -479,8 +547,35 @@ impl RouteConn {
         let Ok(info) = serde_json::from_slice::<PeerInfo>(body) else {
             return self.fail(perr::UNKNOWN_PROTOCOL_OPERATION);
         };
+        debug!(remote = %self.peer, info = %String::from_utf8_lossy(body), "route INFO");
         match &self.route {
-            None => self.register(info, body),
+            None => match self.awaiting.take() {
+                None => self.register(info, body),
+                // The acceptor's INFO inside its S2 stream: ours in our stream, and done.
+                Some(Awaiting::AcceptorInfo(agreed)) => {
+                    let line = our_info(
+                        &self.shared,
+                        &self.cluster,
+                        Some(&agreed.slot),
+                        Some(agreed.mode),
+                    );
+                    self.push(&line);
+                    self.admit_route(*agreed)
+                }
+                // The dialer's INFO inside its S2 stream, with the slot it claims.
+                Some(Awaiting::DialerInfo(mode)) => {
+                    let Some((slot, pool)) = self.slot_for(&info) else {
+                        return false;
+                    };
+                    self.admit_route(Agreed {
+                        info,
+                        body: body.to_vec(),
+                        slot,
+                        pool,
+                        mode,
+                    })
+                }
+            },
             Some(r) => {
                 let id = r.remote_id();
                 if info.server_id == id {
@@ -510,16 +605,77 @@ impl RouteConn {
             self.handle.close(CloseReason::ClientClosed);
             return false;
         }
+        let mode = match compress::negotiate(
+            local_compression(&self.cluster),
+            info.compression.as_deref(),
+        ) {
+            Ok(m) => m,
+            Err(text) => return self.fail(&text),
+        };
+        self.compression = mode;
+        if self.dialed.is_none() && mode.is_on() {
+            // A compressing dialer's INFO in clear settles compression only; its slot comes
+            // in the INFO that opens its S2 stream, answered by ours opening our stream.
+            self.switch.set(self.pushed, mode);
+            let info_line = our_info(&self.shared, &self.cluster, None, Some(mode));
+            self.push(&info_line);
+            self.inbound_switch = true;
+            self.awaiting = Some(Awaiting::DialerInfo(mode));
+            return true;
+        }
         let Some((slot, pool)) = self.slot_for(&info) else {
             return false;
         };
         if let Some(d) = &self.dialed {
-            self.push(&our_info(&self.shared, &self.cluster, Some(&slot)));
-            if d.slot.is_some() && slot == Slot::Only {
+            let slot_gone = d.slot.is_some() && slot == Slot::Only;
+            let info_line = our_info(&self.shared, &self.cluster, Some(&slot), Some(mode));
+            self.push(&info_line);
+            if slot_gone {
                 // A slot of a peer that no longer pools (it restarted with `pool_size: -1`).
                 self.handle.close(CloseReason::ClientClosed);
                 return false;
             }
+            if mode.is_on() {
+                // Nothing more until the acceptor's INFO arrives inside its S2 stream:
+                // nats-server reads S2 only from its next read after our INFO. Then our INFO
+                // again, the first thing in our stream (nats-server takes the slot from it).
+                self.switch.set(self.pushed, mode);
+                self.inbound_switch = true;
+                self.awaiting = Some(Awaiting::AcceptorInfo(Box::new(Agreed {
+                    info,
+                    body: body.to_vec(),
+                    slot,
+                    pool,
+                    mode,
+                })));
+                return true;
+            }
+        }
+        self.admit_route(Agreed {
+            info,
+            body: body.to_vec(),
+            slot,
+            pool,
+            mode,
+        })
+    }
+
+    /// Registers the connection the handshake agreed on, sends the interest it carries,
+    /// gossips a new peer and starts filling a dialed peer's pool.
+    fn admit_route(&mut self, agreed: Agreed) -> bool {
+        let Agreed {
+            info,
+            body,
+            slot,
+            pool,
+            mode,
+        } = agreed;
+        let body = &body[..];
+        if self.dialed.is_some() {
+            // Its PONG tells the pool filler the peer has taken this connection.
+            self.pings_out += 1;
+            self.ping_sent = Some(std::time::Instant::now());
+            self.push(b"PING\r\n");
         }
         if let Some(account) = slot.pinned() {
             self.parser.pin(account);
@@ -538,6 +694,7 @@ impl RouteConn {
             rtt: AtomicU64::new(0),
             slot,
             pool: pool.unwrap_or(1),
+            compression: mode,
         });
         let first = match self.cluster.admit(&route) {
             Admission::Registered { first } => first,
@@ -633,7 +790,11 @@ impl RouteConn {
             let name = if pinned { "" } else { acc.name.as_str() };
             acc.dump_local_interest(
                 |out, subject, queue, n| encode_interest(out, name, subject, queue, n),
-                |bytes| self.push(bytes),
+                |bytes| {
+                    if let Ok(true) = self.handle.outbound.push_raw(bytes) {
+                        self.handle.outbound.wake();
+                    }
+                },
             );
         }
     }

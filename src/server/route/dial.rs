@@ -307,7 +307,9 @@ fn gossiped(shared: &Arc<Shared>, cluster: &Arc<Cluster>, info: &PeerInfo) {
 
 /// Keeps the other slots of pooling peer `peer_id` (pinned accounts, then pool members `0..pool`)
 /// connected, dialing `url` for each one missing, until no connection to the peer is left or
-/// the server stops. One task per peer; a slot that keeps failing is retried every second.
+/// the server stops. One task per peer, one dial at a time: the next slot is dialed once the
+/// last one answered its first PING, as nats-server's dialer does (its acceptor expects a
+/// peer's connections one after the other). A slot that keeps failing is retried every second.
 pub(crate) fn fill_pool(
     shared: &Arc<Shared>,
     cluster: &Arc<Cluster>,
@@ -329,7 +331,17 @@ pub(crate) fn fill_pool(
         let mut dialing: tokio::task::JoinSet<Slot> = tokio::task::JoinSet::new();
         let mut busy: std::collections::HashSet<Slot> = std::collections::HashSet::new();
         while !stop.is_cancelled() && cluster.connected_to(&id) {
+            let settling = busy.iter().any(|s| !cluster.slot_ready(&id, s));
+            let complete = slots.iter().all(|s| cluster.has_slot(&id, s));
+            let pause = if settling || !complete {
+                SLOT_CHECK
+            } else {
+                POOL_CHECK
+            };
             for slot in &slots {
+                if settling {
+                    break;
+                }
                 if !busy.contains(slot) && !cluster.has_slot(&id, slot) {
                     busy.insert(slot.clone());
                     let (shared, cluster, url, stop, slot) = (
@@ -343,11 +355,12 @@ pub(crate) fn fill_pool(
                         dial_slot(&shared, &cluster, &url, &slot, &stop).await;
                         slot
                     });
+                    break;
                 }
             }
             tokio::select! {
                 Some(Ok(slot)) = dialing.join_next() => { busy.remove(&slot); }
-                () = tokio::time::sleep(FAST_REDIAL) => {}
+                () = tokio::time::sleep(pause) => {}
                 () = stop.cancelled() => break,
             }
         }
@@ -360,6 +373,11 @@ pub(crate) fn fill_pool(
             .remove(&id);
     });
 }
+
+/// How often the pool filler looks at its peer's slots while it is filling them.
+const SLOT_CHECK: Duration = Duration::from_millis(5);
+/// And once they are all up (a slot that drops is redialled within this).
+const POOL_CHECK: Duration = Duration::from_millis(250);
 
 /// One connection for `slot`, served until it closes; a dial or handshake that fails waits a
 /// second before the slot is tried again.

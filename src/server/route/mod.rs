@@ -24,7 +24,9 @@
 //! the peer announces), never from which connections happen to be up: an account whose
 //! connection is down waits for it (its interest is sent when it registers) instead of moving
 //! and being delivered twice. A peer without `route_pool_size` gets one connection for every
-//! account ([`Slot::Only`]), as does every peer with `pool_size: -1`. No compression (§2.12).
+//! account ([`Slot::Only`]), as does every peer with `pool_size: -1`. Compression is
+//! negotiated per connection as nats-server does (§2.12, `compress.rs`): S2 streams both ways
+//! from the byte after the handshake's INFOs.
 //! JetStream stays node-local (its in-process subscriptions are not advertised) until streams
 //! are replicated.
 //!
@@ -32,6 +34,7 @@
 //! then an outbound queue. The membership table is a leaf, never held while taking another
 //! lock or doing I/O.
 
+pub(crate) mod compress;
 pub(crate) mod conn;
 pub(crate) mod dial;
 
@@ -121,6 +124,8 @@ pub(crate) struct Route {
     pub(crate) slot: Slot,
     /// Pool size used with this peer: the larger of ours and its (1 without pooling).
     pub(crate) pool: u32,
+    /// The compression this connection agreed on.
+    pub(crate) compression: compress::Mode,
 }
 
 impl Route {
@@ -319,6 +324,17 @@ impl Cluster {
         self.read_routes()
             .get(server_id)
             .is_some_and(|v| v.iter().any(|r| r.slot == *slot))
+    }
+
+    /// Whether the connection for `slot` to `server_id` is up and, if we dialed it, has
+    /// answered its first PING (the peer has processed our INFO: the next slot may be dialed).
+    pub(crate) fn slot_ready(&self, server_id: &str, slot: &Slot) -> bool {
+        self.read_routes().get(server_id).is_some_and(|v| {
+            v.iter().any(|r| {
+                r.slot == *slot
+                    && (!r.did_solicit || r.rtt.load(std::sync::atomic::Ordering::Relaxed) > 0)
+            })
+        })
     }
 
     /// A peer's INFO update (client URLs, lame duck) applied to all its connections; true
