@@ -5,10 +5,12 @@ For each server: a two-node cluster on loopback; `sealctl bench` publishes on no
 subscribes on node 2, so every message crosses the route. CPU is both servers' together, per
 delivered message. Rounds alternate servers; ratios are taken within a round.
 
-    scripts/bench_routed.py [--rounds 2] [--msgs 1000000] [--tls-routes]
+    scripts/bench_routed.py [--rounds 2] [--msgs 1000000] [--tls-routes] [--compression MODE]
 
 With --tls-routes the routes are TLS (`cluster { tls {} }`, one certificate made with openssl,
-mutual verification on both servers); clients stay plaintext.
+mutual verification on both servers); clients stay plaintext. With --compression both servers
+set `cluster { compression: MODE }` (s2_fast, say). Routes are pooled as configured by default
+(pool_size 3 on both servers).
 """
 import argparse
 import json
@@ -42,14 +44,19 @@ def free_port():
     return p
 
 
-def start_pair(binary, route_tls=None):
+def start_pair(binary, route_tls=None, compression=None):
     procs, clients = [], []
     conf = []
+    items = []
     if route_tls:
         cert, key, ca = route_tls
+        items.append(f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{ca}" }}')
+    if compression:
+        items.append(f"compression: {compression}")
+    if items:
         path = os.path.join(tempfile.mkdtemp(), "routes.conf")
         with open(path, "w") as f:
-            f.write(f'cluster {{ tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{ca}" }} }}\n')
+            f.write("cluster { " + ", ".join(items) + " }\n")
         conf = ["-c", path]
     seed = free_port()
     for i in range(2):
@@ -91,12 +98,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--msgs", type=int, default=1_000_000)
     ap.add_argument("--tls-routes", action="store_true")
+    ap.add_argument("--compression", default=None)
     a = ap.parse_args()
     route_tls = make_certs(tempfile.mkdtemp()) if a.tls_routes else None
     for r in range(a.rounds):
         results = {}
         for name, binary in (("sealstream", SEALSTREAM), ("nats-server", NATS_SERVER)):
-            procs, ports = start_pair(binary, route_tls)
+            procs, ports = start_pair(binary, route_tls, a.compression)
             try:
                 for scen, size, extra in SCENARIOS:
                     results[(name, scen, size)] = bench(ports, [p.pid for p in procs], size,
@@ -107,7 +115,7 @@ def main():
                     p.wait()
         for scen, size, _ in SCENARIOS:
             (st, sc), (nt, nc) = results[("sealstream", scen, size)], results[("nats-server", scen, size)]
-            tag = "tls " if route_tls else ""
+            tag = ("tls " if route_tls else "") + (f"{a.compression} " if a.compression else "")
             print(f"round {r + 1}  {tag}{scen:17} {size:5} B  sealstream {st / 1e3:8.0f} k/s  "
                   f"nats-server {nt / 1e3:8.0f} k/s  thr {st / nt:5.2f}x   "
                   f"CPU {sc:.2f}/{nc:.2f} us/msg = {sc / nc:4.2f}x")

@@ -100,7 +100,9 @@ impl ClusterOptions {
 /// Most pooled connections per peer we open or accept (a larger `pool_size` is cut to it).
 pub const MAX_POOL_SIZE: u32 = 64;
 
-/// The compression modes nats-server accepts (spec §1.2).
+/// The compression modes nats-server accepts (spec §1.2). Not `s2_uncompressed`/`uncompressed`:
+/// nats-server 2.15.1 refuses to start with them (`unsupported compression mode`), though a
+/// peer may still ask for them in its INFO (route/compress.rs).
 const COMPRESSION_MODES: &[&str] = &[
     "off",
     "disabled",
@@ -115,8 +117,6 @@ const COMPRESSION_MODES: &[&str] = &[
     "better",
     "s2_best",
     "best",
-    "s2_uncompressed",
-    "uncompressed",
     "s2_auto",
     "auto",
 ];
