@@ -16,6 +16,8 @@
 //! - [`store`]: the sealed store: header, keyring, catalog (and the segment log).
 //! - [`jetstream`]: streams, consumers, acks and retention over the store; decisions, no I/O
 //!   of its own beyond the store.
+//! - [`consensus`]: Raft groups on openraft and the transport they share (replicated
+//!   JetStream's foundation).
 //! - [`crypto`]: keys (argon2id, HKDF, wrapped data keys) and XChaCha20-Poly1305 sealing.
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
@@ -29,6 +31,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod consensus;
 pub mod crypto;
 pub mod ctl;
 pub mod jetstream;

@@ -1,0 +1,43 @@
+//! Raft timing. nats-server heartbeats every second and elects within 4–9 s (spec cluster.md
+//! 7.1), which already exceeds the 5 s every client waits; we want one failure to finish well
+//! inside one client timeout: heartbeats every 250 ms and an election after 1–2 s of silence.
+
+use std::sync::Arc;
+
+/// How often a leader reminds followers it is alive.
+pub const HEARTBEAT_MS: u64 = 250;
+/// A follower that hears nothing for a random time in this range stands for election.
+pub const ELECTION_MIN_MS: u64 = 1_000;
+/// Upper end of the election timeout range.
+pub const ELECTION_MAX_MS: u64 = 2_000;
+
+/// openraft's configuration with our timing, validated.
+pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
+    let config = openraft::Config {
+        cluster_name: cluster_name.to_string(),
+        heartbeat_interval: HEARTBEAT_MS,
+        election_timeout_min: ELECTION_MIN_MS,
+        election_timeout_max: ELECTION_MAX_MS,
+        ..Default::default()
+    };
+    // The three numbers above satisfy openraft's rules (min < max, heartbeat < min); a test
+    // checks it, so validation cannot fail here.
+    Arc::new(config.validate().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_passes_openraft_validation() {
+        let config = openraft::Config {
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_MIN_MS,
+            election_timeout_max: ELECTION_MAX_MS,
+            ..Default::default()
+        };
+        assert!(config.validate().is_ok());
+        assert_eq!(raft_config("C1").heartbeat_interval, HEARTBEAT_MS);
+    }
+}
