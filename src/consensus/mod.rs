@@ -14,6 +14,9 @@
 //!   connection, and heartbeats (appends that carry no entries) wait up to
 //!   [`mux::HEARTBEAT_LINGER`] so that every group's heartbeat to that peer leaves in one frame,
 //!   while an append that carries entries, and a vote, go at once.
+//! - [`sealed_log`]: the node's one Raft log for all its groups: records sealed with each
+//!   group's key under an opaque pseudonym, one `fdatasync` per write window whatever the number
+//!   of groups, torn tails cut, anything else that fails authentication reported as corrupt.
 //! - [`timing`]: election and heartbeat settings, chosen so that one failure fits inside a
 //!   client's 5 s timeout (spec cluster.md 7.3).
 //!
@@ -22,6 +25,7 @@
 
 pub mod memory;
 pub mod mux;
+pub mod sealed_log;
 pub mod timing;
 
 use std::io::Cursor;

@@ -1,0 +1,1112 @@
+//! One node's Raft log, shared by every group it hosts, sealed at rest.
+//!
+//! Why one log: a node carries a group per replicated stream. A file per group would cost an
+//! fsync per group per write window; here every group's records go to the same append-only
+//! segment files, and one `fdatasync` completes the flush of everything written since the last
+//! one — fsyncs do not grow with the number of groups (the writer thread's loop below).
+//!
+//! Record (little-endian): `len u32 | pseudonym [8] | nonce ‖ ciphertext ‖ tag`, `len` counting
+//! what follows it. The pseudonym is HMAC-SHA256(name key, group id)[..8], so the disk shows no
+//! group id, stream or account name, only which records belong together. The body is sealed
+//! with the group's own key (crypto-erasing a tenant = dropping its groups' keys; their records
+//! then never open again and replay skips them), with the record's segment and offset in the
+//! associated data, so a record moved, copied or replayed elsewhere does not open. The body is
+//! one [`Record`]: a batch of entries, a vote, a truncation or a purge.
+//!
+//! Files are `<segment id, 16 hex digits>.rlog`. A segment is closed at [`SEGMENT_BYTES`]; the
+//! next one starts with a checkpoint of every group's vote and purge point, so older segments
+//! are needed only for the entries they hold, and the oldest segment is deleted once none of
+//! its entries is live (oldest first, so a truncation record is never lost while entries it
+//! cut remain on disk).
+//!
+//! Opening replays every segment: a record cut short at the end of the newest segment is a
+//! torn write of a crash (never acknowledged: the flush that would have acknowledged it did
+//! not finish) and is cut off; anything else that fails — a bad length, a record that does not
+//! authenticate — is [`LogError::Corrupt`], and the node must not vote or serve from this log
+//! until repaired.
+//!
+//! Lock order: `Inner` (one mutex) is never held across I/O except the writer's file rollover;
+//! the writer takes it only to swap out what is pending.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::ops::RangeBounds;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use hmac::{Hmac, Mac};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use tokio::sync::{oneshot, Semaphore};
+
+use super::{GroupId, NodeId, TypeConfig};
+use crate::crypto::seal::OVERHEAD;
+use crate::crypto::{Key32, SealKey};
+
+/// A segment is closed once it holds this many bytes.
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Bytes accepted but not yet written; an append beyond it waits for the writer.
+pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
+/// The largest record body (a batch of entries larger than this is refused).
+pub const MAX_RECORD: usize = 16 * 1024 * 1024;
+const HEADER: usize = 4 + 8;
+const AAD_TAG: &[u8] = b"sealstream raft log v1";
+
+/// Why the log could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The file system refused.
+    #[error("raft log {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: io::Error,
+    },
+    /// A record that is not a torn tail failed its length or authentication check.
+    #[error("raft log {path}: record at offset {offset} is corrupt ({why})")]
+    Corrupt {
+        /// The segment.
+        path: PathBuf,
+        /// Where the record starts.
+        offset: u64,
+        /// What was wrong.
+        why: &'static str,
+    },
+}
+
+/// What one record says.
+#[derive(Serialize, Deserialize)]
+enum Record {
+    Entries(Vec<Entry<TypeConfig>>),
+    Vote(Vote<NodeId>),
+    /// Entries from this index on are gone.
+    Truncate(u64),
+    /// Entries up to and including this id are gone.
+    Purge(LogId<NodeId>),
+    /// A group's state at the start of a segment.
+    Checkpoint {
+        vote: Option<Vote<NodeId>>,
+        purged: Option<LogId<NodeId>>,
+    },
+}
+
+/// Where a record sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc {
+    segment: u64,
+    offset: u64,
+    len: u32,
+}
+
+#[derive(Default)]
+struct GroupState {
+    vote: Option<Vote<NodeId>>,
+    purged: Option<LogId<NodeId>>,
+    /// Every live entry: its id and the record holding it.
+    entries: BTreeMap<u64, (LogId<NodeId>, Loc)>,
+    /// Entries whose record is not written yet (reads are served from here).
+    unwritten: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+struct GroupKeys {
+    pseudonym: [u8; 8],
+    key: SealKey,
+}
+
+struct Pending {
+    segment: u64,
+    bytes: Vec<u8>,
+    /// (group, record, indexes) whose `unwritten` copies can go once written.
+    written: Vec<(GroupId, Loc, Vec<u64>)>,
+    flushed: Vec<LogFlushed<TypeConfig>>,
+    durable: Vec<oneshot::Sender<io::Result<()>>>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    groups: HashMap<GroupId, GroupState>,
+    keys: HashMap<GroupId, GroupKeys>,
+    /// segment id -> live entries it holds.
+    segment_refs: BTreeMap<u64, usize>,
+    segment: u64,
+    end: u64,
+    pending: Vec<Pending>,
+    pending_bytes: usize,
+    failed: Option<String>,
+    closed: bool,
+    segment_bytes: u64,
+    /// The newest segment the writer has written and synced something to (so its head
+    /// checkpoint is durable: it is the first thing queued for a segment).
+    written_segment: u64,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    wake: Condvar,
+    room: Semaphore,
+    name_key: Key32,
+}
+
+/// The node's log. Cheap to clone; the writer thread stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct SealedLog {
+    shared: Arc<Shared>,
+    _writer: Arc<WriterGuard>,
+}
+
+struct WriterGuard {
+    shared: Arc<Shared>,
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        lock(&self.shared).closed = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, Inner> {
+    shared.inner.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn pseudonym(name_key: &Key32, group: GroupId) -> [u8; 8] {
+    let mut mac = match <Hmac<Sha256> as Mac>::new_from_slice(name_key.expose()) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC takes a key of any length"),
+    };
+    mac.update(b"sealstream raft group v1");
+    mac.update(&group.to_le_bytes());
+    let out = mac.finalize().into_bytes();
+    let mut p = [0u8; 8];
+    p.copy_from_slice(&out[..8]);
+    p
+}
+
+fn aad(segment: u64, offset: u64, pseudonym: &[u8; 8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(AAD_TAG.len() + 24);
+    aad.extend_from_slice(AAD_TAG);
+    aad.extend_from_slice(&segment.to_le_bytes());
+    aad.extend_from_slice(&offset.to_le_bytes());
+    aad.extend_from_slice(pseudonym);
+    aad
+}
+
+fn segment_path(dir: &Path, segment: u64) -> PathBuf {
+    dir.join(format!("{segment:016x}.rlog"))
+}
+
+fn io_err(path: &Path, source: io::Error) -> LogError {
+    LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl SealedLog {
+    /// Opens (or creates) the log in `dir` for the groups whose keys are given, replaying what
+    /// is there. Records of groups not given are skipped (erased, or not this node's any more).
+    pub fn open(
+        dir: &Path,
+        name_key: Key32,
+        groups: Vec<(GroupId, SealKey)>,
+    ) -> Result<Self, LogError> {
+        Self::open_sized(dir, name_key, groups, SEGMENT_BYTES)
+    }
+
+    /// [`SealedLog::open`] with another segment size (tests use small ones to roll over).
+    pub fn open_sized(
+        dir: &Path,
+        name_key: Key32,
+        groups: Vec<(GroupId, SealKey)>,
+        segment_bytes: u64,
+    ) -> Result<Self, LogError> {
+        fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        let mut keys = HashMap::new();
+        let mut by_pseudonym = HashMap::new();
+        for (group, key) in groups {
+            let p = pseudonym(&name_key, group);
+            by_pseudonym.insert(p, group);
+            keys.insert(group, GroupKeys { pseudonym: p, key });
+        }
+        let mut segments: Vec<u64> = Vec::new();
+        for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+            let entry = entry.map_err(|e| io_err(dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(hex) = name.strip_suffix(".rlog") {
+                if let Ok(id) = u64::from_str_radix(hex, 16) {
+                    segments.push(id);
+                }
+            }
+        }
+        segments.sort_unstable();
+        let mut inner = Inner {
+            dir: dir.to_path_buf(),
+            groups: HashMap::new(),
+            keys,
+            segment_refs: BTreeMap::new(),
+            segment: segments.last().copied().unwrap_or(1),
+            end: 0,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            failed: None,
+            closed: false,
+            segment_bytes,
+            written_segment: 0,
+        };
+        inner.segment_refs.entry(inner.segment).or_default();
+        inner.written_segment = segments.last().copied().unwrap_or(0);
+        for (i, &segment) in segments.iter().enumerate() {
+            let newest = i + 1 == segments.len();
+            let end = replay(&mut inner, &by_pseudonym, segment, newest)?;
+            if newest {
+                inner.end = end;
+            }
+        }
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            wake: Condvar::new(),
+            room: Semaphore::new(PENDING_BYTES),
+            name_key,
+        });
+        let writer_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("raft-log".into())
+            .spawn(move || run_writer(writer_shared))
+            .map_err(|e| io_err(dir, e))?;
+        Ok(SealedLog {
+            _writer: Arc::new(WriterGuard {
+                shared: shared.clone(),
+            }),
+            shared,
+        })
+    }
+
+    /// Starts keeping `group`'s log here under `key` (a new group, or one whose key arrived
+    /// after opening). Returns its storage for openraft.
+    pub fn group(&self, group: GroupId, key: SealKey) -> GroupLog {
+        let mut inner = lock(&self.shared);
+        let p = pseudonym(&self.shared.name_key, group);
+        inner.keys.insert(group, GroupKeys { pseudonym: p, key });
+        inner.groups.entry(group).or_default();
+        GroupLog {
+            log: self.clone(),
+            group,
+        }
+    }
+
+    /// Storage for a group whose key was given at [`SealedLog::open`].
+    pub fn existing_group(&self, group: GroupId) -> Option<GroupLog> {
+        let mut inner = lock(&self.shared);
+        if !inner.keys.contains_key(&group) {
+            return None;
+        }
+        inner.groups.entry(group).or_default();
+        Some(GroupLog {
+            log: self.clone(),
+            group,
+        })
+    }
+
+    /// Forgets a group and its key: its records are dead and will not open again.
+    pub fn erase_group(&self, group: GroupId) {
+        let mut inner = lock(&self.shared);
+        if let Some(state) = inner.groups.remove(&group) {
+            for (_, (_, loc)) in state.entries {
+                unref(&mut inner.segment_refs, loc.segment);
+            }
+        }
+        inner.keys.remove(&group);
+    }
+
+    /// The segment files on disk now (oldest first).
+    pub fn segments(&self) -> Vec<PathBuf> {
+        let inner = lock(&self.shared);
+        let mut ids: Vec<u64> = inner.segment_refs.keys().copied().collect();
+        if !ids.contains(&inner.segment) {
+            ids.push(inner.segment);
+        }
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|s| segment_path(&inner.dir, s))
+            .filter(|p| p.exists())
+            .collect()
+    }
+
+    /// Queues one record of `group` and returns when it is written (not yet durable); the
+    /// completion runs after the fsync that covers it.
+    async fn submit(
+        &self,
+        group: GroupId,
+        record: &Record,
+        entries: Vec<Entry<TypeConfig>>,
+        completion: Completion,
+    ) -> Result<(), StorageError<NodeId>> {
+        let body = serde_json::to_vec(record).map_err(|e| StorageIOError::write_logs(&e))?;
+        if body.len() > MAX_RECORD {
+            return Err(StorageIOError::write_logs(&io::Error::other(
+                "raft record over the size limit",
+            ))
+            .into());
+        }
+        let size = body.len() + OVERHEAD + HEADER;
+        let permit = self
+            .shared
+            .room
+            .acquire_many(u32::try_from(size.min(PENDING_BYTES)).unwrap_or(u32::MAX))
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        permit.forget();
+        let mut inner = lock(&self.shared);
+        if let Some(why) = &inner.failed {
+            let why = why.clone();
+            drop(inner);
+            self.shared.room.add_permits(size.min(PENDING_BYTES));
+            return Err(StorageIOError::write_logs(&io::Error::other(why)).into());
+        }
+        if inner.end >= inner.segment_bytes {
+            roll_over(&mut inner);
+        }
+        let Some(keys) = inner.keys.get(&group) else {
+            drop(inner);
+            self.shared.room.add_permits(size.min(PENDING_BYTES));
+            return Err(
+                StorageIOError::write_logs(&io::Error::other("raft group has no key")).into(),
+            );
+        };
+        let (segment, offset) = (inner.segment, inner.end);
+        let sealed = keys.key.seal(&aad(segment, offset, &keys.pseudonym), &body);
+        let pseudonym = keys.pseudonym;
+        let mut bytes = Vec::with_capacity(HEADER + sealed.len());
+        let len = u32::try_from(8 + sealed.len()).unwrap_or(u32::MAX);
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&pseudonym);
+        bytes.extend_from_slice(&sealed);
+        let loc = Loc {
+            segment,
+            offset,
+            len: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        };
+        inner.end += bytes.len() as u64;
+        let written = apply(&mut inner, group, record, entries, loc);
+        let pending = match inner.pending.last_mut() {
+            Some(p) if p.segment == segment => p,
+            _ => {
+                inner.pending.push(Pending {
+                    segment,
+                    bytes: Vec::new(),
+                    written: Vec::new(),
+                    flushed: Vec::new(),
+                    durable: Vec::new(),
+                });
+                match inner.pending.last_mut() {
+                    Some(p) => p,
+                    None => unreachable!("just pushed"),
+                }
+            }
+        };
+        pending.bytes.extend_from_slice(&bytes);
+        if !written.is_empty() {
+            pending.written.push((group, loc, written));
+        }
+        match completion {
+            Completion::Flushed(cb) => pending.flushed.push(cb),
+            Completion::Durable(tx) => pending.durable.push(tx),
+            Completion::None => {}
+        }
+        inner.pending_bytes += size;
+        drop(inner);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+}
+
+enum Completion {
+    Flushed(LogFlushed<TypeConfig>),
+    Durable(oneshot::Sender<io::Result<()>>),
+    None,
+}
+
+fn unref(refs: &mut BTreeMap<u64, usize>, segment: u64) {
+    if let Some(n) = refs.get_mut(&segment) {
+        *n = n.saturating_sub(1);
+    }
+}
+
+/// Applies a record to the in-memory state; returns the indexes now held unwritten.
+fn apply(
+    inner: &mut Inner,
+    group: GroupId,
+    record: &Record,
+    entries: Vec<Entry<TypeConfig>>,
+    loc: Loc,
+) -> Vec<u64> {
+    let Inner {
+        groups,
+        segment_refs,
+        ..
+    } = inner;
+    let state = groups.entry(group).or_default();
+    match record {
+        Record::Entries(_) => {
+            let mut indexes = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let index = entry.log_id.index;
+                if let Some((_, old)) = state.entries.insert(index, (entry.log_id, loc)) {
+                    unref(segment_refs, old.segment);
+                }
+                *segment_refs.entry(loc.segment).or_default() += 1;
+                state.unwritten.insert(index, entry);
+                indexes.push(index);
+            }
+            indexes
+        }
+        Record::Vote(vote) => {
+            state.vote = Some(*vote);
+            Vec::new()
+        }
+        Record::Truncate(from) => {
+            for (_, (_, old)) in state.entries.split_off(from) {
+                unref(segment_refs, old.segment);
+            }
+            let _gone = state.unwritten.split_off(from);
+            Vec::new()
+        }
+        Record::Purge(upto) => {
+            let kept = state.entries.split_off(&(upto.index + 1));
+            for (_, (_, old)) in std::mem::replace(&mut state.entries, kept) {
+                unref(segment_refs, old.segment);
+            }
+            let kept = state.unwritten.split_off(&(upto.index + 1));
+            state.unwritten = kept;
+            if state.purged.is_none_or(|p| p.index < upto.index) {
+                state.purged = Some(*upto);
+            }
+            Vec::new()
+        }
+        Record::Checkpoint { vote, purged } => {
+            if vote.is_some() {
+                state.vote = *vote;
+            }
+            if purged.is_some() {
+                state.purged = *purged;
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// Starts the next segment and writes every group's checkpoint at its head.
+fn roll_over(inner: &mut Inner) {
+    inner.segment_refs.entry(inner.segment).or_default();
+    inner.segment += 1;
+    inner.end = 0;
+    let segment = inner.segment;
+    inner.segment_refs.entry(segment).or_default();
+    let mut bytes = Vec::new();
+    let mut groups: Vec<GroupId> = inner.groups.keys().copied().collect();
+    groups.sort_unstable();
+    for group in groups {
+        let (Some(state), Some(keys)) = (inner.groups.get(&group), inner.keys.get(&group)) else {
+            continue;
+        };
+        let record = Record::Checkpoint {
+            vote: state.vote,
+            purged: state.purged,
+        };
+        let Ok(body) = serde_json::to_vec(&record) else {
+            continue;
+        };
+        let offset = inner.end + bytes.len() as u64;
+        let sealed = keys.key.seal(&aad(segment, offset, &keys.pseudonym), &body);
+        let len = u32::try_from(8 + sealed.len()).unwrap_or(u32::MAX);
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&keys.pseudonym);
+        bytes.extend_from_slice(&sealed);
+    }
+    inner.end = bytes.len() as u64;
+    inner.pending.push(Pending {
+        segment,
+        bytes,
+        written: Vec::new(),
+        flushed: Vec::new(),
+        durable: Vec::new(),
+    });
+}
+
+/// Replays one segment into `inner`; returns where its valid records end.
+fn replay(
+    inner: &mut Inner,
+    by_pseudonym: &HashMap<[u8; 8], GroupId>,
+    segment: u64,
+    newest: bool,
+) -> Result<u64, LogError> {
+    let path = segment_path(&inner.dir, segment);
+    let data = fs::read(&path).map_err(|e| io_err(&path, e))?;
+    let corrupt = |offset: usize, why| LogError::Corrupt {
+        path: path.clone(),
+        offset: offset as u64,
+        why,
+    };
+    let mut at = 0usize;
+    inner.segment_refs.entry(segment).or_default();
+    while at < data.len() {
+        let rest = &data[at..];
+        let torn = rest.len() < 4
+            || (u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize) > rest.len() - 4;
+        if torn {
+            if newest {
+                // A crash cut the last write short; it was never acknowledged.
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| io_err(&path, e))?;
+                file.set_len(at as u64).map_err(|e| io_err(&path, e))?;
+                file.sync_all().map_err(|e| io_err(&path, e))?;
+                return Ok(at as u64);
+            }
+            return Err(corrupt(at, "record runs past the end of a closed segment"));
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if !(8 + OVERHEAD..=MAX_RECORD + 8 + OVERHEAD).contains(&len) {
+            return Err(corrupt(at, "impossible record length"));
+        }
+        let mut p = [0u8; 8];
+        p.copy_from_slice(&rest[4..12]);
+        let sealed = &rest[12..4 + len];
+        let loc = Loc {
+            segment,
+            offset: at as u64,
+            len: (4 + len) as u32,
+        };
+        if let Some(&group) = by_pseudonym.get(&p) {
+            let Some(keys) = inner.keys.get(&group) else {
+                return Err(corrupt(at, "group key missing"));
+            };
+            let body = keys
+                .key
+                .open(&aad(segment, at as u64, &p), sealed)
+                .map_err(|_| corrupt(at, "record does not authenticate"))?;
+            let record: Record =
+                serde_json::from_slice(&body).map_err(|_| corrupt(at, "record does not decode"))?;
+            let entries = match &record {
+                Record::Entries(entries) => entries.clone(),
+                _ => Vec::new(),
+            };
+            apply(inner, group, &record, entries, loc);
+            // Replayed entries are on disk: nothing is unwritten.
+            if let Some(state) = inner.groups.get_mut(&group) {
+                state.unwritten.clear();
+            }
+        }
+        at += 4 + len;
+    }
+    Ok(at as u64)
+}
+
+/// The writer thread: takes everything pending, writes it, one `fdatasync` per segment
+/// touched, then completes every flush it covered.
+fn run_writer(shared: Arc<Shared>) {
+    let mut files: BTreeMap<u64, File> = BTreeMap::new();
+    loop {
+        let (batch, bytes_freed, dir) = {
+            let mut inner = lock(&shared);
+            while inner.pending.is_empty() && !inner.closed {
+                inner = shared.wake.wait(inner).unwrap_or_else(|p| p.into_inner());
+            }
+            if inner.pending.is_empty() && inner.closed {
+                return;
+            }
+            let batch = std::mem::take(&mut inner.pending);
+            let freed = std::mem::take(&mut inner.pending_bytes);
+            (batch, freed, inner.dir.clone())
+        };
+        let result = write_batch(&dir, &mut files, &batch);
+        let mut flushed = Vec::new();
+        let mut durable = Vec::new();
+        {
+            let mut inner = lock(&shared);
+            for pending in &batch {
+                for (group, written, indexes) in &pending.written {
+                    if let Some(state) = inner.groups.get_mut(group) {
+                        for index in indexes {
+                            // Only if no later record replaced the entry meanwhile.
+                            let same = state
+                                .entries
+                                .get(index)
+                                .is_some_and(|(_, loc)| loc == written);
+                            if same {
+                                state.unwritten.remove(index);
+                            }
+                        }
+                    }
+                }
+            }
+            if let Err(e) = &result {
+                inner.failed = Some(e.to_string());
+            } else {
+                let newest = batch.iter().map(|p| p.segment).max().unwrap_or(0);
+                inner.written_segment = inner.written_segment.max(newest);
+                delete_dead_segments(&mut inner, &mut files);
+            }
+        }
+        for pending in batch {
+            flushed.extend(pending.flushed);
+            durable.extend(pending.durable);
+        }
+        shared.room.add_permits(bytes_freed);
+        for cb in flushed {
+            cb.log_io_completed(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+        for tx in durable {
+            let _ = tx.send(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            });
+        }
+    }
+}
+
+fn write_batch(dir: &Path, files: &mut BTreeMap<u64, File>, batch: &[Pending]) -> io::Result<()> {
+    let mut touched = Vec::new();
+    for pending in batch {
+        let file = match files.entry(pending.segment) {
+            std::collections::btree_map::Entry::Occupied(file) => file.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                let file = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .read(true)
+                    .open(segment_path(dir, pending.segment))?;
+                // A new file's directory entry must be durable too.
+                File::open(dir)?.sync_all()?;
+                slot.insert(file)
+            }
+        };
+        file.write_all(&pending.bytes)?;
+        if !touched.contains(&pending.segment) {
+            touched.push(pending.segment);
+        }
+    }
+    for segment in touched {
+        if let Some(file) = files.get(&segment) {
+            file.sync_data()?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the oldest segments while none of their entries is live and a newer segment's
+/// checkpoint is durable (never the current one).
+fn delete_dead_segments(inner: &mut Inner, files: &mut BTreeMap<u64, File>) {
+    while let Some((&segment, &refs)) = inner.segment_refs.iter().next() {
+        if refs > 0 || segment >= inner.segment || segment >= inner.written_segment {
+            break;
+        }
+        inner.segment_refs.remove(&segment);
+        files.remove(&segment);
+        let _ = fs::remove_file(segment_path(&inner.dir, segment));
+    }
+}
+
+/// One group's view of the node's log: what openraft stores through.
+#[derive(Clone)]
+pub struct GroupLog {
+    log: SealedLog,
+    group: GroupId,
+}
+
+/// An entry a read wants: its index and id, a copy if it is not written yet, its record.
+type Wanted = (u64, LogId<NodeId>, Option<Entry<TypeConfig>>, Loc);
+
+impl GroupLog {
+    // StorageError is openraft's (its traits return it); its size is not ours to choose.
+    #[allow(clippy::result_large_err)]
+    fn read_record(&self, loc: Loc) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let (path, keys_pseudonym) = {
+            let inner = lock(&self.log.shared);
+            let p = inner.keys.get(&self.group).map(|k| k.pseudonym);
+            (segment_path(&inner.dir, loc.segment), p)
+        };
+        let Some(p) = keys_pseudonym else {
+            return Err(
+                StorageIOError::read_logs(&io::Error::other("raft group has no key")).into(),
+            );
+        };
+        let file = File::open(&path).map_err(|e| StorageIOError::read_logs(&e))?;
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut buf, loc.offset)
+            .map_err(|e| StorageIOError::read_logs(&e))?;
+        let inner = lock(&self.log.shared);
+        let Some(keys) = inner.keys.get(&self.group) else {
+            return Err(
+                StorageIOError::read_logs(&io::Error::other("raft group has no key")).into(),
+            );
+        };
+        let body = keys
+            .key
+            .open(
+                &aad(loc.segment, loc.offset, &p),
+                buf.get(HEADER..).unwrap_or(&[]),
+            )
+            .map_err(|e| StorageIOError::read_logs(&e))?;
+        drop(inner);
+        match serde_json::from_slice(&body) {
+            Ok(Record::Entries(entries)) => Ok(entries),
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => Err(StorageIOError::read_logs(&e).into()),
+        }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for GroupLog {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        // Which entries, from memory or from which records.
+        let mut wanted: Vec<Wanted> = Vec::new();
+        {
+            let inner = lock(&self.log.shared);
+            let Some(state) = inner.groups.get(&self.group) else {
+                return Ok(Vec::new());
+            };
+            for (&index, &(id, loc)) in state.entries.range(range) {
+                wanted.push((index, id, state.unwritten.get(&index).cloned(), loc));
+            }
+        }
+        let mut out = Vec::with_capacity(wanted.len());
+        let mut cache: Option<(Loc, Vec<Entry<TypeConfig>>)> = None;
+        for (index, id, memory, loc) in wanted {
+            if let Some(entry) = memory {
+                out.push(entry);
+                continue;
+            }
+            if cache.as_ref().is_none_or(|(l, _)| *l != loc) {
+                cache = Some((loc, self.read_record(loc)?));
+            }
+            let found = cache
+                .as_ref()
+                .and_then(|(_, entries)| entries.iter().find(|e| e.log_id.index == index))
+                .filter(|e| e.log_id == id)
+                .cloned();
+            match found {
+                Some(entry) => out.push(entry),
+                None => {
+                    return Err(StorageIOError::read_logs(&io::Error::other(
+                        "raft log entry missing from its record",
+                    ))
+                    .into())
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for GroupLog {
+    type LogReader = GroupLog;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let inner = lock(&self.log.shared);
+        let state = inner.groups.get(&self.group);
+        let purged = state.and_then(|s| s.purged);
+        let last = state
+            .and_then(|s| s.entries.values().next_back())
+            .map(|(id, _)| *id);
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last.or(purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let (tx, rx) = oneshot::channel();
+        self.log
+            .submit(
+                self.group,
+                &Record::Vote(*vote),
+                Vec::new(),
+                Completion::Durable(tx),
+            )
+            .await?;
+        // A vote counts only once it is durable: openraft may send it right after.
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StorageIOError::write_vote(&e).into()),
+            Err(e) => Err(StorageIOError::write_vote(&e).into()),
+        }
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(lock(&self.log.shared)
+            .groups
+            .get(&self.group)
+            .and_then(|s| s.vote))
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let record = Record::Entries(entries.clone());
+        self.log
+            .submit(self.group, &record, entries, Completion::Flushed(callback))
+            .await
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.log
+            .submit(
+                self.group,
+                &Record::Truncate(log_id.index),
+                Vec::new(),
+                Completion::None,
+            )
+            .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.log
+            .submit(
+                self.group,
+                &Record::Purge(log_id),
+                Vec::new(),
+                Completion::None,
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consensus::memory::CountingMachine;
+    use crate::consensus::Command;
+    use crate::crypto::Secret;
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn key(seed: u8) -> SealKey {
+        SealKey::new(Secret::new([seed; 32]))
+    }
+
+    fn name_key() -> Key32 {
+        Secret::new([7u8; 32])
+    }
+
+    fn entry(term: u64, index: u64, payload: &[u8]) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(Command(payload.to_vec())),
+        }
+    }
+
+    async fn durable(log: &SealedLog, group: GroupId, record: Record) {
+        let entries = match &record {
+            Record::Entries(e) => e.clone(),
+            _ => Vec::new(),
+        };
+        let (tx, rx) = oneshot::channel();
+        log.submit(group, &record, entries, Completion::Durable(tx))
+            .await
+            .expect("submitted");
+        rx.await.expect("writer answers").expect("durable");
+    }
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, GroupLog, CountingMachine, tempfile::TempDir> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, GroupLog, CountingMachine), StorageError<NodeId>> {
+            let dir = tempfile::tempdir().map_err(|e| StorageIOError::write_logs(&e))?;
+            let log = SealedLog::open_sized(dir.path(), name_key(), Vec::new(), 4096)
+                .map_err(|e| StorageIOError::write_logs(&io::Error::other(e.to_string())))?;
+            let group = log.group(9, key(9));
+            Ok((dir, group, CountingMachine::new()))
+        }
+    }
+
+    /// openraft's own storage contract, on the sealed log (small segments, so it rolls over).
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn openraft_storage_suite_passes() -> Result<(), StorageError<NodeId>> {
+        Suite::test_all(Builder)
+    }
+
+    #[tokio::test]
+    async fn reopening_restores_every_groups_entries_and_vote() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _a = log.group(1, key(1));
+            let _b = log.group(2, key(2));
+            durable(
+                &log,
+                1,
+                Record::Entries(vec![entry(1, 1, b"a1"), entry(1, 2, b"a2")]),
+            )
+            .await;
+            durable(&log, 2, Record::Entries(vec![entry(1, 1, b"b1")])).await;
+            durable(&log, 1, Record::Vote(Vote::new(3, 1))).await;
+            durable(&log, 1, Record::Truncate(2)).await;
+            durable(&log, 1, Record::Entries(vec![entry(3, 2, b"a2'")])).await;
+        }
+        let log = SealedLog::open(dir.path(), name_key(), vec![(1, key(1)), (2, key(2))])
+            .expect("reopen");
+        let mut a = log.existing_group(1).expect("group 1");
+        let mut b = log.existing_group(2).expect("group 2");
+        assert_eq!(a.read_vote().await.expect("vote"), Some(Vote::new(3, 1)));
+        let got = a.try_get_log_entries(0..10).await.expect("read");
+        let payloads: Vec<_> = got
+            .iter()
+            .map(|e| match &e.payload {
+                EntryPayload::Normal(c) => c.0.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(payloads, vec![b"a1".to_vec(), b"a2'".to_vec()]);
+        assert_eq!(got[1].log_id.leader_id.term, 3);
+        assert_eq!(b.try_get_log_entries(0..10).await.expect("read").len(), 1);
+        assert_eq!(b.read_vote().await.expect("vote"), None);
+    }
+
+    #[tokio::test]
+    async fn nothing_on_disk_is_plaintext() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+        let _g = log.group(0x5EA1_5EA1, key(3));
+        durable(
+            &log,
+            0x5EA1_5EA1,
+            Record::Entries(vec![entry(1, 1, b"TOP-SECRET-PAYLOAD")]),
+        )
+        .await;
+        for path in log.segments() {
+            let bytes = fs::read(&path).expect("read");
+            for needle in [
+                &b"TOP-SECRET"[..],
+                b"Entries",
+                b"payload",
+                &0x5EA1_5EA1u64.to_le_bytes()[..],
+            ] {
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "{needle:?} in {path:?}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_is_cut_and_an_edited_record_is_corrupt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _g = log.group(1, key(1));
+            durable(&log, 1, Record::Entries(vec![entry(1, 1, b"one")])).await;
+            durable(&log, 1, Record::Entries(vec![entry(1, 2, b"two")])).await;
+        }
+        let path = segment_path(dir.path(), 1);
+        let whole = fs::read(&path).expect("read");
+        // A crash in the middle of a third write: a length and a few bytes of it.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&200u32.to_le_bytes());
+        torn.extend_from_slice(b"partial");
+        fs::write(&path, &torn).expect("write");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), vec![(1, key(1))]).expect("reopen");
+            let mut g = log.existing_group(1).expect("group");
+            assert_eq!(g.try_get_log_entries(0..10).await.expect("read").len(), 2);
+        }
+        assert_eq!(
+            fs::read(&path).expect("read").len(),
+            whole.len(),
+            "tail cut"
+        );
+        // One flipped bit inside the first record's ciphertext.
+        let mut edited = whole;
+        edited[HEADER + 30] ^= 0x01;
+        fs::write(&path, &edited).expect("write");
+        match SealedLog::open(dir.path(), name_key(), vec![(1, key(1))]) {
+            Err(LogError::Corrupt { offset, why, .. }) => {
+                assert_eq!(offset, 0);
+                assert_eq!(why, "record does not authenticate");
+            }
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("an edited record opened"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_erased_group_is_skipped_and_the_others_survive() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _a = log.group(1, key(1));
+            let _b = log.group(2, key(2));
+            durable(&log, 1, Record::Entries(vec![entry(1, 1, b"a")])).await;
+            durable(&log, 2, Record::Entries(vec![entry(1, 1, b"b")])).await;
+        }
+        // Group 2's key is gone (its tenant was crypto-erased): its records never open.
+        let log = SealedLog::open(dir.path(), name_key(), vec![(1, key(1))]).expect("reopen");
+        assert!(log.existing_group(2).is_none());
+        let mut a = log.existing_group(1).expect("group 1");
+        assert_eq!(a.try_get_log_entries(0..10).await.expect("read").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn old_segments_go_once_their_entries_are_purged_and_state_survives_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let payload = vec![b'x'; 300];
+        {
+            let log =
+                SealedLog::open_sized(dir.path(), name_key(), Vec::new(), 1024).expect("open");
+            let _g = log.group(1, key(1));
+            durable(&log, 1, Record::Vote(Vote::new(1, 1))).await;
+            for index in 1..=20 {
+                durable(&log, 1, Record::Entries(vec![entry(1, index, &payload)])).await;
+            }
+            assert!(log.segments().len() > 3, "rolled over");
+            durable(
+                &log,
+                1,
+                Record::Purge(LogId::new(CommittedLeaderId::new(1, 1), 18)),
+            )
+            .await;
+            // One more write lets the writer see the dead segments.
+            durable(&log, 1, Record::Entries(vec![entry(1, 21, &payload)])).await;
+            assert!(log.segments().len() <= 3, "{:?}", log.segments());
+        }
+        let log =
+            SealedLog::open_sized(dir.path(), name_key(), vec![(1, key(1))], 1024).expect("reopen");
+        let mut g = log.existing_group(1).expect("group");
+        // The vote was written in a deleted segment; the checkpoints carried it.
+        assert_eq!(g.read_vote().await.expect("vote"), Some(Vote::new(1, 1)));
+        let state = g.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(18));
+        assert_eq!(state.last_log_id.map(|l| l.index), Some(21));
+        let got = g.try_get_log_entries(19..22).await.expect("read");
+        assert_eq!(got.len(), 3);
+    }
+}
