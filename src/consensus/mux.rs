@@ -32,6 +32,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -273,6 +274,7 @@ pub struct MuxNode {
     config: Arc<openraft::Config>,
     groups: Groups,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
+    accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl MuxNode {
@@ -285,13 +287,14 @@ impl MuxNode {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let groups: Groups = Arc::default();
-        tokio::spawn(accept(listener, groups.clone()));
+        let accepting = tokio::spawn(accept(listener, groups.clone()));
         Ok(Arc::new(MuxNode {
             id,
             addr,
             config,
             groups,
             links: Arc::default(),
+            accepting: Mutex::new(Some(accepting)),
         }))
     }
 
@@ -312,18 +315,28 @@ impl MuxNode {
         group: GroupId,
         members: Option<BTreeMap<NodeId, BasicNode>>,
     ) -> anyhow::Result<Raft> {
+        self.add_group_on(group, MemLog::new(), CountingMachine::new(), members)
+            .await
+    }
+
+    /// [`MuxNode::add_group`] on the given log store and state machine (the node's sealed log,
+    /// say).
+    pub async fn add_group_on<LS, SM>(
+        self: &Arc<Self>,
+        group: GroupId,
+        log: LS,
+        machine: SM,
+        members: Option<BTreeMap<NodeId, BasicNode>>,
+    ) -> anyhow::Result<Raft>
+    where
+        LS: RaftLogStorage<TypeConfig>,
+        SM: RaftStateMachine<TypeConfig>,
+    {
         let network = GroupNetwork {
             group,
             links: self.links.clone(),
         };
-        let raft = Raft::new(
-            self.id,
-            self.config.clone(),
-            network,
-            MemLog::new(),
-            CountingMachine::new(),
-        )
-        .await?;
+        let raft = Raft::new(self.id, self.config.clone(), network, log, machine).await?;
         self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -343,8 +356,18 @@ impl MuxNode {
             .cloned()
     }
 
-    /// Stops every group this node hosts (as a crash would, without a goodbye).
+    /// Stops every group this node hosts and stops listening (as a crash would, without a
+    /// goodbye); the address can be bound again.
     pub async fn shutdown(&self) {
+        if let Some(accepting) = self
+            .accepting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            accepting.abort();
+            let _ = accepting.await;
+        }
         let groups: Vec<Raft> = self
             .groups
             .write()
@@ -613,6 +636,78 @@ mod tests {
             .await
             .expect("write commits on the remaining quorum");
         assert_eq!(written.data.applied, 2);
+    }
+
+    /// A group on three nodes' sealed logs keeps every committed entry through a restart of
+    /// the whole cluster: the new leader applies all of them again, from disk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_whole_cluster_restart_keeps_committed_entries_in_the_sealed_logs() {
+        use crate::consensus::sealed_log::SealedLog;
+        use crate::crypto::{SealKey, Secret};
+        let dirs: Vec<tempfile::TempDir> = (0..3)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let key = || SealKey::new(Secret::new([42u8; 32]));
+        let name_key = || Secret::new([1u8; 32]);
+        let mut addrs = Vec::new();
+        {
+            let nodes = three_nodes().await;
+            let all = members(&nodes);
+            let mut logs = Vec::new();
+            for (i, node) in nodes.iter().enumerate() {
+                addrs.push(node.addr());
+                let log = SealedLog::open(dirs[i].path(), name_key(), Vec::new()).expect("open");
+                let group_log = log.group(1, key());
+                node.add_group_on(
+                    1,
+                    group_log,
+                    CountingMachine::new(),
+                    (i == 0).then(|| all.clone()),
+                )
+                .await
+                .expect("group");
+                logs.push(log);
+            }
+            let raft = nodes[0].group(1).expect("hosted");
+            let leader = leader_of(&raft, None).await;
+            let leader_raft = nodes[leader as usize - 1].group(1).expect("hosted");
+            for n in 0..5u8 {
+                leader_raft
+                    .client_write(Command(vec![n]))
+                    .await
+                    .expect("commits");
+            }
+            for node in &nodes {
+                node.shutdown().await;
+            }
+        }
+        let mut nodes = Vec::new();
+        let mut logs = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let node = MuxNode::bind(i as u64 + 1, *addr, timing::raft_config("test"))
+                .await
+                .expect("bind the same address again");
+            let log =
+                SealedLog::open(dirs[i].path(), name_key(), vec![(1, key())]).expect("reopen");
+            let group_log = log.existing_group(1).expect("group on disk");
+            node.add_group_on(1, group_log, CountingMachine::new(), None)
+                .await
+                .expect("group");
+            nodes.push(node);
+            logs.push(log);
+        }
+        let raft = nodes[0].group(1).expect("hosted");
+        let leader = leader_of(&raft, None).await;
+        let written = nodes[leader as usize - 1]
+            .group(1)
+            .expect("hosted")
+            .client_write(Command(b"after restart".to_vec()))
+            .await
+            .expect("commits after the restart");
+        assert_eq!(
+            written.data.applied, 6,
+            "the five entries came back from disk"
+        );
     }
 
     #[test]
