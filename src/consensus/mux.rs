@@ -359,12 +359,12 @@ impl MuxNode {
     /// Stops every group this node hosts and stops listening (as a crash would, without a
     /// goodbye); the address can be bound again.
     pub async fn shutdown(&self) {
-        if let Some(accepting) = self
+        let accepting = self
             .accepting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(accepting) = accepting {
             accepting.abort();
             let _ = accepting.await;
         }
