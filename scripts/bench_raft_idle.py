@@ -21,18 +21,12 @@ import sys
 import tempfile
 import time
 
+from bench_compare import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAFT_IDLE = os.path.join(ROOT, "target/release/examples/raft_idle")
 NATS_SERVER = os.path.join(ROOT, ".venv/bin/nats-server")
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def cpu_secs(pid):

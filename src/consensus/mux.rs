@@ -484,6 +484,20 @@ fn unexpected<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
     )))
 }
 
+/// What the peer's group answered, in openraft's terms (None: the peer answered another kind
+/// of call, or hosts no such group). RPCError is openraft's; its size is not ours to choose.
+#[allow(clippy::result_large_err)]
+fn answered<T, E: std::error::Error>(
+    target: NodeId,
+    answer: Option<Result<T, E>>,
+) -> Result<T, RPCError<NodeId, BasicNode, E>> {
+    match answer {
+        Some(Ok(r)) => Ok(r),
+        Some(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(target, e))),
+        None => Err(unexpected()),
+    }
+}
+
 impl RaftNetwork<TypeConfig> for GroupClient {
     async fn append_entries(
         &mut self,
@@ -501,13 +515,13 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             )
             .await
             .map_err(unreachable)?;
-        match answer {
-            Response::Append(Ok(r)) => Ok(r),
-            Response::Append(Err(e)) => {
-                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
-            }
-            _ => Err(unexpected()),
-        }
+        answered(
+            self.target,
+            match answer {
+                Response::Append(r) => Some(r),
+                _ => None,
+            },
+        )
     }
 
     async fn install_snapshot(
@@ -523,13 +537,13 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             .call(self.group, Request::Snapshot(rpc), false, option.hard_ttl())
             .await
             .map_err(unreachable)?;
-        match answer {
-            Response::Snapshot(Ok(r)) => Ok(r),
-            Response::Snapshot(Err(e)) => {
-                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
-            }
-            _ => Err(unexpected()),
-        }
+        answered(
+            self.target,
+            match answer {
+                Response::Snapshot(r) => Some(r),
+                _ => None,
+            },
+        )
     }
 
     async fn vote(
@@ -542,11 +556,13 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             .call(self.group, Request::Vote(rpc), false, option.hard_ttl())
             .await
             .map_err(unreachable)?;
-        match answer {
-            Response::Vote(Ok(r)) => Ok(r),
-            Response::Vote(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
-            _ => Err(unexpected()),
-        }
+        answered(
+            self.target,
+            match answer {
+                Response::Vote(r) => Some(r),
+                _ => None,
+            },
+        )
     }
 }
 

@@ -25,6 +25,10 @@
 //! authenticate — is [`LogError::Corrupt`], and the node must not vote or serve from this log
 //! until repaired.
 //!
+//! A failed write or `fdatasync` fails the log for good: every flush it covered reports the
+//! error and every later write is refused (after a failed fsync the page cache cannot be
+//! trusted to hold what was written), so the node stops acknowledging instead of guessing.
+//!
 //! Lock order: `Inner` (one mutex) is never held across I/O except the writer's file rollover;
 //! the writer takes it only to swap out what is pending.
 
