@@ -6,7 +6,8 @@
 //! acceptor checks the CONNECT (a client on the wrong port, credentials, cluster name); both
 //! sides register the connection when the peer's INFO arrives, then send the local interest
 //! of the accounts it carries. A dialer whose first connection to a pooling peer registered
-//! starts filling the peer's other slots (`dial::fill_pool`). The first INFO each side reads
+//! asks the dialer to fill the peer's other slots (`Cluster::fill_pool_of`, served by
+//! `dial::fill_pool`). The first INFO each side reads
 //! also settles compression (§2.12): when both want it, each direction turns into an S2
 //! stream right after that INFO (`compress.rs`), and nothing but the handshake is sent before
 //! it (no PINGs until registered). After that the
@@ -731,7 +732,11 @@ impl RouteConn {
             self.gossip(body, &id, route.slot.pinned());
         }
         if let (Some(d), Some(pool)) = (&self.dialed, pool) {
-            super::dial::fill_pool(&self.shared, &self.cluster, &id, &d.url, pool);
+            self.cluster.fill_pool_of(super::PoolRequest {
+                peer_id: id.clone(),
+                url: d.url.clone(),
+                pool,
+            });
         }
         true
     }

@@ -229,7 +229,8 @@ pub(crate) async fn configured(
     }
 }
 
-/// Dials the peers gossip names, until the server stops.
+/// Dials the peers gossip names and fills the pools connections ask for, until the server
+/// stops.
 pub(crate) async fn gossip_loop(shared: Arc<Shared>, cluster: Arc<Cluster>) {
     let taken = cluster
         .gossip_rx
@@ -239,10 +240,22 @@ pub(crate) async fn gossip_loop(shared: Arc<Shared>, cluster: Arc<Cluster>) {
     let Some(mut rx) = taken else {
         return;
     };
+    let pools = cluster
+        .pool_rx
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let Some(mut pools) = pools else {
+        return;
+    };
     loop {
         tokio::select! {
             info = rx.recv() => match info {
                 Some(info) => gossiped(&shared, &cluster, &info),
+                None => return,
+            },
+            request = pools.recv() => match request {
+                Some(r) => fill_pool(&shared, &cluster, &r.peer_id, &r.url, r.pool),
                 None => return,
             },
             () = shared.route_stop.cancelled() => return,

@@ -46,7 +46,7 @@ use std::time::SystemTime;
 
 use bytes::BytesMut;
 
-use crate::config::cluster::ClusterOptions;
+use crate::config::cluster::{ClusterOptions, RouteUrl};
 use crate::proto::route::{self as wire, PeerInfo};
 
 use super::account::InterestSink;
@@ -181,6 +181,20 @@ pub(crate) struct Cluster {
     pub(crate) tls: Option<RouteTls>,
     /// Peers whose pool a dialer task of ours is filling (one task per peer).
     pub(crate) filling: Mutex<std::collections::HashSet<String>>,
+    /// Pools to fill, for the dialer: a connection that registers a peer's first connection
+    /// asks here instead of dialing itself (the dialer imports the connection code, not the
+    /// other way round). Bounded like gossip.
+    pool_tx: tokio::sync::mpsc::Sender<PoolRequest>,
+    /// Its receiving end, taken once by the dialer.
+    pub(crate) pool_rx: Mutex<Option<tokio::sync::mpsc::Receiver<PoolRequest>>>,
+}
+
+/// A peer whose other pool slots we should dial: its id, the URL its first connection was
+/// dialed at, and the pool size agreed with it.
+pub(crate) struct PoolRequest {
+    pub(crate) peer_id: String,
+    pub(crate) url: RouteUrl,
+    pub(crate) pool: u32,
 }
 
 /// Gossiped peers waiting for the dialer; past this, gossip is dropped (and logged): a peer we
@@ -205,8 +219,11 @@ impl Cluster {
             }
         };
         let (gossip_tx, gossip_rx) = tokio::sync::mpsc::channel(GOSSIP_QUEUE);
+        let (pool_tx, pool_rx) = tokio::sync::mpsc::channel(GOSSIP_QUEUE);
         Cluster {
             tls,
+            pool_tx,
+            pool_rx: Mutex::new(Some(pool_rx)),
             gossip_tx,
             gossip_rx: Mutex::new(Some(gossip_rx)),
             opts,
@@ -468,6 +485,13 @@ impl Cluster {
             .collect();
         peers.sort();
         peers.into_iter().flat_map(|(_, u)| u).collect()
+    }
+
+    /// Asks the dialer to fill a peer's pool (it dialed the peer's first connection).
+    pub(crate) fn fill_pool_of(&self, request: PoolRequest) {
+        if self.pool_tx.try_send(request).is_err() {
+            tracing::warn!("pool queue full ({GOSSIP_QUEUE}): a peer's pool is not filled");
+        }
     }
 
     /// Hands a gossiped peer to the dialer.
