@@ -1,5 +1,8 @@
 //! One node of the idle-groups measurement (issue 15: "check early that 300 idle R3 groups on 3
-//! nodes stay under 5 % CPU and 150 KiB RSS per group per node").
+//! nodes stay under 5 % CPU and 150 KiB RSS per group per node"), and of the consensus layer's
+//! write measurement (`--store DIR --writes N`: groups on the node's sealed log; once ready, the
+//! node commits N commands of `--size` bytes to the groups it leads, `--window` in flight, and
+//! reports commits per second and fsyncs per commit).
 //!
 //! Each node hosts every group; node `i` of `n` proposes the first membership of the groups
 //! with `group % n == i - 1`, so leadership starts spread over the nodes. Once every group this
@@ -13,11 +16,15 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use openraft::BasicNode;
-use sealstream::consensus::{mux::MuxNode, timing, NodeId};
+use sealstream::consensus::memory::CountingMachine;
+use sealstream::consensus::sealed_log::SealedLog;
+use sealstream::consensus::{mux::MuxNode, timing, Command, NodeId};
+use sealstream::crypto::{SealKey, Secret};
 
 struct Args {
     id: NodeId,
@@ -25,6 +32,10 @@ struct Args {
     peers: BTreeMap<NodeId, String>,
     groups: u64,
     ready_file: Option<String>,
+    store: Option<String>,
+    writes: u64,
+    window: usize,
+    size: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -33,6 +44,8 @@ fn parse_args() -> Result<Args> {
     let mut peers = BTreeMap::new();
     let mut groups = 300;
     let mut ready_file = None;
+    let mut store = None;
+    let (mut writes, mut window, mut size) = (0, 256, 1024);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
@@ -47,6 +60,10 @@ fn parse_args() -> Result<Args> {
             }
             "--groups" => groups = value.parse().context("--groups")?,
             "--ready-file" => ready_file = Some(value),
+            "--store" => store = Some(value),
+            "--writes" => writes = value.parse().context("--writes")?,
+            "--window" => window = value.parse().context("--window")?,
+            "--size" => size = value.parse().context("--size")?,
             other => bail!("unknown flag {other}"),
         }
     }
@@ -56,6 +73,10 @@ fn parse_args() -> Result<Args> {
         peers,
         groups,
         ready_file,
+        store,
+        writes,
+        window: window.max(1),
+        size,
     })
 }
 
@@ -70,12 +91,31 @@ async fn main() -> Result<()> {
         .collect();
     members.insert(args.id, BasicNode::new(node.addr()));
     let nodes = members.len() as u64;
+    let log = match &args.store {
+        Some(dir) => Some(SealedLog::open(
+            Path::new(dir),
+            Secret::random(),
+            Vec::new(),
+        )?),
+        None => None,
+    };
     let mut rafts = Vec::new();
     for group in 0..args.groups {
         let proposer = group % nodes == (args.id - 1) % nodes;
-        let raft = node
-            .add_group(group, proposer.then(|| members.clone()))
-            .await?;
+        let members = proposer.then(|| members.clone());
+        let raft = match &log {
+            Some(log) => {
+                let key = SealKey::new(Secret::random());
+                node.add_group_on(
+                    group,
+                    log.group(group, key),
+                    CountingMachine::new(),
+                    members,
+                )
+                .await?
+            }
+            None => node.add_group(group, members).await?,
+        };
         rafts.push(raft);
     }
     let mut leading = 0;
@@ -89,8 +129,46 @@ async fn main() -> Result<()> {
         }
     }
     println!("ready groups={} leading={leading}", args.groups);
+    let mut report = format!("{} {leading}", args.groups);
+    if args.writes > 0 {
+        let led: Vec<_> = rafts
+            .iter()
+            .filter(|r| r.metrics().borrow().current_leader == Some(args.id))
+            .cloned()
+            .collect();
+        if led.is_empty() {
+            bail!("this node leads no group to write to");
+        }
+        let (syncs0, records0) = log.as_ref().map(|l| l.io_counts()).unwrap_or_default();
+        let started = std::time::Instant::now();
+        let mut inflight = tokio::task::JoinSet::new();
+        for n in 0..args.writes {
+            if inflight.len() >= args.window {
+                if let Some(done) = inflight.join_next().await {
+                    done??;
+                }
+            }
+            let raft = led[(n as usize) % led.len()].clone();
+            let command = Command(vec![b'x'; args.size]);
+            inflight.spawn(async move { raft.client_write(command).await.map(|_| ()) });
+        }
+        while let Some(done) = inflight.join_next().await {
+            done??;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let (syncs, records) = log.as_ref().map(|l| l.io_counts()).unwrap_or_default();
+        let line = format!(
+            "writes={} secs={secs:.3} per_sec={:.0} syncs={} records={}",
+            args.writes,
+            args.writes as f64 / secs,
+            syncs - syncs0,
+            records - records0
+        );
+        println!("{line}");
+        report = format!("{report} {line}");
+    }
     if let Some(path) = &args.ready_file {
-        std::fs::write(path, format!("{} {leading}\n", args.groups))?;
+        std::fs::write(path, format!("{report}\n"))?;
     }
     // Idle until killed; the groups keep heartbeating.
     std::future::pending::<()>().await;

@@ -10,6 +10,12 @@ settling pause, CPU (utime+stime from /proc) is sampled over a window and RSS re
 Reported per node: CPU % of one core and RSS; per group: the RSS added over the empty run.
 
     .venv/bin/python scripts/bench_raft_idle.py [--groups 300] [--window 20]
+
+With --writes N (no idle measurement, no nats-server): the groups keep their logs in each
+node's sealed Raft log (`--store`), and once every group has a leader each node commits N
+commands of --size bytes to the groups it leads, --inflight at a time. Reported per node:
+commits/s, and the fdatasyncs its log made per record it wrote (leader appends and follower
+appends of every group together) — the consensus layer alone, before JetStream is on it.
 """
 import argparse
 import asyncio
@@ -63,6 +69,40 @@ def stop(procs):
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             p.wait()
+
+
+def run_writes(groups, writes, inflight, size):
+    ports = [free_port() for _ in range(3)]
+    tmp = tempfile.mkdtemp()
+    procs = []
+    for i in range(3):
+        args = [RAFT_IDLE, "--id", str(i + 1), "--listen", f"127.0.0.1:{ports[i]}",
+                "--groups", str(groups), "--ready-file", os.path.join(tmp, f"ready{i}"),
+                "--store", os.path.join(tmp, f"store{i}"), "--writes", str(writes),
+                "--window", str(inflight), "--size", str(size)]
+        for j in range(3):
+            if j != i:
+                args += ["--peer", f"{j + 1}=127.0.0.1:{ports[j]}"]
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 300
+    try:
+        while not all(os.path.exists(os.path.join(tmp, f"ready{i}")) for i in range(3)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                sys.exit("raft_idle nodes did not finish their writes")
+            time.sleep(0.1)
+    finally:
+        stop(procs)
+    total = 0.0
+    for i in range(3):
+        fields = dict(f.split("=") for f in open(os.path.join(tmp, f"ready{i}")).read().split()
+                      if "=" in f)
+        rate = float(fields["per_sec"])
+        total += rate
+        syncs, records = int(fields["syncs"]), int(fields["records"])
+        print(f"node {i + 1}: {rate:.0f} commits/s, {syncs} fdatasyncs for {records} records "
+              f"({records / max(syncs, 1):.1f} records per sync)")
+    print(f"{groups} R3 groups, {size} B commands, {inflight} in flight per node: "
+          f"{total:.0f} commits/s over the cluster")
 
 
 def run_sealstream(groups, settle, window):
@@ -165,7 +205,13 @@ def main():
     ap.add_argument("--groups", type=int, default=300)
     ap.add_argument("--window", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=5.0)
+    ap.add_argument("--writes", type=int, default=0)
+    ap.add_argument("--inflight", type=int, default=256)
+    ap.add_argument("--size", type=int, default=1024)
     a = ap.parse_args()
+    if a.writes:
+        run_writes(a.groups, a.writes, a.inflight, a.size)
+        return
     results = {}
     for name, run in (("sealstream/openraft", run_sealstream), ("nats-server", run_nats)):
         for groups in (0, a.groups):

@@ -39,6 +39,7 @@ use std::io::{self, Write};
 use std::ops::RangeBounds;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use hmac::{Hmac, Mac};
@@ -155,6 +156,9 @@ struct Shared {
     wake: Condvar,
     room: Semaphore,
     name_key: Key32,
+    /// `fdatasync`s made and records written, for monitoring and the benchmarks.
+    syncs: AtomicU64,
+    records: AtomicU64,
 }
 
 /// The node's log. Cheap to clone; the writer thread stops when the last clone is dropped.
@@ -278,6 +282,8 @@ impl SealedLog {
             wake: Condvar::new(),
             room: Semaphore::new(PENDING_BYTES),
             name_key,
+            syncs: AtomicU64::new(0),
+            records: AtomicU64::new(0),
         });
         let writer_shared = shared.clone();
         std::thread::Builder::new()
@@ -327,6 +333,15 @@ impl SealedLog {
             }
         }
         inner.keys.remove(&group);
+    }
+
+    /// How many `fdatasync`s the writer made and how many records it wrote since opening: the
+    /// ratio is how well one sync serves many groups' writes.
+    pub fn io_counts(&self) -> (u64, u64) {
+        (
+            self.shared.syncs.load(Ordering::Relaxed),
+            self.shared.records.load(Ordering::Relaxed),
+        )
     }
 
     /// The segment files on disk now (oldest first).
@@ -426,6 +441,7 @@ impl SealedLog {
         }
         inner.pending_bytes += size;
         drop(inner);
+        self.shared.records.fetch_add(1, Ordering::Relaxed);
         self.shared.wake.notify_one();
         Ok(())
     }
@@ -632,6 +648,13 @@ fn run_writer(shared: Arc<Shared>) {
             (batch, freed, inner.dir.clone())
         };
         let result = write_batch(&dir, &mut files, &batch);
+        if result.is_ok() {
+            let segments: std::collections::BTreeSet<u64> =
+                batch.iter().map(|p| p.segment).collect();
+            shared
+                .syncs
+                .fetch_add(segments.len() as u64, Ordering::Relaxed);
+        }
         let mut flushed = Vec::new();
         let mut durable = Vec::new();
         {
