@@ -116,9 +116,18 @@ fn init_logging(opts: &ServerOptions) -> Result<(), String> {
     } else {
         Level::INFO
     };
+    // openraft reports every vote and replication retry; they are routine in a cluster that
+    // elects (a node restarting, a leader killed), so only its errors reach the log unless
+    // tracing is asked for.
+    let raft = if opts.trace { level } else { Level::ERROR };
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "{},openraft={}",
+        level.as_str().to_ascii_lowercase(),
+        raft.as_str().to_ascii_lowercase()
+    ));
     let builder = tracing_subscriber::fmt()
         .with_ansi(false)
-        .with_max_level(level)
+        .with_env_filter(filter)
         .event_format(NatsFormat::new(opts.logtime));
     match &opts.log_file {
         Some(path) => {

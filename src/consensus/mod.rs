@@ -20,9 +20,13 @@
 //! - [`timing`]: election and heartbeat settings, chosen so that one failure fits inside a
 //!   client's 5 s timeout (spec cluster.md 7.3).
 //!
-//! Not here yet (named in issue 15's notes): the meta group, stream groups driving the
-//! JetStream engine, the sealed log, snapshots of stream state.
+//! - [`machine`]: the state machine of real groups, handing committed commands in order to an
+//!   [`machine::Applier`] (the meta group's table, a stream's worker).
+//!
+//! Not here yet (named in issue 15's notes): snapshots of stream state (logs are kept whole
+//! and replayed at start), the needs-repair state.
 
+pub mod machine;
 pub mod memory;
 pub mod mux;
 pub mod sealed_log;
@@ -37,6 +41,28 @@ pub type GroupId = u64;
 
 /// A node's id in every group it is part of.
 pub type NodeId = u64;
+
+/// The node id of a server: the first eight bytes of SHA-256 of its name (little-endian), so
+/// it is the same on every start and every peer computes it alike.
+pub fn node_id(server_name: &str) -> NodeId {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(server_name.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// The 8-character peer id nats-server shows for a server name (spec cluster.md 1.1): each of
+/// the first eight bytes of SHA-256 of the name, mod 62, into `0-9A-Za-z`.
+pub fn peer_id(server_name: &str) -> String {
+    use sha2::Digest;
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let d = sha2::Sha256::digest(server_name.as_bytes());
+    d.iter()
+        .take(8)
+        .map(|b| char::from(DIGITS[usize::from(*b) % DIGITS.len()]))
+        .collect()
+}
 
 /// One proposal: opaque bytes the group's state machine decodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

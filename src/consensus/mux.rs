@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    ClientWriteError, InitializeError, InstallSnapshotError, NetworkError, RPCError, RaftError,
+    RemoteError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -42,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::memory::{CountingMachine, MemLog};
-use super::{GroupId, NodeId, Raft, TypeConfig};
+use super::{Command, GroupId, NodeId, Raft, TypeConfig};
 
 /// How long a heartbeat may wait for others bound to the same peer.
 pub const HEARTBEAT_LINGER: Duration = Duration::from_millis(20);
@@ -52,6 +53,11 @@ pub const PEER_QUEUE: usize = 8_192;
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Pause between attempts to reach a peer that does not answer.
 const REDIAL: Duration = Duration::from_millis(100);
+/// Elections a new group's first member starts at once, and how long each may take.
+const FAST_ELECTIONS: usize = 10;
+const FAST_ELECTION_WAIT: Duration = Duration::from_millis(100);
+/// Pause before a proposal is tried again while its group has no leader.
+const RETRY_PROPOSAL: Duration = Duration::from_millis(50);
 
 /// One RPC of one group.
 #[derive(Serialize, Deserialize)]
@@ -59,6 +65,8 @@ enum Request {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     Snapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A follower's proposal, forwarded to the node it believes leads the group.
+    Propose(Command),
 }
 
 /// Its answer, as the peer's group gave it.
@@ -67,8 +75,49 @@ enum Response {
     Append(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     Snapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    Propose(Result<u64, ProposeError>),
     /// The peer hosts no such group (not created there yet, or removed).
     NoGroup,
+}
+
+/// Why a proposal was not committed. A caller that got an error does not know whether the
+/// command will still commit (a leader that lost its quorum may commit it later): what it
+/// tells a client is "not acknowledged", never "not stored".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ProposeError {
+    /// No leader is known, or the one asked is not leading any more.
+    #[error("no leader")]
+    NoLeader,
+    /// This node (or the leader) hosts no such group.
+    #[error("no such group")]
+    NoGroup,
+    /// The group did not commit it in time (no quorum).
+    #[error("timed out")]
+    Timeout,
+    /// openraft refused it for another reason.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What one group looks like from this node, in our own terms.
+#[derive(Debug, Clone, Default)]
+pub struct GroupStatus {
+    /// The leader this node knows of.
+    pub leader: Option<NodeId>,
+    /// This node leads the group.
+    pub is_leader: bool,
+    /// The current term.
+    pub term: u64,
+    /// The last index in this node's log.
+    pub last_log_index: Option<u64>,
+    /// The last index applied here.
+    pub applied: Option<u64>,
+    /// The voters and their addresses.
+    pub voters: Vec<(NodeId, String)>,
+    /// On the leader: each member's last replicated index (`None`: nothing yet).
+    pub matched: Vec<(NodeId, Option<u64>)>,
+    /// On the leader: milliseconds since a quorum last acknowledged it.
+    pub quorum_ack_ms: Option<u64>,
 }
 
 /// What travels in one frame.
@@ -356,6 +405,199 @@ impl MuxNode {
             .cloned()
     }
 
+    /// Stops hosting `group` (its log records stay until erased).
+    pub async fn remove_group(&self, group: GroupId) {
+        let raft = self
+            .groups
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&group);
+        if let Some(raft) = raft {
+            let _ = raft.shutdown().await;
+        }
+    }
+
+    /// Proposes `command` to `group`: here when this node leads it, else forwarded once to
+    /// the leader this node knows of. Returns the entry's log index once the command is
+    /// committed and applied on the node that took it, or the reason it was not, within
+    /// `deadline`.
+    ///
+    /// # Errors
+    /// [`ProposeError`]: no leader, no such group, no quorum in time, or openraft's refusal.
+    pub async fn propose(
+        &self,
+        group: GroupId,
+        command: Command,
+        deadline: Duration,
+    ) -> Result<u64, ProposeError> {
+        let attempt = async {
+            // While a group elects (or is being created on its members), try again.
+            loop {
+                match self.propose_once(group, command.clone(), deadline).await {
+                    Err(ProposeError::NoLeader | ProposeError::NoGroup) => {
+                        tokio::time::sleep(RETRY_PROPOSAL).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        tokio::time::timeout(deadline, attempt)
+            .await
+            .unwrap_or(Err(ProposeError::Timeout))
+    }
+
+    async fn propose_once(
+        &self,
+        group: GroupId,
+        command: Command,
+        deadline: Duration,
+    ) -> Result<u64, ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        match write(&raft, command.clone()).await? {
+            Ok(index) => Ok(index),
+            Err(addr) => {
+                let link = self.link(&addr);
+                match link
+                    .call(group, Request::Propose(command), false, deadline)
+                    .await
+                {
+                    Ok(Response::Propose(r)) => r,
+                    Ok(Response::NoGroup) => Err(ProposeError::NoGroup),
+                    Ok(_) => Err(ProposeError::Failed("unexpected answer".into())),
+                    Err(_) => Err(ProposeError::NoLeader),
+                }
+            }
+        }
+    }
+
+    /// Proposes the group's first membership, if it has none yet (a group that is already
+    /// initialized — here or by a peer that reached us first — is left as it is).
+    ///
+    /// # Errors
+    /// openraft's refusal for other reasons.
+    pub async fn initialize(
+        &self,
+        group: GroupId,
+        members: &[(NodeId, String)],
+    ) -> Result<(), ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        let members: BTreeMap<NodeId, BasicNode> = members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => {
+                // Elect now rather than after a whole election timeout (a new stream's first
+                // publish should not wait for it); again while the other members are still
+                // creating the group (their "no such group" fails the vote).
+                for _ in 0..FAST_ELECTIONS {
+                    let _ = raft.trigger().elect().await;
+                    let led = raft
+                        .wait(Some(FAST_ELECTION_WAIT))
+                        .metrics(|m| m.current_leader.is_some(), "leader")
+                        .await
+                        .is_ok();
+                    if led {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(ProposeError::Failed(e.to_string())),
+        }
+    }
+
+    /// Adds `id` (reachable at `addr`) to the group as a voter: first as a learner that is
+    /// brought up to date, then promoted. Called on the leader.
+    ///
+    /// # Errors
+    /// Not the leader, or openraft's refusal (a membership change already in progress).
+    pub async fn add_voter(
+        &self,
+        group: GroupId,
+        id: NodeId,
+        addr: &str,
+    ) -> Result<(), ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        let node = BasicNode {
+            addr: addr.to_owned(),
+        };
+        let fail = |e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,
+            e => ProposeError::Failed(e.to_string()),
+        };
+        raft.add_learner(id, node, true).await.map_err(fail)?;
+        let voters: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
+        raft.change_membership(openraft::ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map_err(fail)?;
+        Ok(())
+    }
+
+    /// Waits until this node has applied `group`'s log up to `index`; false at the deadline
+    /// (or without the group).
+    pub async fn wait_applied(&self, group: GroupId, index: u64, deadline: Duration) -> bool {
+        let Some(raft) = self.group(group) else {
+            return false;
+        };
+        raft.wait(Some(deadline))
+            .applied_index_at_least(Some(index), "applied")
+            .await
+            .is_ok()
+    }
+
+    /// Waits until this node knows a leader of `group`; false at the deadline.
+    pub async fn wait_leader(&self, group: GroupId, deadline: Duration) -> bool {
+        let Some(raft) = self.group(group) else {
+            return false;
+        };
+        raft.wait(Some(deadline))
+            .metrics(|m| m.current_leader.is_some(), "leader")
+            .await
+            .is_ok()
+    }
+
+    /// The group as this node sees it, if it hosts it.
+    pub fn status(&self, group: GroupId) -> Option<GroupStatus> {
+        let raft = self.group(group)?;
+        let m = raft.metrics().borrow().clone();
+        let voters: Vec<(NodeId, String)> = {
+            let ids: std::collections::BTreeSet<NodeId> =
+                m.membership_config.membership().voter_ids().collect();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| ids.contains(id))
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect()
+        };
+        let matched = m
+            .replication
+            .as_ref()
+            .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+            .unwrap_or_default();
+        Some(GroupStatus {
+            leader: m.current_leader,
+            is_leader: m.current_leader == Some(self.id) && m.state.is_leader(),
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            applied: m.last_applied.map(|l| l.index),
+            voters,
+            matched,
+            quorum_ack_ms: m.millis_since_quorum_ack,
+        })
+    }
+
+    fn link(&self, addr: &str) -> PeerLink {
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(addr.to_owned())
+            .or_insert_with(|| PeerLink::start(addr.to_owned()))
+            .clone()
+    }
+
     /// Stops every group this node hosts and stops listening (as a crash would, without a
     /// goodbye); the address can be bound again.
     pub async fn shutdown(&self) {
@@ -439,6 +681,25 @@ async fn dispatch(raft: &Raft, request: Request) -> Response {
         Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
         Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
         Request::Snapshot(rpc) => Response::Snapshot(raft.install_snapshot(rpc).await),
+        // Forwarded once only: a peer that does not lead either says so.
+        Request::Propose(command) => Response::Propose(match write(raft, command).await {
+            Ok(Ok(index)) => Ok(index),
+            Ok(Err(_)) => Err(ProposeError::NoLeader),
+            Err(e) => Err(e),
+        }),
+    }
+}
+
+/// A proposal on this node's copy of a group: committed and applied, or why not (with the
+/// leader to forward to, when openraft named one).
+async fn write(raft: &Raft, command: Command) -> Result<Result<u64, String>, ProposeError> {
+    match raft.client_write(command).await {
+        Ok(r) => Ok(Ok(r.log_id.index)),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
+            Some(node) => Ok(Err(node.addr)),
+            None => Err(ProposeError::NoLeader),
+        },
+        Err(e) => Err(ProposeError::Failed(e.to_string())),
     }
 }
 

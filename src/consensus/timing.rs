@@ -18,6 +18,8 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         heartbeat_interval: HEARTBEAT_MS,
         election_timeout_min: ELECTION_MIN_MS,
         election_timeout_max: ELECTION_MAX_MS,
+        // No snapshots yet (consensus/machine.rs): logs are kept whole.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         ..Default::default()
     };
     // The three numbers above satisfy openraft's rules (min < max, heartbeat < min); a test

@@ -42,7 +42,7 @@ use crate::subject::transform::Transform;
 use crate::timefmt::{parse_msg_ttl, rfc3339_nanos};
 
 /// A message published to one of the stream's subjects.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Incoming {
     /// Subject.
     pub subject: String,
@@ -1568,6 +1568,7 @@ impl Stream {
             },
             cluster: Some(ClusterInfo {
                 leader: self.server_name.clone(),
+                ..ClusterInfo::default()
             }),
             mirror: self.links.iter().find(|l| l.mirror).map(|l| l.info(now)),
             sources: self

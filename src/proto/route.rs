@@ -493,6 +493,11 @@ pub struct RouteInfo {
     pub route_account: Option<String>,
     /// Our compression mode (acceptor), or the one chosen (dialer), spec §2.12.
     pub compression: String,
+    /// The port of this server's Raft transport, when it runs replicated JetStream
+    /// (sealstream's own field: nats-server ignores fields it does not know, and a sealstream
+    /// node never claims `jetstream` to it, spec cluster.md 2.14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealstream_raft: Option<u16>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -538,6 +543,9 @@ pub struct PeerInfo {
     /// Its compression mode, or the one it chose.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,
+    /// The port of its Raft transport (a sealstream peer running replicated JetStream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealstream_raft: Option<u16>,
 }
 
 /// The route CONNECT body: what we send and what we check from a dialing peer.

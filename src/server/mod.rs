@@ -571,6 +571,9 @@ async fn run_inner(
     let shared = Arc::new(Shared::new(opts)?);
     if let Some(opened) = store {
         let js = jetstream::start(&shared, opened).map_err(ServerError::Threads)?;
+        if let Some(routes) = &shared.cluster {
+            jetstream::start_replication(&js, routes, &shared.server_id).await;
+        }
         let _ = shared.jetstream.set(js);
     }
     let client_listener = match listeners.client {

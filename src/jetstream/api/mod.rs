@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 pub use errors::ApiError;
 
-/// One API call, decoded from its subject.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One API call, decoded from its subject (serde: replicated streams carry it in their log).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ApiCall {
     /// `$JS.API.INFO`.
     AccountInfo,

@@ -51,11 +51,42 @@ pub struct StreamState {
     pub deleted: Option<Vec<u64>>,
 }
 
-/// Who leads a stream (`cluster` in `STREAM.INFO`; a single node leads its own).
+/// Who leads a stream (`cluster` in `STREAM.INFO`; a single node leads its own). In a
+/// cluster: the cluster's name, a replicated stream's group and its replicas (spec cluster.md
+/// 4.5).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterInfo {
-    /// The leader's server name.
+    /// The cluster's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The replicated stream's Raft group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raft_group: Option<String>,
+    /// The leader's server name (empty, and left out, while there is none).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub leader: String,
+    /// The other replicas (all of them while there is no leader).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<PeerInfo>,
+}
+
+/// One replica as the stream's leader sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PeerInfo {
+    /// Its server name.
+    pub name: String,
+    /// Caught up and heard from recently.
+    pub current: bool,
+    /// Out of contact.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub offline: bool,
+    /// Nanoseconds since it was last heard from.
+    pub active: u64,
+    /// Entries it is behind.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lag: u64,
+    /// Its peer id (8 characters from its name).
+    pub peer: String,
 }
 
 /// Where a mirror or source stands (`mirror`, `sources[]` in stream info).
@@ -245,6 +276,7 @@ mod tests {
         let mut info = StreamInfo {
             cluster: Some(ClusterInfo {
                 leader: "n1".into(),
+                ..ClusterInfo::default()
             }),
             ..StreamInfo::default()
         };

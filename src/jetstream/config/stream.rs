@@ -222,8 +222,8 @@ fn limit(v: i64) -> i64 {
 
 impl StreamConfig {
     /// Normalises a create/update request into what the server stores and echoes, and validates
-    /// it (§4.1). Errors are `500/10052 <reason>` except `num_replicas > 1`
-    /// ([`ApiError::replicas_not_supported`]).
+    /// it (§4.1). Errors are `500/10052 <reason>`. `num_replicas` up to 5 passes: whether
+    /// replicas are possible is the API's question (a single server refuses them).
     ///
     /// Defaults: `-1` for unset (`0` or `< -1`) limits, `subjects = [name]` when empty,
     /// `num_replicas` 0 → 1, `duplicate_window` 2 min (or `max_age` if smaller),
@@ -332,10 +332,6 @@ impl StreamConfig {
         if self.num_replicas > MAX_REPLICAS {
             return invalid("maximum replicas is 5");
         }
-        if self.num_replicas > 1 {
-            return Err(ApiError::replicas_not_supported());
-        }
-
         if self.compression.is_empty() {
             self.compression = "none".to_string();
         }
@@ -882,8 +878,10 @@ mod tests {
         assert_eq!(refusal(&long).err_code, 10052);
         // API subjects are fine with no_ack.
         normalized(r#"{"name":"S","subjects":[">"],"no_ack":true}"#);
-        let e = refusal(r#"{"name":"S","num_replicas":3}"#);
-        assert_eq!(e, ApiError::replicas_not_supported());
+        // Replicas up to 5 are the cluster's question (the API refuses them on a single
+        // server); above 5 never.
+        assert_eq!(normalized(r#"{"name":"S","num_replicas":3}"#).num_replicas, 3);
+        assert_eq!(refusal(r#"{"name":"S","num_replicas":6}"#).err_code, 10052);
     }
 
     #[test]

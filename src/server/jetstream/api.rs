@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::jetstream::api::{
     body, err_reply, errors::ErrorKind, info_for_reply, ok_reply, optional_body, paging, ApiCall,
@@ -21,7 +21,7 @@ use crate::jetstream::API_LEVEL;
 
 use super::cmd::Cmd;
 use super::sink::RouterSink;
-use super::stream_worker;
+use super::{lifecycle, stream_worker};
 use super::{AccountJs, JetStream, API_IDLE};
 use crate::server::NATS_COMPAT_VERSION;
 
@@ -128,7 +128,7 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
     let r = match call {
         ApiCall::AccountInfo => Ok(account_info(js, acc)),
         ApiCall::StreamCreate(name) => create(js, acc, name, &m.payload),
-        ApiCall::StreamUpdate(name) => update(acc, name, &m.payload),
+        ApiCall::StreamUpdate(name) => update(js, acc, name, &m.payload),
         ApiCall::StreamDelete(name) => delete(js, acc, name),
         ApiCall::StreamNames | ApiCall::StreamList => {
             names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
@@ -251,6 +251,10 @@ fn create(
         return Err(ApiError::max_streams());
     }
     check_reservation(js, acc, &cfg)?;
+    if cfg.num_replicas > 1 {
+        let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
+        return cluster.create_stream(acc, cfg);
+    }
     let info = stream_worker::create(js, acc, cfg)?;
     info!(account = %acc.name, stream = %name, "stream created");
     Ok(body(&info))
@@ -284,80 +288,55 @@ fn check_reservation(js: &JetStream, acc: &AccountJs, cfg: &StreamConfig) -> Res
     Ok(())
 }
 
-fn update(acc: &Arc<AccountJs>, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+/// `STREAM.UPDATE`: a replicated stream's update goes through the meta group (every replica
+/// applies it), any other is this node's.
+fn update(
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+    payload: &[u8],
+) -> Result<Value, ApiError> {
     let cfg = requested_config(name, payload)?;
-    let cur = acc
-        .streams
-        .get(name)
-        .ok_or_else(ApiError::stream_not_found)?;
+    let cur = acc.streams.get(name);
+    let replicated = cur
+        .as_ref()
+        .map_or(cfg.num_replicas > 1, |c| c.cfg.num_replicas > 1);
+    if !replicated {
+        if cfg.num_replicas > 1 {
+            return Err(ApiError::replicas_not_supported());
+        }
+        return lifecycle::update(acc, name, cfg);
+    }
+    let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
+    let cur = cur.ok_or_else(ApiError::stream_not_found)?;
     cur.cfg.check_update(&cfg)?;
+    if cfg.num_replicas != cur.cfg.num_replicas {
+        // Not built yet (issue 15's note): moving a stream to another replica count.
+        return Err(ApiError::new(
+            500,
+            10052,
+            "changing a stream's replica count is not supported yet",
+        ));
+    }
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
     }
-    let (rtx, rrx) = std::sync::mpsc::sync_channel(1);
-    let _ = cur.tx.send(Cmd::Update(Box::new(cfg.clone()), rtx));
-    let info = rrx
-        .recv_timeout(Duration::from_secs(30))
-        .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))??;
-    // Only this thread changes the table, so `cur` is still the registered stream.
-    let subs = if cur.cfg.subjects == cfg.subjects {
-        cur.subs.clone()
-    } else {
-        acc.unsubscribe_stream(&cur.subs);
-        acc.subscribe_stream(&cur.tx, &cur.budget, &cfg.subjects)
-    };
-    acc.streams.insert(Arc::new(cur.updated(cfg, subs)));
-    let mut info = info;
-    info_for_reply(&mut info, false);
-    Ok(body(&info))
+    cluster.update_stream(acc, cfg)
 }
 
-/// Deletes a stream without waiting for its store thread, which may be in another stream's
-/// fsync: the keys are erased here (the commit point, durable before the reply), the stream
-/// leaves the table and its subjects, and its files go here if the stream is idle, else when
-/// its thread finishes its round and finds it erased (`stream_worker::Worker::remove`). A
-/// crash in between leaves files nobody can read, which the next start sweeps.
+/// `STREAM.DELETE`: a replicated stream is deleted through the meta group (every replica
+/// erases its copy), any other here.
 fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value, ApiError> {
     let s = acc
         .streams
         .get(name)
         .ok_or_else(ApiError::stream_not_found)?;
-    match s.id {
-        Some(id) => {
-            let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
-            let mut r = meta.erase_stream(id);
-            if r.is_err() && js.heal(&mut meta) {
-                // A full disk: the reserve was released and the metadata reopened; once more.
-                r = meta.erase_stream(id);
-            }
-            if let Err(e) = r {
-                drop(meta);
-                warn!(stream = %name, error = %e, "stream delete did not complete; the stream is still served");
-                return Err(ApiError::new(
-                    500,
-                    10050,
-                    format!("stream delete failed: {e}"),
-                ));
-            }
-            // Under the metadata lock: the stream's thread writes no metadata after this.
-            s.erased.store(true, Ordering::Release);
-            drop(meta);
+    if s.cfg.num_replicas > 1 {
+        if let Some(cluster) = js.cluster() {
+            return cluster.delete_stream(acc, name);
         }
-        None => s.erased.store(true, Ordering::Release),
     }
-    acc.streams.remove(name);
-    acc.unsubscribe_stream(&s.subs);
-    // Its storage stops counting toward the quotas now, not when its thread next runs.
-    stream_worker::set_usage(&s.usage, s.cfg.storage, [&acc.used, &js.used], [0; 3]);
-    // An idle stream's files go now (a caller that deleted it to free space finds the space
-    // free); a busy one's when its thread finishes the round it is in.
-    if let Ok(mut st) = s.stream.try_lock() {
-        stream_worker::remove_files(js, &mut st, s.id);
-    }
-    // Rings the stream's thread, which ends its consumers' pulls and removes what is left.
-    let _ = s.tx.send(Cmd::EndPulls);
-    info!(account = %acc.name, stream = %name, "stream deleted (data key destroyed)");
-    Ok(json!({"success": true}))
+    lifecycle::delete(js, acc, name)
 }
 
 fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, ApiError> {

@@ -7,11 +7,14 @@ use std::sync::mpsc::SyncSender;
 
 use bytes::Bytes;
 
+use crate::consensus::mux::ProposeError;
 use crate::jetstream::api::types::StreamInfo;
 use crate::jetstream::api::{ApiCall, ApiError};
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::stream::Incoming;
 use crate::server::backpressure::{INTAKE_REFUSED, MIN_COMMAND_COST};
+
+use super::round::Round;
 
 /// What a stream thread is asked to do.
 pub(crate) enum Cmd {
@@ -50,6 +53,10 @@ pub(crate) enum Cmd {
     EndPullsForShutdown(SyncSender<()>),
     /// Stop: close the store, persist consumers; signal when done.
     Stop(Option<SyncSender<()>>),
+    /// A replicated stream: a committed round, to run now; signal when it ran.
+    Apply(Box<Round>, tokio::sync::oneshot::Sender<()>),
+    /// A replicated stream: the outcome of this replica's proposal in flight.
+    Proposed(Result<u64, ProposeError>),
 }
 
 /// What a command counts against its stream's intake budget: its bytes, at least
@@ -75,7 +82,9 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::EndPulls
         | Cmd::SourceReady
         | Cmd::EndPullsForShutdown(_)
-        | Cmd::Stop(_) => return 0,
+        | Cmd::Stop(_)
+        | Cmd::Apply(..)
+        | Cmd::Proposed(_) => return 0,
     };
     bytes.max(MIN_COMMAND_COST)
 }

@@ -18,7 +18,11 @@
 //! Replies and deliveries go out through [`sink::RouterSink`].
 
 mod api;
+mod cluster;
 mod cmd;
+mod lifecycle;
+mod replica;
+mod round;
 mod shard;
 mod sink;
 mod sourcing;
@@ -107,6 +111,8 @@ pub(crate) struct JetStream {
     shards: shard::ShardPool,
     /// The server's runtime: API threads wait on it for calls (with an idle timeout).
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Replicated JetStream, when this server is part of a named cluster.
+    cluster: std::sync::OnceLock<Arc<cluster::ClusterJs>>,
 }
 
 /// One account's JetStream.
@@ -403,7 +409,24 @@ impl AccountJs {
     }
 }
 
+/// Starts replicated JetStream on a clustered server (see [`cluster`]); before the route
+/// listener starts, so that route INFO carries the Raft transport's port.
+pub(crate) async fn start_replication(
+    js: &Arc<JetStream>,
+    routes: &Arc<super::route::Cluster>,
+    server_id: &str,
+) {
+    if let Some(c) = cluster::start(js, routes, server_id).await {
+        let _ = js.cluster.set(c);
+    }
+}
+
 impl JetStream {
+    /// Replicated JetStream, when it runs here.
+    pub(crate) fn cluster(&self) -> Option<&Arc<cluster::ClusterJs>> {
+        self.cluster.get()
+    }
+
     /// Whether the server is stopping (see [`end_pulls`]).
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
@@ -510,6 +533,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         stopping: AtomicBool::new(false),
         runtime: tokio::runtime::Handle::current(),
         shards,
+        cluster: std::sync::OnceLock::new(),
     });
     shared.accounts.add_claims_hook(Arc::new(JwtAccounts {
         js: Arc::downgrade(&js),

@@ -33,6 +33,8 @@ use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::cmd::{cmd_size, Cmd};
+use super::replica::{self, Replica, ReplicaView};
+use super::round::{Input, Round};
 use super::shard::{Served, ShardTask, StreamQueue};
 use super::sink::{AccountInterest, RouterSink};
 use super::sourcing::{self, Copiers, CopyBell};
@@ -59,6 +61,7 @@ pub(crate) fn open_file_store(
     js: &JetStream,
     id: StreamId,
     cfg: &StreamConfig,
+    deferred: bool,
 ) -> Result<Box<dyn StreamStore>, String> {
     let meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
     let handle = meta.open_stream(id).map_err(|e| e.to_string())?;
@@ -80,7 +83,7 @@ pub(crate) fn open_file_store(
     // an earlier size takes the stream offline instead of serving it shorter.
     fcfg.min_durable = checkpoint.mark;
     fcfg.limits = store_limits(cfg);
-    fcfg.defer_sync = js.sync_interval.is_some();
+    fcfg.defer_sync = deferred || js.sync_interval.is_some();
     let store = FileStore::open(Arc::new(OsIo), keys, fcfg).map_err(|e| e.to_string())?;
     if let Some(t) = &store.report().torn_tail {
         warn!(
@@ -117,8 +120,32 @@ pub(crate) fn load_streams(js: &Arc<JetStream>, acc: &Arc<AccountJs>) {
     load(js, acc, metas);
 }
 
+/// Whether a catalog envelope is a replicated stream's local copy (see [`create_replica`]).
+fn is_replica_copy(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .is_some_and(|v| v.get("raft_group").is_some())
+}
+
 fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta::StreamMeta>) {
     for sm in metas {
+        if is_replica_copy(&sm.config) {
+            // A replica is rebuilt from its group's log (server/jetstream/cluster.rs): the
+            // copy of the last run goes, keys first.
+            let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+            match meta.erase_stream(sm.stream_id) {
+                Ok(()) => {
+                    if let Some(dir) = meta.erased_stream_files(sm.stream_id) {
+                        let _ = crate::store::meta::remove_erased_stream_files(&dir);
+                    }
+                    info!(account = %acc.name, stream = %sm.name, "replica's local copy erased; it is rebuilt from its group's log");
+                }
+                Err(e) => {
+                    warn!(account = %acc.name, stream = %sm.name, error = %e, "a replica's old local copy could not be erased");
+                }
+            }
+            continue;
+        }
         let Some((cfg_v, created)) = open_envelope(&sm.config) else {
             error!(account = %acc.name, stream = %sm.name, "stream config in the catalog is unreadable; stream not served");
             continue;
@@ -130,7 +157,7 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
                 continue;
             }
         };
-        let store = match open_file_store(js, sm.stream_id, &cfg) {
+        let store = match open_file_store(js, sm.stream_id, &cfg, false) {
             Ok(s) => s,
             Err(e) => {
                 error!(account = %acc.name, stream = %sm.name, error = %e, "stream could not be opened; it is offline");
@@ -203,7 +230,7 @@ fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta
         }
         let st = stream.store().state();
         info!(account = %acc.name, stream = %sm.name, messages = st.msgs, consumers = stream.consumers.len(), "stream restored");
-        spawn(js, acc, stream, Some(sm.stream_id), ids);
+        spawn(js, acc, stream, Some(sm.stream_id), ids, None);
     }
 }
 
@@ -214,8 +241,12 @@ pub(crate) fn spawn(
     stream: Stream,
     id: Option<StreamId>,
     consumer_ids: HashMap<String, ConsumerId>,
+    replica: Option<Replica>,
 ) {
     let cfg = stream.cfg.clone();
+    let replica_tx = replica.as_ref().map(|r| Arc::clone(&r.tx));
+    let view = replica.as_ref().map(|r| Arc::clone(&r.view));
+    let replicated = replica.is_some();
     let usage = Arc::new(Usage::default());
     let snapshot = Arc::new(SnapshotCell::default());
     snapshot.publish(published(&stream, now_nanos()));
@@ -249,9 +280,16 @@ pub(crate) fn spawn(
         last_persist: 0,
         last_sync: now_nanos(),
         version: NATS_COMPAT_VERSION.to_owned(),
+        replica,
+        view,
+        replicated,
+        routes: true,
     };
     let tx = js.shards.adopt(Box::new(worker));
     bell.connect(tx.downgrade());
+    if let Some(cell) = replica_tx {
+        let _ = cell.set(tx.downgrade());
+    }
     let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
     acc.streams.insert(Arc::new(StreamRef {
         tx,
@@ -383,6 +421,27 @@ pub(crate) struct Worker {
     /// Last interval-mode sync (unix nanos).
     last_sync: i64,
     version: String,
+    /// A replicated stream's link to its group (taken out while a round runs).
+    replica: Option<Replica>,
+    /// Its view of the group, for info answers.
+    view: Option<Arc<ReplicaView>>,
+    /// The stream is replicated: its state is rebuilt from its group's log at start, so the
+    /// catalog keeps no consumer state or checkpoints for it.
+    replicated: bool,
+    /// Deliveries and replies are routed (false while a round of another replica runs).
+    routes: bool,
+}
+
+/// Which parts of a round run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A stream of this node alone: everything.
+    Single,
+    /// A committed round of a replicated stream: the commands and the timers, at the round's
+    /// time; nothing of this node's own housekeeping that changes state.
+    Applied,
+    /// A replicated stream's local commands (info, config updates, stop, reads): no timers.
+    Local,
 }
 
 fn lock(s: &Mutex<Stream>) -> std::sync::MutexGuard<'_, Stream> {
@@ -474,6 +533,21 @@ impl Worker {
     /// TTLs, inactive consumers) and housekeeping that is due only when something changed —
     /// dirty consumer state, a snapshot or checkpoint behind the stream, interval-mode syncs.
     fn next_wake_of(&self, st: &Stream) -> Option<i64> {
+        if let Some(r) = &self.replica {
+            let r = &r.view;
+            // Timers are the leader's to propose, and never while its proposal is in flight
+            // (its outcome rings the stream); a follower only publishes its snapshot.
+            let mut d = None;
+            let in_flight = self.replica.as_ref().is_some_and(|r| r.in_flight.is_some());
+            if !in_flight && r.is_leader() {
+                d = st.next_deadline();
+            }
+            if self.changed_since_snapshot {
+                let t = self.last_snapshot.saturating_add(SNAPSHOT_EVERY_NS);
+                d = Some(d.map_or(t, |x: i64| x.min(t)));
+            }
+            return d;
+        }
         let mut d = st.next_deadline();
         let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
         if let Some(iv) = self.js.sync_interval {
@@ -504,7 +578,85 @@ impl Worker {
 
     /// Processes one round; returns true when the stream stopped.
     fn round(&mut self, st: &mut Stream, cmds: Vec<Cmd>) -> bool {
+        match self.replica.take() {
+            None => self.run(st, cmds, now_nanos(), Mode::Single),
+            Some(mut replica) => {
+                let stopped = self.replicated_round(st, cmds, &mut replica);
+                self.replica = Some(replica);
+                stopped
+            }
+        }
+    }
+
+    /// A replicated stream's round: inputs taken from the queue are proposed (after the
+    /// proposal in flight), committed rounds run, local commands run at once.
+    fn replicated_round(&mut self, st: &mut Stream, cmds: Vec<Cmd>, replica: &mut Replica) -> bool {
         let now = now_nanos();
+        let mut local = Vec::new();
+        for cmd in cmds {
+            match cmd {
+                Cmd::Apply(round, done) => {
+                    if !local.is_empty()
+                        && self.run(st, std::mem::take(&mut local), now, Mode::Local)
+                    {
+                        return true;
+                    }
+                    let intake = replica.applied(&round);
+                    self.routes = round.origin == replica.me;
+                    let cmds = round.inputs.into_iter().map(replica::cmd_of).collect();
+                    let stopped = self.run(st, cmds, round.now, Mode::Applied);
+                    self.routes = true;
+                    self.budget.give_back(intake);
+                    let _ = done.send(());
+                    if stopped {
+                        return true;
+                    }
+                }
+                Cmd::Proposed(r) => {
+                    if let Some((round, intake)) = replica.proposed(r) {
+                        self.refuse(st, round);
+                        self.budget.give_back(intake);
+                    }
+                }
+                other => match replica::input_of(other) {
+                    Ok(input) => {
+                        replica.pending_intake += cmd_size(&replica::cmd_of(input.clone()));
+                        replica.pending.push(input);
+                    }
+                    Err(cmd) => local.push(*cmd),
+                },
+            }
+        }
+        if self.run(st, local, now, Mode::Local) {
+            return true;
+        }
+        let due = st.next_deadline().is_some_and(|t| t <= now);
+        let tick = due && replica.is_leader();
+        replica.propose(now, tick);
+        false
+    }
+
+    /// Answers the senders of a round that was not acknowledged: publishes and API calls get
+    /// `503 / 10008`; the round may still commit later (then its effects follow).
+    fn refuse(&mut self, st: &Stream, round: Round) {
+        let e = ApiError::new(503, 10008, "JetStream system temporarily unavailable");
+        for input in round.inputs {
+            match input {
+                Input::Publish(m) => {
+                    if let Some(r) = m.reply {
+                        let body = json!({"error": e.to_json(), "stream": st.cfg.name, "seq": 0});
+                        self.fx.reply(&r, Bytes::from(body.to_string()));
+                    }
+                }
+                Input::Api { call, reply, .. } => self.fx.reply(&reply, err_reply(&call, &e)),
+                Input::Ack { .. } | Input::FlowControl { .. } => {}
+            }
+        }
+        self.execute(st);
+    }
+
+    /// Runs commands as one round at `now`; returns true when the stream stopped.
+    fn run(&mut self, st: &mut Stream, cmds: Vec<Cmd>, now: i64, mode: Mode) -> bool {
         let mut publishes = Vec::new();
         let mut ack_replies: Vec<String> = Vec::new();
         let mut stop: Option<Option<SyncSender<()>>> = None;
@@ -515,7 +667,9 @@ impl Worker {
             self.changed_since_checkpoint = true;
         }
         for cmd in cmds {
-            intake += cmd_size(&cmd);
+            if mode != Mode::Applied {
+                intake += cmd_size(&cmd);
+            }
             if !matches!(cmd, Cmd::Publish(_)) && !publishes.is_empty() {
                 self.publish(st, std::mem::take(&mut publishes), now);
             }
@@ -539,7 +693,9 @@ impl Worker {
                 }
                 Cmd::FlowControl { subject } => st.flow_control(&subject),
                 Cmd::Info(tx) => {
-                    let _ = tx.send(st.info(&StreamInfoRequest::default(), now));
+                    let mut info = st.info(&StreamInfoRequest::default(), now);
+                    self.cluster_info(&mut info);
+                    let _ = tx.send(info);
                 }
                 Cmd::Update(cfg, tx) => {
                     // New sources, or a mirror dropped: the next pass sees the new links.
@@ -569,14 +725,21 @@ impl Worker {
                     stop = Some(done);
                     break;
                 }
+                // Only replicated streams get these, and `replicated_round` takes them.
+                Cmd::Apply(_, done) => drop(done),
+                Cmd::Proposed(_) => {}
             }
         }
         if !publishes.is_empty() {
             self.publish(st, publishes, now);
         }
-        self.copy_sources(st, now);
-        st.tick(&mut self.fx, now);
-        if let Some(iv) = self.js.sync_interval {
+        if mode == Mode::Single {
+            self.copy_sources(st, now);
+        }
+        if mode != Mode::Local {
+            st.tick(&mut self.fx, now);
+        }
+        if let Some(iv) = self.js.sync_interval.filter(|_| mode == Mode::Single) {
             if now.saturating_sub(self.last_sync)
                 >= i64::try_from(iv.as_nanos()).unwrap_or(i64::MAX)
             {
@@ -738,7 +901,9 @@ impl Worker {
     /// [`CHECKPOINT_EVERY_NS`] while it changes. Both only ever grow, so an older checkpoint
     /// is still a valid lower bound after a crash.
     fn persist_checkpoint(&mut self, st: &Stream) {
-        let Some(id) = self.id else { return };
+        let Some(id) = self.id.filter(|_| !self.replicated) else {
+            return;
+        };
         if !self.persisted(st) {
             return;
         }
@@ -820,6 +985,10 @@ impl Worker {
     /// router; then wakes the queues written.
     fn execute(&mut self, st: &Stream) {
         for e in self.fx.take() {
+            if !self.routes && matches!(e, Effect::Deliver { .. } | Effect::Reply { .. }) {
+                // Another replica's round: that replica routes it.
+                continue;
+            }
             let Some(e) = self.sink.route(e) else {
                 continue;
             };
@@ -834,9 +1003,18 @@ impl Worker {
         self.sink.flush();
     }
 
+    /// A replicated stream's info tells its group's state, not this node's name.
+    fn cluster_info(&self, info: &mut StreamInfo) {
+        if let Some(v) = &self.view {
+            info.cluster = Some(v.cluster_info());
+        }
+    }
+
     /// Persists a consumer's creation or config change.
     fn persist_consumer(&mut self, st: &Stream, name: &str) {
-        let Some(sid) = self.id else { return };
+        let Some(sid) = self.id.filter(|_| !self.replicated) else {
+            return;
+        };
         let Some(c) = st.consumers.get(name) else {
             return;
         };
@@ -861,7 +1039,9 @@ impl Worker {
 
     /// Erases a deleted consumer's metadata.
     fn forget_consumer(&mut self, st: &Stream, name: &str) {
-        let Some(sid) = self.id else { return };
+        let Some(sid) = self.id.filter(|_| !self.replicated) else {
+            return;
+        };
         if let Some(id) = self.consumer_ids.remove(name) {
             let Some(mut meta) = live_meta(&self.js, &self.erased) else {
                 return;
@@ -880,7 +1060,9 @@ impl Worker {
         if !must && now.saturating_sub(self.last_persist) < PERSIST_EVERY_NS {
             return true;
         }
-        let Some(sid) = self.id else { return true };
+        let Some(sid) = self.id.filter(|_| !self.replicated) else {
+            return true;
+        };
         let mut all_ok = true;
         let persisted = self.persisted(st);
         for (name, c) in &mut st.consumers {
@@ -965,7 +1147,9 @@ impl Worker {
         match call {
             ApiCall::StreamInfo(_) => {
                 let req: StreamInfoRequest = request(payload)?;
-                Ok(body(&st.info_page(&req, now)))
+                let mut page = st.info_page(&req, now);
+                self.cluster_info(&mut page.body);
+                Ok(body(&page))
             }
             ApiCall::StreamPurge(_) => {
                 let body = optional_body(payload)?;
@@ -1037,11 +1221,33 @@ pub(crate) fn create(
     acc: &Arc<AccountJs>,
     cfg: StreamConfig,
 ) -> Result<StreamInfo, ApiError> {
+    create_replica(js, acc, cfg, None)
+}
+
+/// [`create`], for a replicated stream with its group's link: the local store is this
+/// replica's copy, rebuilt from the group's log after a restart (its catalog entry says
+/// which group, so a start can sweep it), and written without an fsync per round — the
+/// group's log is what is durable.
+///
+/// # Errors
+/// Store failures as API errors.
+pub(crate) fn create_replica(
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    cfg: StreamConfig,
+    replica: Option<Replica>,
+) -> Result<StreamInfo, ApiError> {
     let now = now_nanos();
+    let group = replica.as_ref().map(|r| r.group);
     let (store, id): (Box<dyn StreamStore>, Option<StreamId>) = match cfg.storage {
         StorageType::Memory => (mem_store(&cfg), None),
         StorageType::File => {
-            let bytes = envelope(&cfg, now);
+            let bytes = match group {
+                None => envelope(&cfg, now),
+                Some(g) => json!({"config": &cfg, "created": now, "raft_group": g})
+                    .to_string()
+                    .into_bytes(),
+            };
             let handle = js
                 .meta
                 .lock()
@@ -1050,14 +1256,14 @@ pub(crate) fn create(
                 .map_err(|e| ApiError::new(500, 10049, format!("stream create failed: {e}")))?;
             let id = handle.stream_id;
             drop(handle);
-            let store = open_file_store(js, id, &cfg)
+            let store = open_file_store(js, id, &cfg, group.is_some())
                 .map_err(|e| ApiError::new(500, 10049, format!("stream create failed: {e}")))?;
             (store, Some(id))
         }
     };
     let stream = Stream::new(cfg, now, store, &js.server_name, now);
     let mut info = stream.info(&StreamInfoRequest::default(), now);
-    spawn(js, acc, stream, id, HashMap::new());
+    spawn(js, acc, stream, id, HashMap::new(), replica);
     info_for_reply(&mut info, true);
     Ok(info)
 }

@@ -136,6 +136,7 @@ pub(crate) fn our_info(
             .unwrap_or_else(|| local_compression(cluster))
             .name()
             .to_owned(),
+        sealstream_raft: cluster.raft_port.get().copied(),
     };
     let mut line = b"INFO ".to_vec();
     line.extend_from_slice(

@@ -166,6 +166,9 @@ pub(crate) struct Cluster {
     pub(crate) system_account: std::sync::OnceLock<String>,
     /// The route listener's address, once bound.
     pub(crate) listen: std::sync::OnceLock<SocketAddr>,
+    /// The port of this node's Raft transport, when it runs replicated JetStream (told to
+    /// peers in route INFO).
+    pub(crate) raft_port: std::sync::OnceLock<u16>,
     /// Server ids and addresses being dialed because of gossip (no second dial while one runs).
     pub(crate) dialing: Mutex<std::collections::HashSet<String>>,
     /// This server's id and name.
@@ -230,6 +233,7 @@ impl Cluster {
             name: RwLock::new(name),
             routes: RwLock::new(HashMap::new()),
             listen: std::sync::OnceLock::new(),
+            raft_port: std::sync::OnceLock::new(),
             dialing: Mutex::new(std::collections::HashSet::new()),
             filling: Mutex::new(std::collections::HashSet::new()),
             server_id: server_id.to_owned(),
@@ -461,6 +465,25 @@ impl Cluster {
         if removed {
             self.urls_changed.notify_one();
         }
+    }
+
+    /// Every peer that runs replicated JetStream: its server name and where its Raft
+    /// transport listens (the route's remote address with the port its INFO gave).
+    pub(crate) fn raft_peers(&self) -> Vec<(String, SocketAddr)> {
+        let mut out: Vec<(String, SocketAddr)> = Vec::new();
+        for conns in self.read_routes().values() {
+            let Some(r) = conns.first() else { continue };
+            let info = r.lock_info();
+            if let Some(port) = info.sealstream_raft {
+                out.push((
+                    info.server_name.clone(),
+                    SocketAddr::new(r.handle.peer.ip(), port),
+                ));
+            }
+        }
+        out.sort();
+        out.dedup_by(|a, b| a.0 == b.0);
+        out
     }
 
     /// The other members' client URLs, in a stable order (none with `no_advertise`, none of

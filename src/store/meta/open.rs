@@ -38,6 +38,9 @@ use super::{KdfPolicy, KeySource, MetaError, MetaOptions, OpenReport, Step, Step
 
 /// Directory of stream directories under `store_dir`.
 pub(crate) const STREAMS_DIR: &str = "s";
+/// The node's Raft log, when the server is part of a JetStream cluster (written by
+/// `consensus::sealed_log`, sealed with keys from [`MetaStore::raft_secrets`]).
+pub const RAFT_DIR: &str = "raft";
 
 /// The store's metadata, open. Owned by one task; every mutation takes `&mut self`.
 pub struct MetaStore {
@@ -701,6 +704,7 @@ impl MetaStore {
                 CATALOG_DIR,
                 STREAMS_DIR,
                 TMP_DIR,
+                RAFT_DIR,
             ]
             .contains(&n.as_str())
             {
@@ -774,6 +778,21 @@ impl MetaStore {
     pub fn close(&mut self) {
         self.poisoned = true;
         self._lock = None;
+    }
+
+    /// The secrets the node's Raft log is sealed with: `(names, groups)` — the key of the
+    /// records' pseudonyms and the root each group's key is derived from. Both come from the
+    /// store's key-encryption key, so nothing else is stored for them.
+    ///
+    /// Known limit (issue 15's note): rotating the master key changes them, which makes an
+    /// existing Raft log unreadable; `store rotate-master` is not for clustered nodes yet.
+    pub fn raft_secrets(&self) -> (crate::crypto::Key32, crate::crypto::Key32) {
+        let names = self.kek.mac(b"sealstream raft pseudonyms v1");
+        let groups = self.kek.mac(b"sealstream raft group keys v1");
+        (
+            crate::crypto::Secret::new(names),
+            crate::crypto::Secret::new(groups),
+        )
     }
 
     /// The store's id.

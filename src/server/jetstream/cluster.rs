@@ -1,0 +1,715 @@
+//! Replicated JetStream on this node: the node's Raft transport and sealed log, the meta group
+//! that holds every replicated stream's assignment, and the stream groups of the replicas
+//! this node keeps.
+//!
+//! - **Who is in the cluster.** Peers that run replicated JetStream say where their Raft
+//!   transport listens in their route INFO (`sealstream_raft`). The meta group ([`META`]) is
+//!   formed once: by the node whose server name is lowest among those it sees, when it sees
+//!   at least as many peers as it has configured routes (so a full-mesh configuration forms
+//!   with everyone, and a seed that lists no routes forms alone). Its leader then adds every
+//!   peer it sees that is not a member yet, one at a time. A node that already has a meta log
+//!   never forms a group again.
+//! - **Streams.** A create with `num_replicas` > 1 places the stream on that many members of
+//!   the meta group and proposes the assignment (account, config, group id, peers). Applying
+//!   it, each chosen node creates its replica — a stream like any other, whose worker runs in
+//!   replicated mode ([`replica`](super::replica)) — and hosts the stream's group on the
+//!   node's sealed log; the first peer proposes the group's membership. Updates and deletes
+//!   go the same way.
+//! - **State after a restart.** No snapshots yet: a node rebuilds its replicas from the logs.
+//!   At start the local copies of replicated streams are erased (their catalog entries say
+//!   which group they belong to), the meta log is applied again (which creates the replicas
+//!   anew, empty), and each stream group applies its log from the start. Which groups this
+//!   node keeps in its log is written in a small sealed directory beside the log, so their
+//!   records are found when the log is opened.
+//!
+//! Keys: record pseudonyms and group keys derive from the store's key-encryption key
+//! ([`MetaStore::raft_secrets`](crate::store::meta::MetaStore::raft_secrets)).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Sha256;
+use tracing::{error, info, warn};
+
+use crate::consensus::machine::{Applier, ApplyFuture, ReplicatedMachine};
+use crate::consensus::mux::{MuxNode, ProposeError};
+use crate::consensus::sealed_log::SealedLog;
+use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
+use crate::crypto::{Key32, SealKey};
+use crate::jetstream::api::{body, info_for_reply, ApiError};
+use crate::jetstream::config::{StorageType, StreamConfig};
+use crate::jetstream::now_nanos;
+
+use super::cmd::Cmd;
+use super::replica::{PeerNames, Replica, ReplicaView, StreamApplier};
+use super::{lifecycle, stream_worker, AccountJs, JetStream};
+use crate::server::route::Cluster;
+
+/// The meta group's id.
+pub(crate) const META: GroupId = 0;
+/// The file beside the log that lists the groups this node keeps.
+const DIRECTORY: &str = "groups";
+/// How often membership is looked at (peers seen, the meta group formed, members added).
+const MEMBERSHIP_EVERY: Duration = Duration::from_millis(500);
+/// How long an API call waits for the meta group, then for this node's replica.
+const API_WAIT: Duration = Duration::from_secs(5);
+
+/// One change of the meta group's table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum MetaCmd {
+    /// A replicated stream is placed on `peers` (server names; the first proposes the group's
+    /// membership).
+    Create {
+        account: String,
+        config: Box<StreamConfig>,
+        group: GroupId,
+        peers: Vec<String>,
+    },
+    /// A replicated stream's config changed (same replicas).
+    Update {
+        account: String,
+        config: Box<StreamConfig>,
+    },
+    /// A replicated stream is deleted.
+    Delete { account: String, name: String },
+}
+
+/// Where a replicated stream lives.
+#[derive(Debug, Clone)]
+struct Assignment {
+    group: GroupId,
+    peers: Vec<String>,
+}
+
+/// Replicated JetStream on this node.
+pub(crate) struct ClusterJs {
+    node: Arc<MuxNode>,
+    log: SealedLog,
+    group_root: Key32,
+    dir: PathBuf,
+    /// The groups this node keeps in its log and its port (persisted in [`DIRECTORY`]).
+    directory: Mutex<Directory>,
+    me: NodeId,
+    name: String,
+    cluster_name: String,
+    /// Server names by node id: this node, its peers, the meta group's members.
+    names: PeerNames,
+    /// Peers' Raft addresses as their routes told them.
+    peers: Mutex<BTreeMap<NodeId, (String, SocketAddr)>>,
+    assignments: Mutex<BTreeMap<(String, String), Assignment>>,
+    js: Weak<JetStream>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// Configured routes that are not this node (known once the route listener is bound): how
+/// many peers forming the meta group waits for.
+fn expected_peers(cluster: &Cluster) -> usize {
+    let own_port = cluster.listen.get().map(SocketAddr::port);
+    cluster
+        .opts
+        .routes
+        .iter()
+        .filter(|r| {
+            let port = r
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.trim_end_matches('/').parse().ok());
+            port != own_port
+        })
+        .count()
+}
+
+fn group_key(root: &Key32, group: GroupId) -> SealKey {
+    let mut mac = match <Hmac<Sha256> as Mac>::new_from_slice(root.expose()) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC takes a key of any length"),
+    };
+    mac.update(b"sealstream raft group key v1");
+    mac.update(&group.to_le_bytes());
+    let out = mac.finalize().into_bytes();
+    SealKey::new(crate::crypto::Secret::from_fn(|k| k.copy_from_slice(&out)))
+}
+
+fn directory_key(root: &Key32) -> SealKey {
+    group_key(root, u64::MAX)
+}
+
+const DIRECTORY_AAD: &[u8] = b"sealstream raft directory v1";
+
+/// What the sealed directory beside the log holds: the groups this node keeps, and the port
+/// its Raft transport listened on (peers' memberships name it, so a restart binds it again).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Directory {
+    groups: BTreeSet<GroupId>,
+    port: u16,
+}
+
+fn read_directory(dir: &Path, root: &Key32) -> Result<Directory, String> {
+    let path = dir.join(DIRECTORY);
+    let sealed = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Directory::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let plain = directory_key(root)
+        .open(DIRECTORY_AAD, &sealed)
+        .map_err(|_| format!("{}: does not authenticate", path.display()))?;
+    serde_json::from_slice(&plain).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_directory(dir: &Path, root: &Key32, directory: &Directory) -> std::io::Result<()> {
+    use std::io::Write;
+    let plain = serde_json::to_vec(directory).map_err(std::io::Error::other)?;
+    let sealed = directory_key(root).seal(DIRECTORY_AAD, &plain);
+    let tmp = dir.join(format!("{DIRECTORY}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&sealed)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(DIRECTORY))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// A group's name as stream info shows it: `S-R<n><F|M>-` and 8 characters of its id.
+fn group_name(group: GroupId, cfg: &StreamConfig) -> String {
+    let kind = match cfg.storage {
+        StorageType::File => 'F',
+        StorageType::Memory => 'M',
+    };
+    let tail = crate::consensus::peer_id(&format!("{group:016x}"));
+    format!("S-R{}{kind}-{tail}", cfg.num_replicas)
+}
+
+/// Starts replicated JetStream when this server is part of a cluster, has a name and a
+/// cluster name, and runs JetStream. `None` (and JetStream stays per node, refusing
+/// `num_replicas` > 1 as a single server does) otherwise, or when the Raft log cannot be
+/// opened — then the reason is logged.
+pub(crate) async fn start(
+    js: &Arc<JetStream>,
+    cluster: &Arc<Cluster>,
+    server_id: &str,
+) -> Option<Arc<ClusterJs>> {
+    let (cluster_name, dynamic) = cluster.name();
+    if js.server_name == server_id || dynamic {
+        warn!("JetStream stays per node: replicated streams need `server_name` and `cluster.name` to be set");
+        return None;
+    }
+    let (dir, (names_key, group_root)) = {
+        let meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            meta.root().join(crate::store::meta::RAFT_DIR),
+            meta.raft_secrets(),
+        )
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        error!(dir = %dir.display(), error = %e, "replicated JetStream is off: no Raft log directory");
+        return None;
+    }
+    let mut directory = match read_directory(&dir, &group_root) {
+        Ok(d) => d,
+        Err(e) => {
+            error!(error = %e, "replicated JetStream is off: the Raft group directory is unreadable");
+            return None;
+        }
+    };
+    let keys: Vec<(GroupId, SealKey)> = directory
+        .groups
+        .iter()
+        .copied()
+        .chain([META])
+        .map(|g| (g, group_key(&group_root, g)))
+        .collect();
+    let log = match SealedLog::open(&dir, names_key, keys) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(error = %e, "replicated JetStream is off: the Raft log does not open");
+            return None;
+        }
+    };
+    let me = node_id(&js.server_name);
+    let host: std::net::IpAddr = cluster
+        .listen
+        .get()
+        .map(|a| a.ip())
+        .or_else(|| cluster.opts.host.parse().ok())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let config = timing::raft_config(&cluster_name);
+    let mut bound = MuxNode::bind(me, SocketAddr::new(host, directory.port), config.clone()).await;
+    if bound.is_err() && directory.port != 0 {
+        warn!(
+            port = directory.port,
+            "the Raft transport's port of the last run is taken; peers must learn a new one"
+        );
+        bound = MuxNode::bind(me, SocketAddr::new(host, 0), config).await;
+    }
+    let node = match bound {
+        Ok(n) => n,
+        Err(e) => {
+            error!(error = %e, "replicated JetStream is off: the Raft transport could not listen");
+            return None;
+        }
+    };
+    if directory.port != node.addr().port() {
+        directory.port = node.addr().port();
+        if let Err(e) = write_directory(&dir, &group_root, &directory) {
+            error!(error = %e, "replicated JetStream is off: the Raft group directory cannot be written");
+            return None;
+        }
+    }
+    let _ = cluster.raft_port.set(node.addr().port());
+    let names: PeerNames = Arc::new(RwLock::new(HashMap::from([(me, js.server_name.clone())])));
+    let cj = Arc::new(ClusterJs {
+        node: Arc::clone(&node),
+        log: log.clone(),
+        group_root,
+        dir,
+        directory: Mutex::new(directory),
+        me,
+        name: js.server_name.clone(),
+        cluster_name,
+        names,
+        peers: Mutex::new(BTreeMap::new()),
+        assignments: Mutex::new(BTreeMap::new()),
+        js: Arc::downgrade(js),
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let meta_log = log.group(META, group_key(&cj.group_root, META));
+    let applier = Arc::new(MetaApplier {
+        cj: Arc::downgrade(&cj),
+    });
+    if let Err(e) = node
+        .add_group_on(META, meta_log, ReplicatedMachine::new(applier), None)
+        .await
+    {
+        error!(error = %e, "replicated JetStream is off: the meta group did not start");
+        return None;
+    }
+    info!(raft = %node.addr(), "replicated JetStream: Raft transport listening");
+    tokio::spawn(membership(Arc::clone(&cj), Arc::clone(cluster)));
+    Some(cj)
+}
+
+/// Watches who is in the cluster: learns peers from routes, forms the meta group once, and
+/// (as its leader) adds peers that are not members yet.
+async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
+    let mut formed_logged = false;
+    loop {
+        tokio::time::sleep(MEMBERSHIP_EVERY).await;
+        if cj.js.upgrade().is_none_or(|js| js.is_stopping()) {
+            return;
+        }
+        let seen = cluster.raft_peers();
+        {
+            let mut peers = cj.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut names = cj.names.write().unwrap_or_else(|p| p.into_inner());
+            for (name, addr) in &seen {
+                let id = node_id(name);
+                peers.insert(id, (name.clone(), *addr));
+                names.insert(id, name.clone());
+            }
+        }
+        let Some(status) = cj.node.status(META) else {
+            return;
+        };
+        if status.voters.is_empty() {
+            let lowest = seen.iter().all(|(n, _)| cj.name < *n);
+            if lowest && seen.len() >= expected_peers(&cluster) {
+                let mut members: Vec<(NodeId, String)> = vec![(cj.me, cj.node.addr().to_string())];
+                members.extend(seen.iter().map(|(n, a)| (node_id(n), a.to_string())));
+                info!(members = members.len(), "forming the JetStream meta group");
+                if let Err(e) = cj.node.initialize(META, &members).await {
+                    warn!(error = %e, "the meta group could not be formed; trying again");
+                }
+            }
+            continue;
+        }
+        if !formed_logged {
+            formed_logged = true;
+            info!(members = status.voters.len(), "JetStream meta group joined");
+        }
+        if status.is_leader {
+            let missing = seen
+                .iter()
+                .find(|(n, _)| !status.voters.iter().any(|(id, _)| *id == node_id(n)));
+            if let Some((name, addr)) = missing {
+                info!(peer = %name, "adding a server to the JetStream meta group");
+                if let Err(e) = cj
+                    .node
+                    .add_voter(META, node_id(name), &addr.to_string())
+                    .await
+                {
+                    warn!(peer = %name, error = %e, "could not add the server to the meta group yet");
+                }
+            }
+        }
+    }
+}
+
+/// Applies the meta group's committed changes on this node.
+struct MetaApplier {
+    cj: Weak<ClusterJs>,
+}
+
+impl Applier for MetaApplier {
+    fn apply(&self, _index: u64, commands: Vec<Vec<u8>>) -> ApplyFuture {
+        let cj = self.cj.upgrade();
+        Box::pin(async move {
+            let Some(cj) = cj else { return };
+            for c in commands {
+                match serde_json::from_slice::<MetaCmd>(&c) {
+                    Ok(cmd) => cj.apply(cmd).await,
+                    Err(e) => error!(error = %e, "a meta group entry did not decode; skipped"),
+                }
+            }
+        })
+    }
+}
+
+impl ClusterJs {
+    fn js(&self) -> Option<Arc<JetStream>> {
+        self.js.upgrade()
+    }
+
+    async fn apply(self: &Arc<Self>, cmd: MetaCmd) {
+        match cmd {
+            MetaCmd::Create {
+                account,
+                config,
+                group,
+                peers,
+            } => {
+                self.assignments
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        (account.clone(), config.name.clone()),
+                        Assignment {
+                            group,
+                            peers: peers.clone(),
+                        },
+                    );
+                if peers.contains(&self.name) {
+                    self.create_replica(&account, *config, group, &peers).await;
+                }
+            }
+            MetaCmd::Update { account, config } => {
+                let here = self.is_peer(&account, &config.name);
+                if here {
+                    let (Some(js), name) = (self.js(), config.name.clone()) else {
+                        return;
+                    };
+                    let r = tokio::task::spawn_blocking(move || {
+                        let acc = js
+                            .account(&account)
+                            .ok_or_else(ApiError::stream_not_found)?;
+                        lifecycle::update(&acc, &name, *config)
+                    })
+                    .await;
+                    if let Ok(Err(e)) = r {
+                        warn!(error = %e.to_json(), "a replica did not take a stream update");
+                    }
+                }
+            }
+            MetaCmd::Delete { account, name } => {
+                let gone = self
+                    .assignments
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&(account.clone(), name.clone()));
+                let Some(a) = gone else { return };
+                if !a.peers.contains(&self.name) {
+                    return;
+                }
+                if let Some(js) = self.js() {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        if let Some(acc) = js.account(&account) {
+                            let _ = lifecycle::delete(&js, &acc, &name);
+                        }
+                    })
+                    .await;
+                }
+                self.node.remove_group(a.group).await;
+                self.log.erase_group(a.group);
+                self.forget_group(a.group);
+            }
+        }
+    }
+
+    fn is_peer(&self, account: &str, name: &str) -> bool {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(account.to_owned(), name.to_owned()))
+            .is_some_and(|a| a.peers.contains(&self.name))
+    }
+
+    fn keep_group(&self, group: GroupId) {
+        let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
+        if d.groups.insert(group) {
+            if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
+                error!(error = %e, "could not write the Raft group directory");
+            }
+        }
+    }
+
+    fn forget_group(&self, group: GroupId) {
+        let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
+        if d.groups.remove(&group) {
+            if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
+                error!(error = %e, "could not write the Raft group directory");
+            }
+        }
+    }
+
+    /// Creates this node's replica of a stream and hosts its group.
+    async fn create_replica(
+        self: &Arc<Self>,
+        account: &str,
+        cfg: StreamConfig,
+        group: GroupId,
+        peers: &[String],
+    ) {
+        let Some(js) = self.js() else { return };
+        let Some(acc) = js.account(account) else {
+            warn!(account, stream = %cfg.name, "a replica's account has no JetStream here; not created");
+            return;
+        };
+        if acc.streams.get(&cfg.name).is_some() {
+            return;
+        }
+        let tx = Arc::new(OnceLock::new());
+        let view = Arc::new(ReplicaView {
+            group,
+            group_name: group_name(group, &cfg),
+            me: self.me,
+            node: Arc::clone(&self.node),
+            names: Arc::clone(&self.names),
+            cluster: self.cluster_name.clone(),
+        });
+        let replica = Replica {
+            group,
+            me: self.me,
+            node: Arc::clone(&self.node),
+            view,
+            runtime: self.runtime.clone(),
+            tx: Arc::clone(&tx),
+            pending: Vec::new(),
+            pending_intake: 0,
+            in_flight: None,
+        };
+        let name = cfg.name.clone();
+        let created = tokio::task::spawn_blocking(move || {
+            stream_worker::create_replica(&js, &acc, cfg, Some(replica))
+        })
+        .await;
+        match created {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                error!(stream = %name, error = %e.to_json(), "this node's replica could not be created");
+                return;
+            }
+            Err(_) => return,
+        }
+        self.keep_group(group);
+        let log = self.log.group(group, group_key(&self.group_root, group));
+        let machine = ReplicatedMachine::new(Arc::new(StreamApplier { tx }));
+        if let Err(e) = self.node.add_group_on(group, log, machine, None).await {
+            error!(stream = %name, error = %e, "the stream's group did not start here");
+            return;
+        }
+        if peers.first() == Some(&self.name) {
+            let members = self.members_of(peers);
+            if members.len() == peers.len() {
+                if let Err(e) = self.node.initialize(group, &members).await {
+                    warn!(stream = %name, error = %e, "the stream's group could not be formed");
+                }
+            } else {
+                warn!(stream = %name, "the stream's group has peers whose address is unknown");
+            }
+        }
+    }
+
+    /// The node ids and Raft addresses of `peers` (server names), as the meta group knows its
+    /// members.
+    fn members_of(&self, peers: &[String]) -> Vec<(NodeId, String)> {
+        let voters = self.node.status(META).map(|s| s.voters).unwrap_or_default();
+        peers
+            .iter()
+            .filter_map(|p| {
+                let id = node_id(p);
+                voters.iter().find(|(v, _)| *v == id).cloned()
+            })
+            .collect()
+    }
+
+    /// Proposes a change of the meta group's table and waits until this node has applied it
+    /// (its own replica created, updated or deleted by then).
+    fn propose_meta(&self, cmd: &MetaCmd) -> Result<(), ApiError> {
+        let bytes =
+            serde_json::to_vec(cmd).map_err(|e| ApiError::new(500, 10049, e.to_string()))?;
+        self.runtime.block_on(async {
+            let index = self
+                .node
+                .propose(META, Command(bytes), API_WAIT)
+                .await
+                .map_err(|e| match e {
+                    ProposeError::Failed(reason) => ApiError::new(500, 10049, reason),
+                    _ => unavailable(),
+                })?;
+            if self.node.wait_applied(META, index, API_WAIT).await {
+                Ok(())
+            } else {
+                Err(unavailable())
+            }
+        })
+    }
+
+    /// `STREAM.CREATE` with `num_replicas` > 1 (validated and checked against the account's
+    /// limits already): placed on that many meta members, then this node's replica answers.
+    ///
+    /// # Errors
+    /// 10005 without enough members, 10008 without a meta quorum, 10058 for a name in use.
+    pub(crate) fn create_stream(
+        &self,
+        acc: &Arc<AccountJs>,
+        cfg: StreamConfig,
+    ) -> Result<Value, ApiError> {
+        if !cfg.sources.is_empty() || cfg.mirror.is_some() {
+            return Err(ApiError::new(
+                500,
+                10052,
+                "replicated mirrors and sources are not supported yet",
+            ));
+        }
+        if self
+            .assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(acc.name.clone(), cfg.name.clone()))
+        {
+            return Err(ApiError::stream_name_in_use());
+        }
+        let status = self.node.status(META).unwrap_or_default();
+        if status.leader.is_none() {
+            return Err(unavailable());
+        }
+        let n = usize::try_from(cfg.num_replicas).unwrap_or(usize::MAX);
+        if status.voters.len() < n {
+            return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+        }
+        // This node first when it is a member (its clients' streams answer here), then the
+        // others in an order that spreads streams' first peers around.
+        let names = self.names.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut candidates: Vec<String> = status
+            .voters
+            .iter()
+            .filter_map(|(id, _)| names.get(id).cloned())
+            .collect();
+        if candidates.len() < n {
+            return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+        }
+        let spin = crate::consensus::node_id(&cfg.name) as usize % candidates.len();
+        candidates.rotate_left(spin);
+        if let Some(i) = candidates.iter().position(|c| *c == self.name) {
+            let me = candidates.remove(i);
+            candidates.insert(0, me);
+        }
+        candidates.truncate(n);
+        let mut group = 0;
+        while group == META || group == u64::MAX {
+            let mut b = [0u8; 8];
+            crate::crypto::random_bytes(&mut b);
+            group = u64::from_le_bytes(b);
+        }
+        let name = cfg.name.clone();
+        let here = candidates.contains(&self.name);
+        let cmd = MetaCmd::Create {
+            account: acc.name.clone(),
+            config: Box::new(cfg.clone()),
+            group,
+            peers: candidates,
+        };
+        self.propose_meta(&cmd)?;
+        info!(account = %acc.name, stream = %name, group = %group_name(group, &cfg), "replicated stream created");
+        if !here {
+            // Not a replica here: answer from the config (the replicas hold the state).
+            let mut info = crate::jetstream::api::types::StreamInfo {
+                config: cfg,
+                created: crate::timefmt::rfc3339_nanos(now_nanos()),
+                ..Default::default()
+            };
+            info_for_reply(&mut info, true);
+            return Ok(body(&info));
+        }
+        // This node's replica exists (the meta entry is applied here); once its group has a
+        // leader (or the wait is over), it answers.
+        let s = acc
+            .streams
+            .get(&name)
+            .ok_or_else(|| ApiError::new(500, 10049, "this node's replica was not created"))?;
+        let _ = self
+            .runtime
+            .block_on(self.node.wait_leader(group, API_WAIT));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = s.tx.send(Cmd::Info(tx));
+        let mut info = rx
+            .recv_timeout(API_WAIT)
+            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+        info_for_reply(&mut info, true);
+        Ok(body(&info))
+    }
+
+    /// `STREAM.UPDATE` of a replicated stream (checked already): every replica applies it.
+    ///
+    /// # Errors
+    /// 10008 without a meta quorum; the local replica's refusal.
+    pub(crate) fn update_stream(
+        &self,
+        acc: &Arc<AccountJs>,
+        cfg: StreamConfig,
+    ) -> Result<Value, ApiError> {
+        let name = cfg.name.clone();
+        let cmd = MetaCmd::Update {
+            account: acc.name.clone(),
+            config: Box::new(cfg.clone()),
+        };
+        self.propose_meta(&cmd)?;
+        let s = acc
+            .streams
+            .get(&name)
+            .ok_or_else(ApiError::stream_not_found)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = s.tx.send(Cmd::Info(tx));
+        let mut info = rx
+            .recv_timeout(API_WAIT)
+            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+        info_for_reply(&mut info, false);
+        Ok(body(&info))
+    }
+
+    /// `STREAM.DELETE` of a replicated stream: every replica erases its copy.
+    ///
+    /// # Errors
+    /// 10008 without a meta quorum.
+    pub(crate) fn delete_stream(
+        &self,
+        acc: &Arc<AccountJs>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let cmd = MetaCmd::Delete {
+            account: acc.name.clone(),
+            name: name.to_owned(),
+        };
+        self.propose_meta(&cmd)?;
+        Ok(serde_json::json!({"success": true}))
+    }
+}
+
+fn unavailable() -> ApiError {
+    ApiError::new(503, 10008, "JetStream system temporarily unavailable")
+}

@@ -1,0 +1,280 @@
+//! One replicated stream's side of Raft: what its worker proposes, and how committed entries
+//! come back to it.
+//!
+//! The stream's engine is a deterministic state machine, so replication replicates its
+//! *inputs*: a [`Round`] is what one replica's worker took from its queue in one round
+//! (publishes, stream-scoped API calls, acks, flow-control replies) plus the time it took
+//! them. The worker does not run them; it proposes the round to the stream's group (at most
+//! one proposal in flight per replica, so everything that arrives meanwhile becomes the next
+//! round — the group commit of a replicated stream). When an entry commits, every replica's
+//! worker runs the same round, at the round's time, in log order: every replica assigns the
+//! same sequences and decides dedupe, expected-sequence checks, limits and acks alike. Only
+//! the replica whose round it was (its `origin`) routes what the round says — pub-acks, API
+//! answers, deliveries —, and only after a quorum has the entry on disk. Timers (redelivery,
+//! expiry, heartbeats) run on the leader, which proposes an empty round when one is due.
+//!
+//! Reads that change nothing (stream and consumer info, names and lists, `MSG.GET`,
+//! `DIRECT.GET`) are answered by the replica that received them, from its own state.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+use crate::consensus::machine::{Applier, ApplyFuture};
+use crate::consensus::mux::{MuxNode, ProposeError};
+use crate::consensus::{Command, GroupId, NodeId};
+
+use crate::jetstream::api::types::{ClusterInfo, PeerInfo};
+
+use super::cmd::Cmd;
+use super::round::{read_only, Input, Round};
+use super::shard::WeakStreamTx;
+
+/// How long a proposal may take before its senders hear "not acknowledged" (the 3 s
+/// bound on quorum loss).
+pub(crate) const PROPOSE_DEADLINE: Duration = Duration::from_secs(3);
+
+/// The replicated input a command carries, or the command back when it is local.
+pub(crate) fn input_of(cmd: Cmd) -> Result<Input, Box<Cmd>> {
+    match cmd {
+        Cmd::Publish(m) => Ok(Input::Publish(m)),
+        Cmd::Api {
+            call,
+            reply,
+            headers,
+            payload,
+        } if !read_only(&call) => Ok(Input::Api {
+            call,
+            reply,
+            headers,
+            payload,
+        }),
+        Cmd::Ack {
+            subject,
+            reply,
+            payload,
+        } => Ok(Input::Ack {
+            subject,
+            reply,
+            payload,
+        }),
+        Cmd::FlowControl { subject } => Ok(Input::FlowControl { subject }),
+        other => Err(Box::new(other)),
+    }
+}
+
+/// The command an applied input runs as.
+pub(crate) fn cmd_of(input: Input) -> Cmd {
+    match input {
+        Input::Publish(m) => Cmd::Publish(m),
+        Input::Api {
+            call,
+            reply,
+            headers,
+            payload,
+        } => Cmd::Api {
+            call,
+            reply,
+            headers,
+            payload,
+        },
+        Input::Ack {
+            subject,
+            reply,
+            payload,
+        } => Cmd::Ack {
+            subject,
+            reply,
+            payload,
+        },
+        Input::FlowControl { subject } => Cmd::FlowControl { subject },
+    }
+}
+
+/// Hands a group's committed rounds to its stream's worker and waits until it ran them.
+pub(crate) struct StreamApplier {
+    /// The stream's queue (set once the stream is registered).
+    pub(crate) tx: Arc<OnceLock<WeakStreamTx>>,
+}
+
+impl Applier for StreamApplier {
+    fn apply(&self, _index: u64, commands: Vec<Vec<u8>>) -> ApplyFuture {
+        let tx = self.tx.get().and_then(WeakStreamTx::upgrade);
+        Box::pin(async move {
+            let Some(tx) = tx else { return };
+            for c in commands {
+                let Some(round) = Round::decode(&c) else {
+                    tracing::error!("a replicated stream entry did not decode; skipped");
+                    continue;
+                };
+                let (done, applied) = tokio::sync::oneshot::channel();
+                if tx.send(Cmd::Apply(Box::new(round), done)).is_err() {
+                    return;
+                }
+                // The worker answers once the round ran (or drops the sender when it stops).
+                let _ = applied.await;
+            }
+        })
+    }
+}
+
+/// Server names of the cluster's nodes by node id (filled by the cluster layer).
+pub(crate) type PeerNames = Arc<RwLock<HashMap<NodeId, String>>>;
+
+/// What anyone answering about a replicated stream needs to know of its group.
+pub(crate) struct ReplicaView {
+    /// The stream's group.
+    pub(crate) group: GroupId,
+    /// Its name as info shows it (`S-R3F-…`).
+    pub(crate) group_name: String,
+    /// This node.
+    pub(crate) me: NodeId,
+    pub(crate) node: Arc<MuxNode>,
+    pub(crate) names: PeerNames,
+    /// The cluster's name.
+    pub(crate) cluster: String,
+}
+
+impl ReplicaView {
+    /// Whether this node leads the stream's group now.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.node.status(self.group).is_some_and(|s| s.is_leader)
+    }
+
+    fn name_of(&self, id: NodeId) -> String {
+        self.names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("{id:016x}"))
+    }
+
+    /// The `cluster` block of the stream's info as this node sees the group (spec cluster.md
+    /// 4.5): the leader and the other replicas; accurate lag only on the leader.
+    pub(crate) fn cluster_info(&self) -> ClusterInfo {
+        let mut info = ClusterInfo {
+            name: Some(self.cluster.clone()),
+            raft_group: Some(self.group_name.clone()),
+            ..ClusterInfo::default()
+        };
+        let Some(status) = self.node.status(self.group) else {
+            return info;
+        };
+        let leader = status.leader;
+        if let Some(l) = leader {
+            info.leader = self.name_of(l);
+        }
+        let last = status.last_log_index.unwrap_or(0);
+        for (id, _) in &status.voters {
+            if Some(*id) == leader {
+                continue;
+            }
+            let name = self.name_of(*id);
+            let matched = status
+                .matched
+                .iter()
+                .find(|(m, _)| m == id)
+                .map(|(_, i)| *i);
+            let (current, lag, offline) = match (status.is_leader, matched) {
+                (true, Some(Some(i))) => {
+                    (last.saturating_sub(i) == 0, last.saturating_sub(i), false)
+                }
+                (true, _) => (false, last, true),
+                // A follower knows only itself.
+                (false, _) => (*id == self.me, 0, false),
+            };
+            info.replicas.push(PeerInfo {
+                peer: crate::consensus::peer_id(&name),
+                name,
+                current,
+                offline,
+                active: 0,
+                lag,
+            });
+        }
+        info
+    }
+}
+
+/// What a replicated stream's worker keeps about its group.
+pub(crate) struct Replica {
+    /// The stream's group.
+    pub(crate) group: GroupId,
+    /// This node.
+    pub(crate) me: NodeId,
+    pub(crate) node: Arc<MuxNode>,
+    /// What info answers need (shared with the worker while this is taken out).
+    pub(crate) view: Arc<ReplicaView>,
+    pub(crate) runtime: tokio::runtime::Handle,
+    /// The stream's own queue, for the proposal's outcome.
+    pub(crate) tx: Arc<OnceLock<WeakStreamTx>>,
+    /// Inputs taken but not yet proposed (they wait for the proposal in flight).
+    pub(crate) pending: Vec<Input>,
+    /// Their intake cost, given back once they are applied or refused.
+    pub(crate) pending_intake: usize,
+    /// The round in flight, kept to refuse its senders if it does not commit in time.
+    pub(crate) in_flight: Option<(Round, usize)>,
+}
+
+impl Replica {
+    /// Whether this node leads the stream's group now.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.view.is_leader()
+    }
+
+    /// Proposes what is pending (or, with `tick`, an empty round), unless a proposal is in
+    /// flight. The outcome comes back as [`Cmd::Proposed`].
+    pub(crate) fn propose(&mut self, now: i64, tick: bool) {
+        if self.in_flight.is_some() || (self.pending.is_empty() && !tick) {
+            return;
+        }
+        let round = Round {
+            origin: self.me,
+            now,
+            inputs: std::mem::take(&mut self.pending),
+        };
+        let intake = std::mem::take(&mut self.pending_intake);
+        let bytes = round.encode();
+        self.in_flight = Some((round, intake));
+        let node = Arc::clone(&self.node);
+        let group = self.group;
+        let tx = Arc::clone(&self.tx);
+        self.runtime.spawn(async move {
+            let r = node.propose(group, Command(bytes), PROPOSE_DEADLINE).await;
+            if let Some(tx) = tx.get().and_then(WeakStreamTx::upgrade) {
+                let _ = tx.send(Cmd::Proposed(r));
+            }
+        });
+    }
+
+    /// The proposal in flight ended: returns its round and intake when it failed (its
+    /// senders are told), nothing when it committed (it was applied, and answered, by then).
+    pub(crate) fn proposed(&mut self, r: Result<u64, ProposeError>) -> Option<(Round, usize)> {
+        let flight = self.in_flight.take()?;
+        match r {
+            Ok(_) => {
+                // Its intake was given back when it was applied (see `applied`).
+                None
+            }
+            Err(e) => {
+                tracing::warn!(group = self.group, error = %e, "a replicated round was not acknowledged");
+                Some(flight)
+            }
+        }
+    }
+
+    /// A round was applied here: when it is ours and still in flight, its intake is worked
+    /// off (the proposal's answer follows).
+    pub(crate) fn applied(&mut self, round: &Round) -> usize {
+        if round.origin != self.me {
+            return 0;
+        }
+        match &mut self.in_flight {
+            Some((r, intake)) if r.now == round.now && r.inputs.len() == round.inputs.len() => {
+                std::mem::take(intake)
+            }
+            _ => 0,
+        }
+    }
+}
