@@ -28,31 +28,6 @@ fn audit(store: &Path) -> (i32, serde_json::Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
-/// Raw bytes of every file under `dir` contain none of `needles`, and no path does either.
-fn assert_no_plaintext(dir: &Path, needles: &[&str]) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let name = p.to_string_lossy().to_string();
-            for n in needles {
-                assert!(!name.contains(n), "{n:?} in path {name}");
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let bytes = std::fs::read(&p).unwrap();
-                for n in needles {
-                    assert!(
-                        !bytes.windows(n.len()).any(|w| w == n.as_bytes()),
-                        "{n:?} in the bytes of {name}"
-                    );
-                }
-            }
-        }
-    }
-}
-
 async fn workload(url: &str, round: u32) {
     let c = async_nats::connect(url).await.unwrap();
     let js = async_nats::jetstream::new(c);
@@ -149,13 +124,13 @@ async fn a_jetstream_workload_leaves_a_sealed_store_that_audits_clean() {
     s.stop(true);
     let (code, v) = audit(&store);
     assert_eq!(code, 0, "after a graceful stop: {v:#}");
-    assert_no_plaintext(&store.join("jetstream"), &needles);
+    support::assert_no_plaintext(&store.join("jetstream"), &needles);
     s.restart(true);
     workload(&s.url(), 2).await;
     s.stop(false);
     let (code, v) = audit(&store);
     assert_eq!(code, 0, "after kill -9: {v:#}");
-    assert_no_plaintext(&store.join("jetstream"), &needles);
+    support::assert_no_plaintext(&store.join("jetstream"), &needles);
     let streams = v["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 2, "PAYROLL and KV_secrets-bucket: {v:#}");
 }

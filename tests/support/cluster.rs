@@ -29,6 +29,8 @@ pub struct Node {
     conf: Option<String>,
     /// Network namespace and address, for nodes on hosts of their own.
     place: Place,
+    /// JetStream's store, kept across restarts (nodes started by [`TestCluster::start_js`]).
+    store: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 /// Where a node runs.
@@ -81,6 +83,47 @@ impl TestCluster {
         Self::start_at(kinds, conf, places)
     }
 
+    /// `n` sealstream nodes with JetStream on, each with a store of its own that survives
+    /// [`TestCluster::restart`]: a full mesh of configured routes, as a JetStream cluster is
+    /// configured.
+    pub fn start_js(n: usize) -> Self {
+        let mut c = TestCluster {
+            nodes: Vec::new(),
+            name: "C1".to_owned(),
+        };
+        let ports: Vec<u16> = (0..n).map(|_| super::free_port()).collect();
+        for i in 0..n {
+            let seeds: Vec<String> = ports
+                .iter()
+                .map(|p| format!("nats-route://127.0.0.1:{p}"))
+                .collect();
+            let name = format!("n{}", i + 1);
+            let place = Place::loopback();
+            let store = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+            let server = spawn_node_with(
+                Kind::UnderTest,
+                &name,
+                &c.name,
+                ports[i],
+                &seeds,
+                None,
+                &place,
+                Some(store.path()),
+            );
+            c.nodes.push(Node {
+                server,
+                name,
+                kind: Kind::UnderTest,
+                route_port: ports[i],
+                seeds,
+                conf: None,
+                place,
+                store: Some(store),
+            });
+        }
+        c
+    }
+
     fn start_at(kinds: &[Kind], conf: Option<&str>, places: Vec<Place>) -> Self {
         let name = "C1".to_owned();
         let mut c = TestCluster {
@@ -112,6 +155,7 @@ impl TestCluster {
                 seeds,
                 conf: conf.map(str::to_owned),
                 place,
+                store: None,
             });
         }
         c
@@ -136,6 +180,7 @@ impl TestCluster {
             seeds,
             conf: conf.map(str::to_owned),
             place,
+            store: None,
         });
         self.nodes.len() - 1
     }
@@ -204,7 +249,10 @@ impl TestCluster {
     pub fn restart(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         node.server.stop(false);
-        node.server = spawn_node(
+        // The old process's store is the new one's: no audit while it runs.
+        node.server.skip_audit();
+        let store = node.store.clone();
+        node.server = spawn_node_with(
             node.kind,
             &node.name,
             &self.name,
@@ -212,6 +260,7 @@ impl TestCluster {
             &node.seeds,
             node.conf.as_deref(),
             &node.place,
+            store.as_ref().map(|s| s.path()),
         );
     }
 }
@@ -224,6 +273,23 @@ fn spawn_node(
     seeds: &[String],
     conf: Option<&str>,
     place: &Place,
+) -> TestServer {
+    spawn_node_with(kind, name, cluster, route_port, seeds, conf, place, None)
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a test helper's plain parameter list"
+)]
+fn spawn_node_with(
+    kind: Kind,
+    name: &str,
+    cluster: &str,
+    route_port: u16,
+    seeds: &[String],
+    conf: Option<&str>,
+    place: &Place,
+    store: Option<&std::path::Path>,
 ) -> TestServer {
     let (bin, reference) = match kind {
         Kind::UnderTest => server_binary(),
@@ -249,6 +315,9 @@ fn spawn_node(
     if !seeds.is_empty() {
         args.push("--routes".into());
         args.push(seeds.join(","));
+    }
+    if let Some(sd) = store {
+        args.extend(["-js".into(), "-sd".into(), sd.display().to_string()]);
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let mut s = TestServer::spawn_at(

@@ -563,3 +563,37 @@ pub async fn sync(c: &async_nats::Client) {
     .await;
     assert!(r.is_ok(), "server round trip within 5s");
 }
+
+/// A port nobody listens on right now (bound and released; a configured route needs its
+/// peers' ports before they start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Raw bytes of every file under `dir` contain none of `needles`, and no path does either.
+pub fn assert_no_plaintext(dir: &Path, needles: &[&str]) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let name = p.to_string_lossy().to_string();
+            for n in needles {
+                assert!(!name.contains(n), "{n:?} in path {name}");
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                for n in needles {
+                    assert!(
+                        !bytes.windows(n.len()).any(|w| w == n.as_bytes()),
+                        "{n:?} in the bytes of {name}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -880,7 +880,10 @@ mod tests {
         normalized(r#"{"name":"S","subjects":[">"],"no_ack":true}"#);
         // Replicas up to 5 are the cluster's question (the API refuses them on a single
         // server); above 5 never.
-        assert_eq!(normalized(r#"{"name":"S","num_replicas":3}"#).num_replicas, 3);
+        assert_eq!(
+            normalized(r#"{"name":"S","num_replicas":3}"#).num_replicas,
+            3
+        );
         assert_eq!(refusal(r#"{"name":"S","num_replicas":6}"#).err_code, 10052);
     }
 

@@ -8,6 +8,7 @@
 //! s/<stream_id:32 lowercase hex>/seg-<segment_id:16 hex>.log | .idx
 //! s/<stream_id>/c/<consumer_id:32 hex>.st
 //! tmp/<anything>                   (a finding only on a cleanly stopped store)
+//! raft/<segment:16 hex>.rlog | raft/groups   (a clustered node's Raft log, sealed)
 //! ```
 
 use std::os::unix::fs::MetadataExt;
@@ -47,6 +48,10 @@ pub enum FileKind {
     },
     /// A leftover temporary file.
     Temp,
+    /// A segment of the node's Raft log.
+    RaftSegment(u64),
+    /// The sealed list of the Raft groups the node keeps.
+    RaftDirectory,
     /// A directory of the layout.
     Dir,
 }
@@ -79,7 +84,13 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
     match (parts.as_slice(), is_dir) {
         (["STORE"], false) => Some(FileKind::StoreHeader),
         (["LOCK"], false) => Some(FileKind::Lock),
-        (["keyring" | "catalog" | "s" | "tmp"], true) => Some(FileKind::Dir),
+        (["keyring" | "catalog" | "s" | "tmp" | "raft"], true) => Some(FileKind::Dir),
+        (["raft", "groups"], false) => Some(FileKind::RaftDirectory),
+        (["raft", f], false) => f
+            .strip_suffix(".rlog")
+            .filter(|h| is_hex(h, 16))
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .map(FileKind::RaftSegment),
         (["keyring", f], false) => gen_of(f, "kr-", ".bin").map(FileKind::Keyring),
         (["catalog", f], false) => gen_of(f, "cat-", ".log").map(FileKind::Catalog),
         (["s", id], true) if is_hex(id, 32) => Some(FileKind::Dir),
