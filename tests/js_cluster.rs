@@ -104,6 +104,12 @@ async fn wait_messages(js: &jetstream::Context, name: &str, last: u64) {
     }
 }
 
+/// Message `n`'s payload: long enough that ciphertext never contains it by chance (the
+/// plaintext scan below looks for it byte for byte).
+fn order(n: usize) -> String {
+    format!("order-payload-{n:04}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() {
     let mut cl = TestCluster::start_js(3);
@@ -117,7 +123,7 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
     // Published through every node; each PubAck carries the next sequence.
     let mut acked: BTreeMap<u64, String> = BTreeMap::new();
     for n in 0..30 {
-        let p = format!("m{n}");
+        let p = order(n);
         let seq = publish_until_acked(&js, n, &format!("orders.{n}"), p.clone()).await;
         assert!(acked.insert(seq, p).is_none(), "sequence {seq} reused");
     }
@@ -142,7 +148,7 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
         got.push(String::from_utf8(m.payload.to_vec()).unwrap());
         m.double_ack().await.unwrap();
     }
-    assert_eq!(got, (0..10).map(|n| format!("m{n}")).collect::<Vec<_>>());
+    assert_eq!(got, (0..10).map(order).collect::<Vec<_>>());
 
     // Kill the stream's leader; keep publishing through the others.
     let leader = js[0]
@@ -163,7 +169,7 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
     let js2 = contexts(&cl, &alive).await;
     let killed_at = Instant::now();
     for n in 30..60 {
-        let p = format!("m{n}");
+        let p = order(n);
         let seq = publish_until_acked(&js2, n, &format!("orders.{n}"), p.clone()).await;
         if n == 30 {
             // The failover bound, on this machine.
@@ -207,13 +213,17 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
         next.push(String::from_utf8(m.payload.to_vec()).unwrap());
         m.ack().await.unwrap();
     }
-    assert_eq!(next.first().map(String::as_str), Some("m10"), "{next:?}");
+    assert_eq!(
+        next.first().map(String::as_str),
+        Some(order(10).as_str()),
+        "{next:?}"
+    );
 
     // Nothing under any node's store is plaintext: not the payloads, not the stream's name.
     drop(all);
     for n in &cl.nodes {
         let dir = n.server.store_dir().unwrap();
-        support::assert_no_plaintext(&dir.join("jetstream"), &["m17", "ORDERS", "orders.4"]);
+        support::assert_no_plaintext(&dir.join("jetstream"), &[&order(17), "ORDERS", "orders.4"]);
     }
 }
 
