@@ -119,6 +119,14 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
     let cluster = info.cluster.clone().unwrap();
     assert_eq!(cluster.name.as_deref(), Some("C1"));
     assert!(cluster.raft_group.as_deref().unwrap().starts_with("S-R3F-"));
+    // /jsz shows the meta group as nats-server names it.
+    let (code, body) = cl.nodes[0].server.http_get("/jsz");
+    assert_eq!(code, 200);
+    let jsz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(jsz["meta_cluster"]["name"], "C1", "{jsz}");
+    assert_eq!(jsz["meta_cluster"]["cluster_size"], 3, "{jsz}");
+    assert_eq!(jsz["meta_cluster"]["quorum_needed"], 2, "{jsz}");
+    assert!(jsz["meta_cluster"]["leader"].is_string(), "{jsz}");
 
     // Published through every node; each PubAck carries the next sequence.
     let mut acked: BTreeMap<u64, String> = BTreeMap::new();
@@ -184,6 +192,28 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
             assert_eq!(old, p, "sequence {seq} reused");
         }
     }
+
+    // The new leader shows the killed replica offline (out of contact); each survivor
+    // answers from its own view, and a follower's knows only itself, so ask both.
+    let offline = {
+        let mut seen = false;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !seen && Instant::now() < deadline {
+            for j in &js2 {
+                let mut s = j.get_stream("ORDERS").await.unwrap();
+                let c = s.info().await.unwrap().cluster.clone().unwrap();
+                seen |= c
+                    .replicas
+                    .iter()
+                    .any(|r| r.name == cl.nodes[dead].name && r.offline && !r.current);
+            }
+            if !seen {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        seen
+    };
+    assert!(offline, "the killed replica is never shown offline");
 
     // The killed node comes back and is rebuilt from its group's log.
     cl.restart(dead);
@@ -261,4 +291,202 @@ async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
     let js = contexts(&cl, &[0]).await;
     let seq = publish_until_acked(&js, 0, "q.3", "c".into()).await;
     assert!(seq >= 2, "{seq}");
+}
+
+/// Flips one bit in the middle of the largest Raft log segment under `store` (a stopped
+/// node's), as a failing disk would. Returns the segment.
+fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
+    let raft = store.join("jetstream").join("raft");
+    let segment = std::fs::read_dir(&raft)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rlog"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a Raft log segment");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.len() > 1024, "the log holds the stream's entries");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&segment, bytes).unwrap();
+    segment
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledged_message_is_lost()
+{
+    let ledger = |n: usize| format!("ledger-payload-{n:04}");
+    let mut cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    create_r3(&js[0], "LEDGER", "ledger.>").await;
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    for n in 0..20 {
+        let seq = publish_until_acked(&js, n, &format!("ledger.{n}"), ledger(n)).await;
+        acked.insert(seq, ledger(n));
+    }
+    let leader_of = |info: &stream::Info| info.cluster.clone().unwrap().leader.unwrap();
+    let leader = leader_of(
+        &js[0]
+            .get_stream("LEDGER")
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .clone(),
+    );
+    let leader = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    let victim = (0..3).find(|i| *i != leader).unwrap();
+
+    // The follower's disk flips a bit while it is down; it comes back.
+    cl.stop(victim, false);
+    let store = cl.nodes[victim].server.store_dir().unwrap();
+    flip_a_bit_in_the_raft_log(&store);
+    cl.restart(victim);
+
+    // It detects the damage, sets the log aside (still sealed), and is rebuilt by the leader;
+    // /healthz says ok only once it votes again.
+    let healthy = support::eventually(Duration::from_secs(30), || {
+        cl.nodes[victim].server.http_get("/healthz").0 == 200
+    })
+    .await;
+    let log = cl.nodes[victim].server.log_text();
+    assert!(healthy, "the damaged node never became healthy: {log}");
+    assert!(log.contains("needs repair"), "{log}");
+    let damaged = store.join("jetstream").join("raft").join("damaged");
+    assert!(
+        std::fs::read_dir(&damaged).unwrap().count() > 0,
+        "the damaged segments are kept aside"
+    );
+    let vjs = contexts(&cl, &[victim]).await;
+    wait_messages(&vjs[0], "LEDGER", 20).await;
+    assert_eq!(history(&vjs[0], "LEDGER", 20).await, acked);
+
+    // Now the repaired node's vote and log are needed: the leader dies, and the victim and
+    // the other follower must elect a leader between them and keep every acked message.
+    cl.stop(leader, false);
+    let alive: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let js2 = contexts(&cl, &alive).await;
+    for n in 20..30 {
+        let seq = publish_until_acked(&js2, n, &format!("ledger.{n}"), ledger(n)).await;
+        if let Some(old) = acked.insert(seq, ledger(n)) {
+            assert_eq!(old, ledger(n), "sequence {seq} reused");
+        }
+    }
+    cl.restart(leader);
+    let all = contexts(&cl, &[0, 1, 2]).await;
+    let last = *acked.keys().last().unwrap();
+    assert_eq!(last, 30, "{acked:?}");
+    for j in &all {
+        wait_messages(j, "LEDGER", last).await;
+        assert_eq!(history(j, "LEDGER", last).await, acked);
+    }
+    drop(all);
+    for n in &cl.nodes {
+        let dir = n.server.store_dir().unwrap();
+        support::assert_no_plaintext(&dir.join("jetstream"), &[&ledger(7), "LEDGER", "ledger.4"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_r3_key_value_bucket_keeps_every_acknowledged_put_through_leader_loss() {
+    use async_nats::jetstream::kv;
+    let mut cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    // Created once the meta group has its members.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let bucket = loop {
+        let r = js[1]
+            .create_key_value(kv::Config {
+                bucket: "profiles".into(),
+                history: 3,
+                num_replicas: 3,
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(b) => break b,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no R3 bucket: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let mut revisions = BTreeMap::new();
+    for n in 0..10 {
+        let rev = bucket
+            .put(
+                format!("user-{n}"),
+                Bytes::from(format!("profile-value-{n:04}")),
+            )
+            .await
+            .unwrap();
+        revisions.insert(n, rev);
+    }
+    // A compare-and-set on the latest revision wins; a stale one is refused.
+    let r0 = revisions[&0];
+    let new0 = bucket
+        .update("user-0", Bytes::from_static(b"profile-value-updated"), r0)
+        .await
+        .unwrap();
+    assert!(bucket
+        .update("user-0", Bytes::from_static(b"stale-writer"), r0)
+        .await
+        .is_err());
+
+    let info = js[0]
+        .get_stream("KV_profiles")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    let leader = info.cluster.unwrap().leader.unwrap();
+    let dead = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    cl.stop(dead, false);
+    let alive: Vec<usize> = (0..3).filter(|i| *i != dead).collect();
+    let js2 = contexts(&cl, &alive).await;
+    let b2 = js2[0].get_key_value("profiles").await.unwrap();
+    // Puts go on once a new leader is elected (retried, as a client does after a timeout).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match b2
+            .put("user-10", Bytes::from_static(b"profile-value-0010"))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no put after failover: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    // Every acknowledged value is there, the update included, on a surviving node.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = b2.entry("user-0").await.unwrap();
+        if let Some(e) = got {
+            assert_eq!(e.revision, new0);
+            assert_eq!(&e.value[..], b"profile-value-updated");
+            break;
+        }
+        assert!(Instant::now() < deadline, "user-0 never read back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for n in 1..10 {
+        let e = b2.entry(format!("user-{n}")).await.unwrap().unwrap();
+        assert_eq!(e.revision, revisions[&n]);
+        assert_eq!(e.value, Bytes::from(format!("profile-value-{n:04}")));
+    }
+    let history = b2.history("user-0").await.unwrap();
+    let history = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::collect::<Vec<_>>(history),
+    )
+    .await
+    .expect("the history ends");
+    assert_eq!(history.len(), 2, "the put and the update");
 }

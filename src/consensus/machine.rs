@@ -96,6 +96,7 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
             self.last_applied = Some(entry.log_id);
             match entry.payload {
                 EntryPayload::Blank => {}
+                EntryPayload::Normal(c) if c.is_nudge() => {}
                 EntryPayload::Normal(c) => {
                     first.get_or_insert(entry.log_id.index);
                     commands.push(c.0);

@@ -30,6 +30,7 @@
 pub mod machine;
 pub mod memory;
 pub mod mux;
+pub(crate) mod repair;
 pub mod sealed_log;
 pub mod timing;
 
@@ -65,9 +66,24 @@ pub fn peer_id(server_name: &str) -> String {
         .collect()
 }
 
-/// One proposal: opaque bytes the group's state machine decodes.
+/// One proposal: opaque bytes the group's state machine decodes. Empty bytes are a no-op
+/// that the state machine skips ([`Command::nudge`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command(pub Vec<u8>);
+
+impl Command {
+    /// A no-op entry. A follower under repair asks its leader to append one: openraft 0.9's
+    /// leader does not act on a heartbeat's conflict, only on an append's, so without a new
+    /// entry it would never send the follower the log it lost.
+    pub fn nudge() -> Self {
+        Command(Vec::new())
+    }
+
+    /// Whether this is [`Command::nudge`].
+    pub fn is_nudge(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// What applying one entry answers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

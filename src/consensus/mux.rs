@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::memory::{CountingMachine, MemLog};
+use super::repair::RepairGate;
 use super::{Command, GroupId, NodeId, Raft, TypeConfig};
 
 /// How long a heartbeat may wait for others bound to the same peer.
@@ -56,6 +57,8 @@ const REDIAL: Duration = Duration::from_millis(100);
 /// Elections a new group's first member starts at once, and how long each may take.
 const FAST_ELECTIONS: usize = 10;
 const FAST_ELECTION_WAIT: Duration = Duration::from_millis(100);
+/// How often a group under repair asks its leader for a no-op append.
+const NUDGE_EVERY: Duration = Duration::from_millis(500);
 /// Pause before a proposal is tried again while its group has no leader.
 const RETRY_PROPOSAL: Duration = Duration::from_millis(50);
 
@@ -78,6 +81,8 @@ enum Response {
     Propose(Result<u64, ProposeError>),
     /// The peer hosts no such group (not created there yet, or removed).
     NoGroup,
+    /// The peer's copy of the group is under repair and casts no vote (see [`super::repair`]).
+    Repairing,
 }
 
 /// Why a proposal was not committed. A caller that got an error does not know whether the
@@ -166,13 +171,18 @@ struct Call {
 #[derive(Clone)]
 struct PeerLink {
     tx: mpsc::Sender<Call>,
+    /// When the peer last answered anything (for "active" in stream and meta info).
+    heard: Heard,
 }
+
+type Heard = Arc<Mutex<Option<std::time::Instant>>>;
 
 impl PeerLink {
     fn start(addr: String) -> Self {
         let (tx, rx) = mpsc::channel(PEER_QUEUE);
-        tokio::spawn(run_link(addr, rx));
-        PeerLink { tx }
+        let heard = Heard::default();
+        tokio::spawn(run_link(addr, rx, heard.clone()));
+        PeerLink { tx, heard }
     }
 
     async fn call(
@@ -212,7 +222,7 @@ type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
 /// Serves one peer's queue for the life of the node: dial, write frames, read answers, and dial
 /// again after a failure (calls in flight on a dead connection fail; openraft retries).
-async fn run_link(addr: String, mut rx: mpsc::Receiver<Call>) {
+async fn run_link(addr: String, mut rx: mpsc::Receiver<Call>, heard: Heard) {
     let mut next_id = 0u64;
     loop {
         let stream = match TcpStream::connect(&addr).await {
@@ -233,7 +243,7 @@ async fn run_link(addr: String, mut rx: mpsc::Receiver<Call>) {
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let waiting: Waiting = Arc::default();
-        let reader_task = tokio::spawn(read_answers(reader, waiting.clone()));
+        let reader_task = tokio::spawn(read_answers(reader, waiting.clone(), heard.clone()));
         let closed = write_calls(writer, &mut rx, &waiting, &mut next_id).await;
         reader_task.abort();
         waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -243,8 +253,9 @@ async fn run_link(addr: String, mut rx: mpsc::Receiver<Call>) {
     }
 }
 
-async fn read_answers(mut reader: OwnedReadHalf, waiting: Waiting) {
+async fn read_answers(mut reader: OwnedReadHalf, waiting: Waiting, heard: Heard) {
     while let Ok(frame) = read_frame(&mut reader).await {
+        *heard.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
         let mut waiting = waiting.lock().unwrap_or_else(|p| p.into_inner());
         for (id, response) in frame.answers {
             if let Some(answer) = waiting.remove(&id) {
@@ -322,6 +333,10 @@ pub struct MuxNode {
     addr: SocketAddr,
     config: Arc<openraft::Config>,
     groups: Groups,
+    repair: Arc<RepairGate>,
+    /// Peers' addresses as the layer above learned them (for a group whose membership this
+    /// node has lost: see [`nudge_while_repairing`]).
+    addresses: RwLock<HashMap<NodeId, String>>,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
     accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -336,12 +351,15 @@ impl MuxNode {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let groups: Groups = Arc::default();
-        let accepting = tokio::spawn(accept(listener, groups.clone()));
+        let repair: Arc<RepairGate> = Arc::default();
+        let accepting = tokio::spawn(accept(listener, groups.clone(), repair.clone()));
         Ok(Arc::new(MuxNode {
             id,
             addr,
             config,
             groups,
+            repair,
+            addresses: RwLock::default(),
             links: Arc::default(),
             accepting: Mutex::new(Some(accepting)),
         }))
@@ -386,6 +404,13 @@ impl MuxNode {
             links: self.links.clone(),
         };
         let raft = Raft::new(self.id, self.config.clone(), network, log, machine).await?;
+        if self.repair.enter(group) {
+            raft.runtime_config().elect(false);
+            tracing::warn!(
+                group,
+                "a group of this node starts under repair: no votes until it caught up"
+            );
+        }
         self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -412,9 +437,31 @@ impl MuxNode {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&group);
+        self.repair.forget(group);
         if let Some(raft) = raft {
             let _ = raft.shutdown().await;
         }
+    }
+
+    /// This node's log was damaged and started again empty: every group added from now on
+    /// starts under repair (see [`super::repair`]) until `anchor` — the group whose log says
+    /// which others exist — has caught up.
+    pub fn begin_repair(self: &Arc<Self>, anchor: GroupId) {
+        self.repair.begin(anchor);
+        tokio::spawn(nudge_while_repairing(Arc::downgrade(self)));
+    }
+
+    /// Where peer `id` listens, as the layer above learned it (routes, in the server).
+    pub fn learn_address(&self, id: NodeId, addr: String) {
+        self.addresses
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, addr);
+    }
+
+    /// Whether some group of this node is still under repair.
+    pub fn is_repairing(&self) -> bool {
+        self.repair.is_repairing()
     }
 
     /// Proposes `command` to `group`: here when this node leads it, else forwarded once to
@@ -481,6 +528,10 @@ impl MuxNode {
         members: &[(NodeId, String)],
     ) -> Result<(), ProposeError> {
         let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        if self.repair.under_repair(group) {
+            // Its membership is in the log it lost: it comes back from the leader.
+            return Ok(());
+        }
         let members: BTreeMap<NodeId, BasicNode> = members
             .iter()
             .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
@@ -589,6 +640,18 @@ impl MuxNode {
         })
     }
 
+    /// How long ago the peer at `addr` last answered this node (`None`: never, or no call was
+    /// ever made to it).
+    pub fn silence(&self, addr: &str) -> Option<Duration> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let heard = *links
+            .get(addr)?
+            .heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        heard.map(|t| t.elapsed())
+    }
+
     fn link(&self, addr: &str) -> PeerLink {
         self.links
             .lock()
@@ -623,12 +686,48 @@ impl MuxNode {
     }
 }
 
-async fn accept(listener: TcpListener, groups: Groups) {
+/// While groups of this node are under repair, asks each one's leader to append a no-op
+/// ([`Command::nudge`]) every [`NUDGE_EVERY`]: the append that reaches this node conflicts with
+/// its emptied log, and the leader then sends it the whole log.
+async fn nudge_while_repairing(node: std::sync::Weak<MuxNode>) {
+    loop {
+        tokio::time::sleep(NUDGE_EVERY).await;
+        let Some(node) = node.upgrade() else { return };
+        if !node.repair.is_repairing() {
+            return;
+        }
+        for group in node.repair.groups() {
+            // The leader as its appends named it; its address from the address book, since
+            // the membership that would give it is in the lost log. Without either, the next
+            // round tries again.
+            let Some(raft) = node.group(group) else {
+                continue;
+            };
+            let leader = raft.metrics().borrow().current_leader;
+            let addr = leader.and_then(|l| {
+                node.addresses
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&l)
+                    .cloned()
+            });
+            if let Some(addr) = addr {
+                let request = Request::Propose(Command::nudge());
+                let _ = node
+                    .link(&addr)
+                    .call(group, request, false, NUDGE_EVERY)
+                    .await;
+            }
+        }
+    }
+}
+
+async fn accept(listener: TcpListener, groups: Groups, repair: Arc<RepairGate>) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, groups.clone()));
+                tokio::spawn(serve(stream, groups.clone(), repair.clone()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "raft listener: accept failed");
@@ -640,7 +739,7 @@ async fn accept(listener: TcpListener, groups: Groups) {
 
 /// Answers one peer's calls: each call runs on its group concurrently; answers are written
 /// back as they come, everything ready at once in one frame.
-async fn serve(stream: TcpStream, groups: Groups) {
+async fn serve(stream: TcpStream, groups: Groups, repair: Arc<RepairGate>) {
     let (mut reader, mut writer) = stream.into_split();
     let (answers, mut ready) = mpsc::channel::<(u64, Response)>(PEER_QUEUE);
     let writer_task = tokio::spawn(async move {
@@ -663,10 +762,11 @@ async fn serve(stream: TcpStream, groups: Groups) {
                 .get(&group)
                 .cloned();
             let answers = answers.clone();
+            let repair = repair.clone();
             tokio::spawn(async move {
                 let response = match raft {
                     None => Response::NoGroup,
-                    Some(raft) => dispatch(&raft, request).await,
+                    Some(raft) => dispatch_gated(&raft, group, request, &repair).await,
                 };
                 let _ = answers.send((id, response)).await;
             });
@@ -674,6 +774,33 @@ async fn serve(stream: TcpStream, groups: Groups) {
     }
     drop(answers);
     let _ = writer_task.await;
+}
+
+/// [`dispatch`] through the repair gate: a group under repair casts no vote, and each leader
+/// append tells it how far it must catch up and whether it now has.
+async fn dispatch_gated(
+    raft: &Raft,
+    group: GroupId,
+    request: Request,
+    repair: &RepairGate,
+) -> Response {
+    if !repair.under_repair(group) {
+        return dispatch(raft, request).await;
+    }
+    match request {
+        Request::Vote(_) => Response::Repairing,
+        Request::Append(rpc) => {
+            repair.heard_leader(group, rpc.leader_commit.map(|l| l.index));
+            let response = dispatch(raft, Request::Append(rpc)).await;
+            let applied = raft.metrics().borrow().last_applied.map(|l| l.index);
+            if repair.caught_up(group, applied) {
+                raft.runtime_config().elect(true);
+                tracing::info!(group, "a group of this node is repaired: it votes again");
+            }
+            response
+        }
+        other => dispatch(raft, other).await,
+    }
 }
 
 async fn dispatch(raft: &Raft, request: Request) -> Response {

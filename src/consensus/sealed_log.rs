@@ -59,6 +59,8 @@ pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
 /// The largest record body (a batch of entries larger than this is refused).
 pub const MAX_RECORD: usize = 16 * 1024 * 1024;
+/// Where [`SealedLog::set_aside_damaged`] moves a log that failed authentication.
+pub const DAMAGED_DIR: &str = "damaged";
 const HEADER: usize = 4 + 8;
 const AAD_TAG: &[u8] = b"sealstream raft log v1";
 
@@ -342,6 +344,40 @@ impl SealedLog {
             self.shared.syncs.load(Ordering::Relaxed),
             self.shared.records.load(Ordering::Relaxed),
         )
+    }
+
+    /// Moves every segment of the log in `dir` into `dir/damaged/` (replacing what an
+    /// earlier damage left there), so that the log opens again empty. For a log that
+    /// failed authentication: the node starts under repair (`super::repair`), and the
+    /// damaged files stay sealed for whoever investigates. Returns how many were moved.
+    ///
+    /// # Errors
+    /// The file system refused a removal, rename or sync.
+    pub fn set_aside_damaged(dir: &Path) -> Result<usize, LogError> {
+        let damaged = dir.join(DAMAGED_DIR);
+        if damaged.exists() {
+            fs::remove_dir_all(&damaged).map_err(|e| io_err(&damaged, e))?;
+        }
+        fs::create_dir_all(&damaged).map_err(|e| io_err(&damaged, e))?;
+        let mut moved = 0;
+        for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+            let entry = entry.map_err(|e| io_err(dir, e))?;
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.ends_with(".rlog"))
+            {
+                fs::rename(entry.path(), damaged.join(entry.file_name()))
+                    .map_err(|e| io_err(&entry.path(), e))?;
+                moved += 1;
+            }
+        }
+        for d in [&damaged, &dir.to_path_buf()] {
+            File::open(d)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| io_err(d, e))?;
+        }
+        Ok(moved)
     }
 
     /// The segment files on disk now (oldest first).

@@ -39,7 +39,7 @@ use tracing::{error, info, warn};
 
 use crate::consensus::machine::{Applier, ApplyFuture, ReplicatedMachine};
 use crate::consensus::mux::{MuxNode, ProposeError};
-use crate::consensus::sealed_log::SealedLog;
+use crate::consensus::sealed_log::{LogError, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
 use crate::crypto::{Key32, SealKey};
 use crate::jetstream::api::{body, info_for_reply, ApiError};
@@ -105,6 +105,47 @@ pub(crate) struct ClusterJs {
     assignments: Mutex<BTreeMap<(String, String), Assignment>>,
     js: Weak<JetStream>,
     runtime: tokio::runtime::Handle,
+}
+
+impl ClusterJs {
+    /// `/jsz`'s `meta_cluster` (spec cluster.md 4.6): the meta group as this node sees it;
+    /// the other members' state is accurate on the leader.
+    pub(crate) fn meta_cluster(&self) -> Value {
+        let view = ReplicaView {
+            group: META,
+            group_name: "_meta_".to_owned(),
+            me: self.me,
+            node: Arc::clone(&self.node),
+            names: Arc::clone(&self.names),
+            cluster: self.cluster_name.clone(),
+        };
+        let info = view.cluster_info();
+        let size = self.node.status(META).map_or(0, |s| s.voters.len());
+        let mut v = serde_json::json!({
+            "name": self.cluster_name,
+            "replicas": info.replicas,
+            "cluster_size": size,
+            "quorum_needed": size / 2 + 1,
+            "pending": 0,
+        });
+        if !info.leader.is_empty() {
+            v["peer"] = Value::from(crate::consensus::peer_id(&info.leader));
+            v["leader"] = Value::from(info.leader);
+        }
+        v
+    }
+
+    /// Why this server is not a healthy member of the JetStream cluster (`/healthz`), if
+    /// it is not: no meta leader known, or its Raft log under repair.
+    pub(crate) fn health_error(&self) -> Option<&'static str> {
+        if self.node.is_repairing() {
+            return Some("JetStream is repairing this server's Raft log");
+        }
+        match self.node.status(META) {
+            Some(s) if s.leader.is_some() => None,
+            _ => Some("JetStream has not established contact with a meta leader"),
+        }
+    }
 }
 
 /// Configured routes that are not this node (known once the route listener is bound): how
@@ -217,15 +258,8 @@ pub(crate) async fn start(
             return None;
         }
     };
-    let keys: Vec<(GroupId, SealKey)> = directory
-        .groups
-        .iter()
-        .copied()
-        .chain([META])
-        .map(|g| (g, group_key(&group_root, g)))
-        .collect();
-    let log = match SealedLog::open(&dir, names_key, keys) {
-        Ok(l) => l,
+    let (log, damaged) = match open_log(&dir, &names_key, &group_root, &directory) {
+        Ok(opened) => opened,
         Err(e) => {
             error!(error = %e, "replicated JetStream is off: the Raft log does not open");
             return None;
@@ -278,6 +312,10 @@ pub(crate) async fn start(
         js: Arc::downgrade(js),
         runtime: tokio::runtime::Handle::current(),
     });
+    if damaged {
+        // Every group starts empty and casts no vote until it has caught up with a leader.
+        node.begin_repair(META);
+    }
     let meta_log = log.group(META, group_key(&cj.group_root, META));
     let applier = Arc::new(MetaApplier {
         cj: Arc::downgrade(&cj),
@@ -292,6 +330,39 @@ pub(crate) async fn start(
     info!(raft = %node.addr(), "replicated JetStream: Raft transport listening");
     tokio::spawn(membership(Arc::clone(&cj), Arc::clone(cluster)));
     Some(cj)
+}
+
+/// Opens this node's Raft log for the groups of its directory. A log that fails
+/// authentication (a flipped bit, a record that is not a torn tail) is set aside, still
+/// sealed, and a new empty one is opened: the node then starts under repair
+/// ([`crate::consensus::repair`]) — the `bool`.
+fn open_log(
+    dir: &Path,
+    names_key: &Key32,
+    group_root: &Key32,
+    directory: &Directory,
+) -> Result<(SealedLog, bool), LogError> {
+    let keys = || -> Vec<(GroupId, SealKey)> {
+        directory
+            .groups
+            .iter()
+            .copied()
+            .chain([META])
+            .map(|g| (g, group_key(group_root, g)))
+            .collect()
+    };
+    match SealedLog::open(dir, Key32::new(*names_key.expose()), keys()) {
+        Ok(log) => Ok((log, false)),
+        Err(e @ LogError::Corrupt { .. }) => {
+            error!(error = %e, "the Raft log failed authentication: this node needs repair. Its log is set aside (raft/damaged/, still sealed) and rebuilt from its peers; until each group has caught up with its leader it casts no vote");
+            SealedLog::set_aside_damaged(dir)?;
+            Ok((
+                SealedLog::open(dir, Key32::new(*names_key.expose()), keys())?,
+                true,
+            ))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Watches who is in the cluster: learns peers from routes, forms the meta group once, and
@@ -311,6 +382,7 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
                 let id = node_id(name);
                 peers.insert(id, (name.clone(), *addr));
                 names.insert(id, name.clone());
+                cj.node.learn_address(id, addr.to_string());
             }
         }
         let Some(status) = cj.node.status(META) else {

@@ -135,6 +135,10 @@ pub(crate) struct ReplicaView {
     pub(crate) cluster: String,
 }
 
+/// A replica the leader has not heard from for this long is shown `offline` (eight
+/// heartbeats; elections take 1–2 s).
+const OFFLINE_AFTER: Duration = Duration::from_secs(2);
+
 impl ReplicaView {
     /// Whether this node leads the stream's group now.
     pub(crate) fn is_leader(&self) -> bool {
@@ -166,7 +170,7 @@ impl ReplicaView {
             info.leader = self.name_of(l);
         }
         let last = status.last_log_index.unwrap_or(0);
-        for (id, _) in &status.voters {
+        for (id, addr) in &status.voters {
             if Some(*id) == leader {
                 continue;
             }
@@ -176,11 +180,14 @@ impl ReplicaView {
                 .iter()
                 .find(|(m, _)| m == id)
                 .map(|(_, i)| *i);
+            let silence = self.node.silence(addr);
+            let heard_lately = silence.is_some_and(|d| d < OFFLINE_AFTER);
             let (current, lag, offline) = match (status.is_leader, matched) {
                 (true, Some(Some(i))) => {
-                    (last.saturating_sub(i) == 0, last.saturating_sub(i), false)
+                    let lag = last.saturating_sub(i);
+                    (lag == 0 && heard_lately, lag, !heard_lately)
                 }
-                (true, _) => (false, last, true),
+                (true, _) => (false, last, !heard_lately),
                 // A follower knows only itself.
                 (false, _) => (*id == self.me, 0, false),
             };
@@ -189,7 +196,7 @@ impl ReplicaView {
                 name,
                 current,
                 offline,
-                active: 0,
+                active: silence.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
                 lag,
             });
         }

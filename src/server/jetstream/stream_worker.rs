@@ -428,7 +428,7 @@ pub(crate) struct Worker {
     /// The stream is replicated: its state is rebuilt from its group's log at start, so the
     /// catalog keeps no consumer state or checkpoints for it.
     replicated: bool,
-    /// Deliveries and replies are routed (false while a round of another replica runs).
+    /// Replies are routed (false while a round of another replica runs; deliveries always are).
     routes: bool,
 }
 
@@ -985,10 +985,16 @@ impl Worker {
     /// router; then wakes the queues written.
     fn execute(&mut self, st: &Stream) {
         for e in self.fx.take() {
-            if !self.routes && matches!(e, Effect::Deliver { .. } | Effect::Reply { .. }) {
-                // Another replica's round: that replica routes it.
+            if !self.routes && matches!(e, Effect::Reply { .. }) {
+                // Another replica's round: its requester waits at that replica, which answers.
                 continue;
             }
+            // Deliveries go out on every replica, each to its own local subscribers only
+            // (`Reach::Local`): a subscriber is connected to one node, so it gets each message
+            // once, from its own node, whichever replica proposed the round (the leader's
+            // timer rounds included), and the engine's interest question counts route
+            // interest alike on every replica. Not yet: a deliver group with members on
+            // several nodes gets one copy per node.
             let Some(e) = self.sink.route(e) else {
                 continue;
             };

@@ -163,6 +163,9 @@ pub(crate) fn jsz(shared: &Shared, q: &HashMap<String, String>) -> Value {
         "messages": messages,
         "bytes": bytes,
     });
+    if let Some(c) = js.cluster() {
+        v["meta_cluster"] = c.meta_cluster();
+    }
     if !want_accounts {
         return v;
     }

@@ -358,16 +358,25 @@ fn route_sub_detail(account: &str, sub: &Subscription, cid: u64) -> Value {
     v
 }
 
-/// `/healthz`: ok while the server runs; `js-enabled-only` reports 503 because this build has
-/// no JetStream yet.
+/// `/healthz`: ok while the server runs; 503 with `js-enabled-only` when JetStream is off, and
+/// on a clustered JetStream server while it has no meta leader (nats-server's words) or its
+/// Raft log is under repair (it casts no vote yet).
 pub(crate) fn healthz(s: &Shared, q: &HashMap<String, String>) -> (StatusCode, Value) {
     let js_only = q.contains_key("js-enabled-only") || q.contains_key("js-enabled");
-    if js_only && s.jetstream.get().is_none() {
-        let e = "JetStream is not enabled";
-        return (
+    let unavailable = |e: &str| {
+        (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "status": "unavailable", "status_code": 503, "error": e }),
-        );
+        )
+    };
+    let Some(js) = s.jetstream.get() else {
+        if js_only {
+            return unavailable("JetStream is not enabled");
+        }
+        return (StatusCode::OK, json!({ "status": "ok" }));
+    };
+    if let Some(e) = js.cluster().and_then(|c| c.health_error()) {
+        return unavailable(e);
     }
     (StatusCode::OK, json!({ "status": "ok" }))
 }

@@ -9,6 +9,7 @@
 //! s/<stream_id>/c/<consumer_id:32 hex>.st
 //! tmp/<anything>                   (a finding only on a cleanly stopped store)
 //! raft/<segment:16 hex>.rlog | raft/groups   (a clustered node's Raft log, sealed)
+//! raft/damaged/<segment:16 hex>.rlog        (a log that failed authentication, set aside)
 //! ```
 
 use std::os::unix::fs::MetadataExt;
@@ -50,6 +51,8 @@ pub enum FileKind {
     Temp,
     /// A segment of the node's Raft log.
     RaftSegment(u64),
+    /// A segment of a Raft log that failed authentication and was set aside (still sealed).
+    RaftDamaged(u64),
     /// The sealed list of the Raft groups the node keeps.
     RaftDirectory,
     /// A directory of the layout.
@@ -78,6 +81,13 @@ fn gen_of(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
     (digits.bytes().all(|b| b.is_ascii_digit()) && format!("{n:08}") == digits).then_some(n)
 }
 
+/// The segment id of a Raft log file name (`<16 hex>.rlog`).
+fn raft_segment(name: &str) -> Option<u64> {
+    name.strip_suffix(".rlog")
+        .filter(|h| is_hex(h, 16))
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+}
+
 /// Classifies a path relative to the store root (components joined by `/`).
 pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
     let parts: Vec<&str> = rel.split('/').collect();
@@ -86,11 +96,9 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
         (["LOCK"], false) => Some(FileKind::Lock),
         (["keyring" | "catalog" | "s" | "tmp" | "raft"], true) => Some(FileKind::Dir),
         (["raft", "groups"], false) => Some(FileKind::RaftDirectory),
-        (["raft", f], false) => f
-            .strip_suffix(".rlog")
-            .filter(|h| is_hex(h, 16))
-            .and_then(|h| u64::from_str_radix(h, 16).ok())
-            .map(FileKind::RaftSegment),
+        (["raft", "damaged"], true) => Some(FileKind::Dir),
+        (["raft", "damaged", f], false) => raft_segment(f).map(FileKind::RaftDamaged),
+        (["raft", f], false) => raft_segment(f).map(FileKind::RaftSegment),
         (["keyring", f], false) => gen_of(f, "kr-", ".bin").map(FileKind::Keyring),
         (["catalog", f], false) => gen_of(f, "cat-", ".log").map(FileKind::Catalog),
         (["s", id], true) if is_hex(id, 32) => Some(FileKind::Dir),
