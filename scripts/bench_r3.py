@@ -9,14 +9,25 @@ nats-server with `sync_interval: always`. On each: an R3 file stream, then with 
   - window: --msgs publishes with --window PubAcks in flight: msgs/s.
 Every PubAck's sequence is checked, and the stream's message count at the end.
 
+With --failover N: N times, the stream's leader is killed (SIGKILL) while a client on another
+node publishes with a message id every 10 ms (each try waits at most 2 s for its PubAck);
+measured is the time from the kill to the first PubAck after it, then the node is started again
+and must be back in the stream's group (the leader sees it current) before the next try.
+With --catchup MIB: node 3 is stopped, MIB of 1 KiB messages are published, node 3 is started
+again, and the time until its own /jsz shows every message is the catch-up (MB/s).
+
     .venv/bin/python scripts/bench_r3.py [--size 1024] [--sync 1000] [--msgs 20000] [--window 256]
+    .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --failover 20 --catchup 32
 """
 import argparse
 import asyncio
+import json
 import os
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import nats
 
@@ -27,24 +38,73 @@ SEALSTREAM = os.path.join(ROOT, "target/release/sealstream-server")
 NATS_SERVER = os.path.join(ROOT, ".venv/bin/nats-server")
 
 
-def start_cluster(binary, workdir, always):
-    cports = [free_port() for _ in range(3)]
-    rports = [free_port() for _ in range(3)]
-    procs = []
-    routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in rports)
-    for i in range(3):
-        store = os.path.join(workdir, f"n{i + 1}")
-        sync = "sync_interval: always" if always else ""
-        conf = os.path.join(workdir, f"n{i + 1}.conf")
-        with open(conf, "w") as f:
-            f.write(
-                f"server_name: n{i + 1}\nlisten: 127.0.0.1:{cports[i]}\n"
-                f'jetstream {{ store_dir: "{store}" {sync} }}\n'
-                f"cluster {{ name: C1, listen: 127.0.0.1:{rports[i]}, routes: [{routes}] }}\n"
-            )
-        log = open(os.path.join(workdir, f"n{i + 1}.log"), "w")
-        procs.append(subprocess.Popen([binary, "-c", conf], stdout=log, stderr=log))
-    return procs, cports
+class Cluster:
+    """Three nodes of one binary; node i can be killed and started again on its config."""
+
+    def __init__(self, binary, workdir, always):
+        self.binary, self.workdir = binary, workdir
+        self.cports = [free_port() for _ in range(3)]
+        self.mports = [free_port() for _ in range(3)]
+        rports = [free_port() for _ in range(3)]
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in rports)
+        self.confs = []
+        for i in range(3):
+            store = os.path.join(workdir, f"n{i + 1}")
+            sync = ", sync_interval: always" if always else ""
+            conf = os.path.join(workdir, f"n{i + 1}.conf")
+            with open(conf, "w") as f:
+                f.write(
+                    f"server_name: n{i + 1}\nlisten: 127.0.0.1:{self.cports[i]}\n"
+                    f"http: 127.0.0.1:{self.mports[i]}\n"
+                    f'jetstream {{ store_dir: "{store}" {sync} }}\n'
+                    f"cluster {{ name: C1, listen: 127.0.0.1:{rports[i]}, routes: [{routes}] }}\n"
+                )
+            self.confs.append(conf)
+        self.procs = [self.spawn(i) for i in range(3)]
+
+    def wait_listening(self, limit=20):
+        """Every node accepts clients (a fixed sleep was too short for nats-server now and then)."""
+        deadline = time.time() + limit
+        for port in self.cports:
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise RuntimeError(f"nothing listens on {port}")
+                    time.sleep(0.1)
+        time.sleep(1)
+
+    def spawn(self, i):
+        log = open(os.path.join(self.workdir, f"n{i + 1}.log"), "a")
+        return subprocess.Popen([self.binary, "-c", self.confs[i]], stdout=log, stderr=log)
+
+    def kill(self, i):
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def restart(self, i):
+        self.procs[i] = self.spawn(i)
+
+    def stop_all(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+    def local_messages(self, i, stream):
+        """Messages of `stream` in node i's own replica, from its /jsz."""
+        url = f"http://127.0.0.1:{self.mports[i]}/jsz?accounts=true&streams=true"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                doc = json.load(r)
+        except Exception:
+            return -1
+        for acc in doc.get("account_details") or []:
+            for st in acc.get("stream_detail") or []:
+                if st.get("name") == stream:
+                    return st.get("state", {}).get("messages", 0)
+        return -1
 
 
 async def create_r3(js):
@@ -59,13 +119,117 @@ async def create_r3(js):
             await asyncio.sleep(0.3)
 
 
-async def measure(port, args):
+async def stream_leader(js):
+    info = await js.stream_info("R3")
+    return info.cluster.leader if info.cluster else None
+
+
+async def failover(cl, args):
+    """Kill the leader N times; time from the kill to the next PubAck, from another node."""
+    times = []
+    payload = os.urandom(args.size)
+    seq = 0
+    for t in range(args.failover):
+        ncs, jss = [], []
+        for port in cl.cports:
+            nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5,
+                                    max_reconnect_attempts=0, allow_reconnect=False)
+            ncs.append(nc)
+            jss.append(nc.jetstream(timeout=2))
+        leader = None
+        deadline = time.time() + 30
+        while leader not in ("n1", "n2", "n3"):
+            # A node that just started may not know every peer's name yet (it shows an id).
+            if time.time() > deadline:
+                raise RuntimeError(f"no stream leader known: {leader}")
+            for js in jss:
+                try:
+                    leader = await stream_leader(js)
+                    if leader in ("n1", "n2", "n3"):
+                        break
+                except Exception:
+                    pass
+            else:
+                await asyncio.sleep(0.2)
+        victim = int(leader[1:]) - 1
+        other = (victim + 1) % 3
+        await ncs[victim].close()
+        killed = time.perf_counter()
+        cl.kill(victim)
+        while True:
+            seq += 1
+            try:
+                await jss[other].publish("r3.f", payload, headers={"Nats-Msg-Id": f"f{t}-{seq}"})
+                break
+            except Exception:
+                await asyncio.sleep(0.01)
+            if time.perf_counter() - killed > 30:
+                raise RuntimeError("no PubAck 30 s after the leader was killed")
+        times.append(time.perf_counter() - killed)
+        cl.restart(victim)
+        # Back in the group: the new leader sees every replica current.
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                info = await jss[other].stream_info("R3")
+                reps = info.cluster.replicas or []
+                if info.cluster.leader and len(reps) == 2 and all(r.current for r in reps):
+                    break
+            except Exception:
+                pass
+            await asyncio.sleep(0.2)
+        for i, nc in enumerate(ncs):
+            if i != victim:
+                await nc.close()
+    times.sort()
+    return {
+        "failover_p50_s": times[len(times) // 2],
+        "failover_p99_s": times[min(len(times) - 1, int(len(times) * 0.99))],
+        "failover_max_s": times[-1],
+    }
+
+
+async def catchup(cl, args):
+    """Stop node 3, publish --catchup MiB, start it, time until its replica has them all."""
+    cl.kill(2)
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    payload = os.urandom(1024)
+    n = args.catchup * 1024
+    sem = asyncio.Semaphore(256)
+
+    async def one(k):
+        async with sem:
+            await js.publish("r3.c", payload)
+
+    await asyncio.gather(*(one(k) for k in range(n)))
+    total = (await js.stream_info("R3")).state.messages
+    await nc.close()
+    started = time.perf_counter()
+    cl.restart(2)
+    while cl.local_messages(2, "R3") < total:
+        if time.perf_counter() - started > 120:
+            raise RuntimeError("node 3 did not catch up in 120 s")
+        await asyncio.sleep(0.05)
+    took = time.perf_counter() - started
+    return {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
+
+
+async def measure(port, args, cl):
     nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5, max_reconnect_attempts=20)
     js = nc.jetstream(timeout=10)
     await create_r3(js)
     payload = os.urandom(args.size)
     for _ in range(50):  # warm-up
         await js.publish("r3.w", payload)
+    if args.sync == 0 and args.msgs == 0:
+        await nc.close()
+        out = {}
+        if args.failover:
+            out.update(await failover(cl, args))
+        if args.catchup:
+            out.update(await catchup(cl, args))
+        return out
     lat = []
     for _ in range(args.sync):
         t = time.perf_counter()
@@ -97,14 +261,12 @@ async def measure(port, args):
 
 def run(name, binary, always, args):
     with tempfile.TemporaryDirectory() as d:
-        procs, ports = start_cluster(binary, d, always)
+        cl = Cluster(binary, d, always)
         try:
-            time.sleep(2)
-            return asyncio.run(measure(ports[0], args))
+            cl.wait_listening()
+            return asyncio.run(measure(cl.cports[0], args, cl))
         finally:
-            for p in procs:
-                p.kill()
-                p.wait()
+            cl.stop_all()
 
 
 def main():
@@ -114,6 +276,8 @@ def main():
     ap.add_argument("--msgs", type=int, default=20000)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--failover", type=int, default=0)
+    ap.add_argument("--catchup", type=int, default=0, help="MiB")
     args = ap.parse_args()
     rows = []
     for r in range(args.rounds):
@@ -124,8 +288,12 @@ def main():
         ]:
             m = run(name, binary, always, args)
             rows.append((r, name, m))
-            print(f"round {r + 1} {name:22} p50 {m['p50_us']:7.0f} us  p99 {m['p99_us']:7.0f} us  "
-                  f"window {m['window_msgs_s']:8.0f} msgs/s", flush=True)
+            if "p50_us" in m:
+                print(f"round {r + 1} {name:22} p50 {m['p50_us']:7.0f} us  p99 {m['p99_us']:7.0f} us  "
+                      f"window {m['window_msgs_s']:8.0f} msgs/s", flush=True)
+            else:
+                print(f"round {r + 1} {name:22} " + "  ".join(f"{k} {v:.3f}" for k, v in m.items()),
+                      flush=True)
 
 
 if __name__ == "__main__":

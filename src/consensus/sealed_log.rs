@@ -404,6 +404,19 @@ impl SealedLog {
         completion: Completion,
     ) -> Result<(), StorageError<NodeId>> {
         let body = serde_json::to_vec(record).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.submit_encoded(group, record, body, entries, completion)
+            .await
+    }
+
+    /// [`SealedLog::submit`] of a record already encoded as `body`.
+    async fn submit_encoded(
+        &self,
+        group: GroupId,
+        record: &Record,
+        body: Vec<u8>,
+        entries: Vec<Entry<TypeConfig>>,
+        completion: Completion,
+    ) -> Result<(), StorageError<NodeId>> {
         if body.len() > MAX_RECORD {
             return Err(StorageIOError::write_logs(&io::Error::other(
                 "raft record over the size limit",
@@ -932,9 +945,35 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     {
         let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
         let record = Record::Entries(entries.clone());
-        self.log
-            .submit(self.group, &record, entries, Completion::Flushed(callback))
-            .await
+        let body = serde_json::to_vec(&record).map_err(|e| StorageIOError::write_logs(&e))?;
+        if body.len() <= MAX_RECORD {
+            return self
+                .log
+                .submit_encoded(
+                    self.group,
+                    &record,
+                    body,
+                    entries,
+                    Completion::Flushed(callback),
+                )
+                .await;
+        }
+        // A catching-up follower gets many entries at once: more than one record holds them,
+        // written in order, the flush reported with the last.
+        let chunks = split_to_fit(entries, MAX_RECORD)?;
+        let mut callback = Some(callback);
+        let last = chunks.len().saturating_sub(1);
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let completion = match callback.take().filter(|_| i == last) {
+                Some(cb) => Completion::Flushed(cb),
+                None => Completion::None,
+            };
+            let record = Record::Entries(chunk.clone());
+            self.log
+                .submit(self.group, &record, chunk, completion)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
@@ -958,6 +997,42 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             )
             .await
     }
+}
+
+/// Splits `entries` into runs whose record is at most `limit` bytes (halving until each is).
+///
+/// # Errors
+/// One entry alone is over the limit.
+#[expect(
+    clippy::result_large_err,
+    reason = "openraft's StorageError is what the log store returns; its size is not ours"
+)]
+fn split_to_fit(
+    entries: Vec<Entry<TypeConfig>>,
+    limit: usize,
+) -> Result<Vec<Vec<Entry<TypeConfig>>>, StorageError<NodeId>> {
+    let mut out = Vec::new();
+    let mut todo = vec![entries];
+    while let Some(run) = todo.pop() {
+        let size = serde_json::to_vec(&Record::Entries(run.clone()))
+            .map_err(|e| StorageIOError::write_logs(&e))?
+            .len();
+        if size <= limit {
+            out.push(run);
+        } else if run.len() == 1 {
+            return Err(StorageIOError::write_logs(&io::Error::other(
+                "raft entry over the record size limit",
+            ))
+            .into());
+        } else {
+            let mut first = run;
+            let second = first.split_off(first.len() / 2);
+            // Popped last-in first-out: the first half is taken first.
+            todo.push(second);
+            todo.push(first);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1008,6 +1083,21 @@ mod tests {
             let group = log.group(9, key(9));
             Ok((dir, group, CountingMachine::new()))
         }
+    }
+
+    #[test]
+    fn a_batch_over_the_record_limit_is_split_in_order_and_one_huge_entry_is_refused() {
+        let entries: Vec<_> = (1..=10).map(|i| entry(1, i, &[i as u8; 400])).collect();
+        let runs = split_to_fit(entries.clone(), 1_500).unwrap();
+        assert!(runs.len() > 1);
+        for run in &runs {
+            let size = serde_json::to_vec(&Record::Entries(run.clone()))
+                .unwrap()
+                .len();
+            assert!(size <= 1_500, "{size}");
+        }
+        assert_eq!(runs.concat(), entries, "every entry once, in order");
+        assert!(split_to_fit(vec![entry(1, 1, &[0; 2_000])], 1_500).is_err());
     }
 
     /// openraft's own storage contract, on the sealed log (small segments, so it rolls over).

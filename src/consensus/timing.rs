@@ -11,7 +11,10 @@ pub const ELECTION_MIN_MS: u64 = 1_000;
 /// Upper end of the election timeout range.
 pub const ELECTION_MAX_MS: u64 = 2_000;
 
-/// openraft's configuration with our timing, validated.
+/// Entries per append request (a catching-up follower gets its log in runs of this many).
+pub const MAX_ENTRIES_PER_APPEND: u64 = 32;
+
+/// openraft's configuration with our timing and bounds, validated.
 pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
     let config = openraft::Config {
         cluster_name: cluster_name.to_string(),
@@ -20,6 +23,10 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         election_timeout_max: ELECTION_MAX_MS,
         // No snapshots yet (consensus/machine.rs): logs are kept whole.
         snapshot_policy: openraft::SnapshotPolicy::Never,
+        // A replicated stream's entry is a whole round of publishes (up to a few hundred
+        // KiB): openraft's default of 300 per append would make catch-up frames of ~100 MiB,
+        // over the transport's frame limit.
+        max_payload_entries: MAX_ENTRIES_PER_APPEND,
         ..Default::default()
     };
     // The three numbers above satisfy openraft's rules (min < max, heartbeat < min); a test
