@@ -199,8 +199,15 @@ async def catchup(cl, args):
     sem = asyncio.Semaphore(256)
 
     async def one(k):
+        # Node 3 may have led the stream: publishes fail until the others elect a leader.
         async with sem:
-            await js.publish("r3.c", payload)
+            for _ in range(600):
+                try:
+                    await js.publish("r3.c", payload, headers={"Nats-Msg-Id": f"c{k}"})
+                    return
+                except Exception:
+                    await asyncio.sleep(0.05)
+            raise RuntimeError("no PubAck for 30 s")
 
     await asyncio.gather(*(one(k) for k in range(n)))
     total = (await js.stream_info("R3")).state.messages
