@@ -75,6 +75,23 @@ async fn history(js: &jetstream::Context, name: &str, last: u64) -> BTreeMap<u64
     out
 }
 
+/// A three-node JetStream cluster in a full mesh, and a JetStream context on each node.
+async fn three_nodes() -> (TestCluster, Vec<jetstream::Context>) {
+    let cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    (cl, js)
+}
+
+/// Nothing under any node's JetStream store (streams, Raft log, set-aside damage) holds any
+/// of `needles`, in its bytes or its paths.
+fn assert_every_store_sealed(cl: &TestCluster, needles: &[&str]) {
+    for n in &cl.nodes {
+        let dir = n.server.store_dir().unwrap();
+        support::assert_no_plaintext(&dir.join("jetstream"), needles);
+    }
+}
+
 async fn contexts(cl: &TestCluster, nodes: &[usize]) -> Vec<jetstream::Context> {
     let mut v = Vec::new();
     for i in nodes {
@@ -112,9 +129,7 @@ fn order(n: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() {
-    let mut cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
-    let js = contexts(&cl, &[0, 1, 2]).await;
+    let (mut cl, js) = three_nodes().await;
     let info = create_r3(&js[0], "ORDERS", "orders.>").await;
     let cluster = info.cluster.clone().unwrap();
     assert_eq!(cluster.name.as_deref(), Some("C1"));
@@ -127,6 +142,18 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
     assert_eq!(jsz["meta_cluster"]["cluster_size"], 3, "{jsz}");
     assert_eq!(jsz["meta_cluster"]["quorum_needed"], 2, "{jsz}");
     assert!(jsz["meta_cluster"]["leader"].is_string(), "{jsz}");
+    // ... and a replicated stream's details carry its group, not this node alone.
+    let raft_group = support::eventually(Duration::from_secs(5), || {
+        let (_, body) = cl.nodes[1]
+            .server
+            .http_get("/jsz?accounts=true&streams=true");
+        let jsz: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        jsz["account_details"][0]["stream_detail"][0]["cluster"]["raft_group"]
+            .as_str()
+            .is_some_and(|g| g.starts_with("S-R3F-"))
+    })
+    .await;
+    assert!(raft_group, "no raft_group in /jsz stream details");
 
     // Published through every node; each PubAck carries the next sequence.
     let mut acked: BTreeMap<u64, String> = BTreeMap::new();
@@ -251,17 +278,12 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
 
     // Nothing under any node's store is plaintext: not the payloads, not the stream's name.
     drop(all);
-    for n in &cl.nodes {
-        let dir = n.server.store_dir().unwrap();
-        support::assert_no_plaintext(&dir.join("jetstream"), &[&order(17), "ORDERS", "orders.4"]);
-    }
+    assert_every_store_sealed(&cl, &[&order(17), "ORDERS", "orders.4"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
-    let mut cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
-    let js = contexts(&cl, &[0, 1, 2]).await;
+    let (mut cl, js) = three_nodes().await;
     create_r3(&js[0], "Q", "q.>").await;
     assert_eq!(publish_until_acked(&js, 0, "q.1", "a".into()).await, 1);
     cl.stop(1, false);
@@ -316,9 +338,7 @@ fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
 async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledged_message_is_lost()
 {
     let ledger = |n: usize| format!("ledger-payload-{n:04}");
-    let mut cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
-    let js = contexts(&cl, &[0, 1, 2]).await;
+    let (mut cl, js) = three_nodes().await;
     create_r3(&js[0], "LEDGER", "ledger.>").await;
     let mut acked: BTreeMap<u64, String> = BTreeMap::new();
     for n in 0..20 {
@@ -383,18 +403,13 @@ async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledge
         assert_eq!(history(j, "LEDGER", last).await, acked);
     }
     drop(all);
-    for n in &cl.nodes {
-        let dir = n.server.store_dir().unwrap();
-        support::assert_no_plaintext(&dir.join("jetstream"), &[&ledger(7), "LEDGER", "ledger.4"]);
-    }
+    assert_every_store_sealed(&cl, &[&ledger(7), "LEDGER", "ledger.4"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_r3_key_value_bucket_keeps_every_acknowledged_put_through_leader_loss() {
     use async_nats::jetstream::kv;
-    let mut cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
-    let js = contexts(&cl, &[0, 1, 2]).await;
+    let (mut cl, js) = three_nodes().await;
     // Created once the meta group has its members.
     let deadline = Instant::now() + Duration::from_secs(20);
     let bucket = loop {

@@ -765,7 +765,10 @@ impl Worker {
             || (self.changed_since_snapshot
                 && now.saturating_sub(self.last_snapshot) >= SNAPSHOT_EVERY_NS)
         {
-            self.snapshot.publish(published(st, now));
+            let mut fresh = published(st, now);
+            // A replicated stream's monitoring view shows its group, as its info does.
+            self.cluster_info(&mut fresh.info);
+            self.snapshot.publish(fresh);
             self.changed_since_snapshot = false;
             self.last_snapshot = now;
             for w in snapshot_waiters {
