@@ -28,7 +28,16 @@ async fn create_r3(js: &jetstream::Context, name: &str, subjects: &str) -> strea
             })
             .await;
         match r {
-            Ok(mut s) => return s.info().await.unwrap().clone(),
+            Ok(mut s) => {
+                // The create answer itself carries the group, as async-nats's suite expects.
+                let created = s
+                    .cached_info()
+                    .cluster
+                    .clone()
+                    .expect("cluster in the answer");
+                assert!(created.raft_group.is_some_and(|g| g.starts_with("S-R3F-")));
+                return s.info().await.unwrap().clone();
+            }
             Err(e) => {
                 assert!(Instant::now() < deadline, "no R3 stream: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -176,6 +185,13 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
         })
         .await
         .unwrap();
+    let cc = c
+        .cached_info()
+        .cluster
+        .clone()
+        .expect("a consumer's cluster block");
+    assert!(cc.leader.is_some() && cc.leader_since.is_some(), "{cc:?}");
+    assert_eq!(cc.replicas.len(), 2, "{cc:?}");
     let mut batch = c.fetch().max_messages(10).messages().await.unwrap();
     let mut got = Vec::new();
     while let Some(m) = futures::StreamExt::next(&mut batch).await {

@@ -65,6 +65,16 @@ pub struct ClusterInfo {
     /// The leader's server name (empty, and left out, while there is none).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub leader: String,
+    /// Since when the leader leads, as this server first saw it (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_since: Option<String>,
+    /// The group's traffic is not the tenant's (true for every replicated group here: it
+    /// runs on the servers' own Raft transport).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub system_account: bool,
+    /// Which account nats-server would carry the group's traffic in: the system account.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_account: Option<String>,
     /// The other replicas (all of them while there is no leader).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<PeerInfo>,

@@ -42,6 +42,7 @@ use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::sealed_log::{LogError, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
 use crate::crypto::{Key32, SealKey};
+use crate::jetstream::api::types::ClusterInfo;
 use crate::jetstream::api::{body, info_for_reply, ApiError};
 use crate::jetstream::config::{StorageType, StreamConfig};
 use crate::jetstream::now_nanos;
@@ -118,6 +119,7 @@ impl ClusterJs {
             node: Arc::clone(&self.node),
             names: Arc::clone(&self.names),
             cluster: self.cluster_name.clone(),
+            leader_seen: std::sync::Mutex::new(None),
         };
         let info = view.cluster_info();
         let size = self.node.status(META).map_or(0, |s| s.voters.len());
@@ -562,6 +564,7 @@ impl ClusterJs {
             node: Arc::clone(&self.node),
             names: Arc::clone(&self.names),
             cluster: self.cluster_name.clone(),
+            leader_seen: std::sync::Mutex::new(None),
         });
         let replica = Replica {
             group,
@@ -710,12 +713,18 @@ impl ClusterJs {
         info!(account = %acc.name, stream = %name, group = %group_name(group, &cfg), "replicated stream created");
         if !here {
             // Not a replica here: answer from the config (the replicas hold the state).
+            let raft_group = group_name(group, &cfg);
             let mut info = crate::jetstream::api::types::StreamInfo {
                 config: cfg,
                 created: crate::timefmt::rfc3339_nanos(now_nanos()),
                 ..Default::default()
             };
             info_for_reply(&mut info, true);
+            info.cluster = Some(ClusterInfo {
+                name: Some(self.cluster_name.clone()),
+                raft_group: Some(raft_group),
+                ..ClusterInfo::default()
+            });
             return Ok(body(&info));
         }
         // This node's replica exists (the meta entry is applied here); once its group has a
@@ -732,7 +741,11 @@ impl ClusterJs {
         let mut info = rx
             .recv_timeout(API_WAIT)
             .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+        // A replicated stream's create answer carries its group, as nats-server's does
+        // (clients read `cluster` off it: async-nats's create_stream_with_replicas).
+        let cluster = info.cluster.take();
         info_for_reply(&mut info, true);
+        info.cluster = cluster;
         Ok(body(&info))
     }
 

@@ -133,6 +133,8 @@ pub(crate) struct ReplicaView {
     pub(crate) names: PeerNames,
     /// The cluster's name.
     pub(crate) cluster: String,
+    /// The leader this server last saw and since when (unix nanos): `leader_since`.
+    pub(crate) leader_seen: std::sync::Mutex<Option<(NodeId, i64)>>,
 }
 
 /// A replica the leader has not heard from for this long is shown `offline` (eight
@@ -168,7 +170,19 @@ impl ReplicaView {
         let leader = status.leader;
         if let Some(l) = leader {
             info.leader = self.name_of(l);
+            let mut seen = self.leader_seen.lock().unwrap_or_else(|p| p.into_inner());
+            let since = match *seen {
+                Some((was, at)) if was == l => at,
+                _ => {
+                    let at = crate::jetstream::now_nanos();
+                    *seen = Some((l, at));
+                    at
+                }
+            };
+            info.leader_since = Some(crate::timefmt::rfc3339_nanos(since));
         }
+        info.system_account = true;
+        info.traffic_account = Some("$SYS".to_owned());
         let last = status.last_log_index.unwrap_or(0);
         for (id, addr) in &status.voters {
             if Some(*id) == leader {

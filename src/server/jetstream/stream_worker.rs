@@ -1012,6 +1012,15 @@ impl Worker {
         self.sink.flush();
     }
 
+    /// A replicated stream's consumer info shows the stream's group (its consumers live in
+    /// the stream's group: docs/cluster.md), as nats-server shows the consumer's own.
+    fn consumer_cluster(&self, mut info: Value) -> Value {
+        if let Some(v) = &self.view {
+            info["cluster"] = serde_json::json!(v.cluster_info());
+        }
+        info
+    }
+
     /// A replicated stream's info tells its group's state, not this node's name.
     fn cluster_info(&self, info: &mut StreamInfo) {
         if let Some(v) = &self.view {
@@ -1198,9 +1207,11 @@ impl Worker {
                 let (bytes, msgs) = st.usage();
                 self.set_usage(bytes, msgs, st.consumers.len() as u64);
                 info.push_bound = false;
-                Ok(body(&info))
+                Ok(self.consumer_cluster(body(&info)))
             }
-            ApiCall::ConsumerInfo(_, c) => st.consumer_info(c, now).map(|i| body(&i)),
+            ApiCall::ConsumerInfo(_, c) => st
+                .consumer_info(c, now)
+                .map(|i| self.consumer_cluster(body(&i))),
             ApiCall::ConsumerDelete(_, c) => st.consumer_delete(c, &mut self.fx),
             ApiCall::ConsumerPause(_, c) => {
                 let body = optional_body(payload)?;
