@@ -92,6 +92,21 @@ async fn three_nodes() -> (TestCluster, Vec<jetstream::Context>) {
     (cl, js)
 }
 
+/// The index of the node that leads `stream`, as `js`'s node sees it.
+async fn leader_node(cl: &TestCluster, js: &jetstream::Context, stream: &str) -> usize {
+    let mut s = js.get_stream(stream).await.unwrap();
+    let leader = s
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .clone()
+        .unwrap()
+        .leader
+        .unwrap();
+    cl.nodes.iter().position(|n| n.name == leader).unwrap()
+}
+
 /// Nothing under any node's JetStream store (streams, Raft log, set-aside damage) holds any
 /// of `needles`, in its bytes or its paths.
 fn assert_every_store_sealed(cl: &TestCluster, needles: &[&str]) {
@@ -202,19 +217,7 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
     assert_eq!(got, (0..10).map(order).collect::<Vec<_>>());
 
     // Kill the stream's leader; keep publishing through the others.
-    let leader = js[0]
-        .get_stream("ORDERS")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .cluster
-        .clone()
-        .unwrap()
-        .leader
-        .unwrap();
-    let dead = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    let dead = leader_node(&cl, &js[0], "ORDERS").await;
     cl.stop(dead, false);
     let alive: Vec<usize> = (0..3).filter(|i| *i != dead).collect();
     let js2 = contexts(&cl, &alive).await;
@@ -361,18 +364,7 @@ async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledge
         let seq = publish_until_acked(&js, n, &format!("ledger.{n}"), ledger(n)).await;
         acked.insert(seq, ledger(n));
     }
-    let leader_of = |info: &stream::Info| info.cluster.clone().unwrap().leader.unwrap();
-    let leader = leader_of(
-        &js[0]
-            .get_stream("LEDGER")
-            .await
-            .unwrap()
-            .info()
-            .await
-            .unwrap()
-            .clone(),
-    );
-    let leader = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    let leader = leader_node(&cl, &js[0], "LEDGER").await;
     let victim = (0..3).find(|i| *i != leader).unwrap();
 
     // The follower's disk flips a bit while it is down; it comes back.
@@ -467,16 +459,7 @@ async fn an_r3_key_value_bucket_keeps_every_acknowledged_put_through_leader_loss
         .await
         .is_err());
 
-    let info = js[0]
-        .get_stream("KV_profiles")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .clone();
-    let leader = info.cluster.unwrap().leader.unwrap();
-    let dead = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    let dead = leader_node(&cl, &js[0], "KV_profiles").await;
     cl.stop(dead, false);
     let alive: Vec<usize> = (0..3).filter(|i| *i != dead).collect();
     let js2 = contexts(&cl, &alive).await;
