@@ -149,7 +149,7 @@ async fn main() -> Result<()> {
                 }
             }
             let raft = led[(n as usize) % led.len()].clone();
-            let command = Command(vec![b'x'; args.size]);
+            let command = Command(vec![b'x'; args.size].into());
             inflight.spawn(async move { raft.client_write(command).await.map(|_| ()) });
         }
         while let Some(done) = inflight.join_next().await {

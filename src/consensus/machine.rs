@@ -34,7 +34,7 @@ pub type ApplyFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub trait Applier: Send + Sync + 'static {
     /// Applies `commands` (each one committed entry's bytes, in log order; `index` is the
     /// log index of the first). The future resolves once they are applied.
-    fn apply(&self, index: u64, commands: Vec<Vec<u8>>) -> ApplyFuture;
+    fn apply(&self, index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture;
 }
 
 /// openraft's state machine over an [`Applier`].

@@ -27,6 +27,7 @@
 //! `replica.rs` (a stream's proposals). Not here yet (named in issue 15's notes): snapshots of
 //! stream state (logs are kept whole and replayed at start), the needs-repair state.
 
+pub mod codec;
 pub mod machine;
 pub mod memory;
 pub mod mux;
@@ -69,11 +70,11 @@ pub fn peer_id(server_name: &str) -> String {
 /// One proposal: opaque bytes the group's state machine decodes. Empty bytes are a no-op
 /// that the state machine skips ([`Command::nudge`]).
 ///
-/// Serialized as one base64 string (the transport's frames and the log's records are JSON,
-/// where serde would write bytes as an array of numbers: 3.6 bytes of text per byte, parsed
-/// number by number — the largest CPU cost of a replicated publish). An array is still read.
+/// Written as raw bytes by the binary codec of frames and records ([`codec`]); in JSON (the
+/// records of earlier builds, which still open) as one base64 string, where serde would write
+/// an array of numbers — 3.6 bytes of text per byte. An array is still read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Command(pub Vec<u8>);
+pub struct Command(pub bytes::Bytes);
 
 impl Serialize for Command {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -96,11 +97,14 @@ impl<'de> Deserialize<'de> for Command {
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Command, E> {
                 data_encoding::BASE64
                     .decode(v.as_bytes())
-                    .map(Command)
+                    .map(|v| Command(v.into()))
                     .map_err(E::custom)
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Command, E> {
-                Ok(Command(v.to_vec()))
+                Ok(Command(bytes::Bytes::copy_from_slice(v)))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Command, E> {
+                Ok(Command(v.into()))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -110,10 +114,14 @@ impl<'de> Deserialize<'de> for Command {
                 while let Some(b) = a.next_element::<u8>()? {
                     out.push(b);
                 }
-                Ok(Command(out))
+                Ok(Command(out.into()))
             }
         }
-        d.deserialize_any(Bytes)
+        if d.is_human_readable() {
+            d.deserialize_any(Bytes)
+        } else {
+            d.deserialize_byte_buf(Bytes)
+        }
     }
 }
 
@@ -122,7 +130,7 @@ impl Command {
     /// leader does not act on a heartbeat's conflict, only on an append's, so without a new
     /// entry it would never send the follower the log it lost.
     pub fn nudge() -> Self {
-        Command(Vec::new())
+        Command(bytes::Bytes::new())
     }
 
     /// Whether this is [`Command::nudge`].
@@ -159,7 +167,7 @@ mod tests {
 
     #[test]
     fn commands_cross_json_as_base64_and_arrays_still_read() {
-        let c = Command(vec![0, 1, 2, 250, 255]);
+        let c = Command(vec![0, 1, 2, 250, 255].into());
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(text, "\"AAEC+v8=\"");
         assert_eq!(serde_json::from_str::<Command>(&text).unwrap(), c);

@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use super::memory::{CountingMachine, MemLog};
 use super::repair::RepairGate;
-use super::{Command, GroupId, NodeId, Raft, TypeConfig};
+use super::{codec, Command, GroupId, NodeId, Raft, TypeConfig};
 
 /// How long a heartbeat may wait for others bound to the same peer.
 pub const HEARTBEAT_LINGER: Duration = Duration::from_millis(20);
@@ -133,14 +133,13 @@ struct Frame {
 }
 
 fn encode(frame: &Frame) -> io::Result<Vec<u8>> {
-    let body = serde_json::to_vec(frame).map_err(io::Error::other)?;
-    if body.len() > MAX_FRAME {
+    let mut out = codec::encode_after(&[0; 4], frame)?;
+    let body = out.len() - 4;
+    if body > MAX_FRAME {
         return Err(io::Error::other("raft frame over the size limit"));
     }
-    let len = u32::try_from(body.len()).map_err(io::Error::other)?;
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&body);
+    let len = u32::try_from(body).map_err(io::Error::other)?;
+    out[..4].copy_from_slice(&len.to_le_bytes());
     Ok(out)
 }
 
@@ -154,9 +153,16 @@ async fn read_frame(reader: &mut OwnedReadHalf) -> io::Result<Frame> {
             "raft frame over the size limit",
         ));
     }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).await?;
-    serde_json::from_slice(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // Read into spare capacity: a frame of entries is hundreds of KiB, not worth zeroing first.
+    let mut body = Vec::with_capacity(len);
+    (&mut *reader)
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .await?;
+    if body.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    codec::decode(&body)
 }
 
 /// A call on its way to a peer.
@@ -1021,7 +1027,7 @@ mod tests {
             let leader = leader_of(&raft, None).await;
             let leader_raft = nodes[leader as usize - 1].group(group).expect("hosted");
             let written = leader_raft
-                .client_write(Command(b"hello".to_vec()))
+                .client_write(Command(b"hello".to_vec().into()))
                 .await
                 .expect("write commits");
             assert_eq!(written.data.applied, 1);
@@ -1046,7 +1052,7 @@ mod tests {
         let written = nodes[new as usize - 1]
             .group(0)
             .expect("hosted")
-            .client_write(Command(b"after".to_vec()))
+            .client_write(Command(b"after".to_vec().into()))
             .await
             .expect("write commits on the remaining quorum");
         assert_eq!(written.data.applied, 2);
@@ -1087,7 +1093,7 @@ mod tests {
             let leader_raft = nodes[leader as usize - 1].group(1).expect("hosted");
             for n in 0..5u8 {
                 leader_raft
-                    .client_write(Command(vec![n]))
+                    .client_write(Command(vec![n].into()))
                     .await
                     .expect("commits");
             }
@@ -1115,7 +1121,7 @@ mod tests {
         let written = nodes[leader as usize - 1]
             .group(1)
             .expect("hosted")
-            .client_write(Command(b"after restart".to_vec()))
+            .client_write(Command(b"after restart".to_vec().into()))
             .await
             .expect("commits after the restart");
         assert_eq!(
@@ -1137,7 +1143,7 @@ mod tests {
         let bytes = encode(&frame).expect("encodes");
         let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
         assert_eq!(len, bytes.len() - 4);
-        let back: Frame = serde_json::from_slice(&bytes[4..]).expect("decodes");
+        let back: Frame = codec::decode(&bytes[4..]).expect("decodes");
         assert_eq!(back.calls.len(), 1);
         assert_eq!(back.calls[0].0, 7);
         assert_eq!(back.calls[0].1, 3);

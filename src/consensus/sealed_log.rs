@@ -32,7 +32,7 @@
 //! Lock order: `Inner` (one mutex) is never held across I/O except the writer's file rollover;
 //! the writer takes it only to swap out what is pending.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -49,14 +49,20 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use tokio::sync::{oneshot, Semaphore};
 
-use super::{GroupId, NodeId, TypeConfig};
-use crate::crypto::seal::OVERHEAD;
+use super::{codec, GroupId, NodeId, TypeConfig};
+use crate::crypto::seal::{NONCE_LEN, OVERHEAD};
 use crate::crypto::{Key32, SealKey};
 
 /// A segment is closed once it holds this many bytes.
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes accepted but not yet written; an append beyond it waits for the writer.
 pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
+/// Written entries kept in memory, all groups together (the oldest written go first). A
+/// leader sends each new entry to every follower and then applies it: without this, each of
+/// those reads opened the record again from disk — the largest CPU cost of a replicated
+/// publish on the leader (docs/PERFORMANCE.md "Replicated JetStream"). Entries not yet
+/// written are always in memory, bounded by [`PENDING_BYTES`].
+pub const CACHED_BYTES: usize = 32 * 1024 * 1024;
 /// The largest record body (a batch of entries larger than this is refused).
 pub const MAX_RECORD: usize = 16 * 1024 * 1024;
 /// Where [`SealedLog::set_aside_damaged`] moves a log that failed authentication.
@@ -117,8 +123,9 @@ struct GroupState {
     purged: Option<LogId<NodeId>>,
     /// Every live entry: its id and the record holding it.
     entries: BTreeMap<u64, (LogId<NodeId>, Loc)>,
-    /// Entries whose record is not written yet (reads are served from here).
-    unwritten: BTreeMap<u64, Entry<TypeConfig>>,
+    /// Entries whose record is not written yet, and recently written ones (at most
+    /// [`CACHED_BYTES`] of those on the node): reads are served from here.
+    cached: BTreeMap<u64, Entry<TypeConfig>>,
 }
 
 struct GroupKeys {
@@ -129,7 +136,7 @@ struct GroupKeys {
 struct Pending {
     segment: u64,
     bytes: Vec<u8>,
-    /// (group, record, indexes) whose `unwritten` copies can go once written.
+    /// (group, record, indexes) whose `cached` copies can go once written.
     written: Vec<(GroupId, Loc, Vec<u64>)>,
     flushed: Vec<LogFlushed<TypeConfig>>,
     durable: Vec<oneshot::Sender<io::Result<()>>>,
@@ -151,6 +158,13 @@ struct Inner {
     /// The newest segment the writer has written and synced something to (so its head
     /// checkpoint is durable: it is the first thing queued for a segment).
     written_segment: u64,
+    /// Written entries still cached, oldest first: (group, index, record, size).
+    recent: VecDeque<(GroupId, u64, Loc, usize)>,
+    /// Their sizes summed (entries removed since by a truncation or purge count until they
+    /// reach the front).
+    recent_bytes: usize,
+    /// [`CACHED_BYTES`] (a test lowers it).
+    cached_cap: usize,
 }
 
 struct Shared {
@@ -269,6 +283,9 @@ impl SealedLog {
             closed: false,
             segment_bytes,
             written_segment: 0,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
+            cached_cap: CACHED_BYTES,
         };
         inner.segment_refs.entry(inner.segment).or_default();
         inner.written_segment = segments.last().copied().unwrap_or(0);
@@ -403,7 +420,7 @@ impl SealedLog {
         entries: Vec<Entry<TypeConfig>>,
         completion: Completion,
     ) -> Result<(), StorageError<NodeId>> {
-        let body = serde_json::to_vec(record).map_err(|e| StorageIOError::write_logs(&e))?;
+        let body = codec::encode(record).map_err(|e| StorageIOError::write_logs(&e))?;
         self.submit_encoded(group, record, body, entries, completion)
             .await
     }
@@ -449,37 +466,42 @@ impl SealedLog {
             );
         };
         let (segment, offset) = (inner.segment, inner.end);
-        let sealed = keys.key.seal(&aad(segment, offset, &keys.pseudonym), &body);
+        let aad = aad(segment, offset, &keys.pseudonym);
         let pseudonym = keys.pseudonym;
-        let mut bytes = Vec::with_capacity(HEADER + sealed.len());
-        let len = u32::try_from(8 + sealed.len()).unwrap_or(u32::MAX);
-        bytes.extend_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&pseudonym);
-        bytes.extend_from_slice(&sealed);
+        let record_len = HEADER + OVERHEAD + body.len();
         let loc = Loc {
             segment,
             offset,
-            len: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            len: u32::try_from(record_len).unwrap_or(u32::MAX),
         };
-        inner.end += bytes.len() as u64;
+        inner.end += record_len as u64;
         let written = apply(&mut inner, group, record, entries, loc);
-        let pending = match inner.pending.last_mut() {
-            Some(p) if p.segment == segment => p,
-            _ => {
-                inner.pending.push(Pending {
-                    segment,
-                    bytes: Vec::new(),
-                    written: Vec::new(),
-                    flushed: Vec::new(),
-                    durable: Vec::new(),
-                });
-                match inner.pending.last_mut() {
-                    Some(p) => p,
-                    None => unreachable!("just pushed"),
-                }
-            }
+        if inner.pending.last().is_none_or(|p| p.segment != segment) {
+            inner.pending.push(Pending {
+                segment,
+                bytes: Vec::new(),
+                written: Vec::new(),
+                flushed: Vec::new(),
+                durable: Vec::new(),
+            });
+        }
+        let Inner { keys, pending, .. } = &mut *inner;
+        let (Some(keys), Some(pending)) = (keys.get(&group), pending.last_mut()) else {
+            unreachable!("the group's key was found above and a pending batch was just made");
         };
-        pending.bytes.extend_from_slice(&bytes);
+        let key = &keys.key;
+        // Sealed where it will be written from: the body is copied once.
+        let start = pending.bytes.len();
+        let len = u32::try_from(record_len - 4).unwrap_or(u32::MAX);
+        pending.bytes.reserve(record_len);
+        pending.bytes.extend_from_slice(&len.to_le_bytes());
+        pending.bytes.extend_from_slice(&pseudonym);
+        pending.bytes.extend_from_slice(&[0; NONCE_LEN]);
+        pending.bytes.extend_from_slice(&body);
+        let sealed = start + HEADER;
+        let (nonce, tag) = key.seal_in_place(&aad, &mut pending.bytes[sealed + NONCE_LEN..]);
+        pending.bytes[sealed..sealed + NONCE_LEN].copy_from_slice(&nonce);
+        pending.bytes.extend_from_slice(&tag);
         if !written.is_empty() {
             pending.written.push((group, loc, written));
         }
@@ -508,7 +530,7 @@ fn unref(refs: &mut BTreeMap<u64, usize>, segment: u64) {
     }
 }
 
-/// Applies a record to the in-memory state; returns the indexes now held unwritten.
+/// Applies a record to the in-memory state; returns the indexes now held cached.
 fn apply(
     inner: &mut Inner,
     group: GroupId,
@@ -531,7 +553,7 @@ fn apply(
                     unref(segment_refs, old.segment);
                 }
                 *segment_refs.entry(loc.segment).or_default() += 1;
-                state.unwritten.insert(index, entry);
+                state.cached.insert(index, entry);
                 indexes.push(index);
             }
             indexes
@@ -544,7 +566,7 @@ fn apply(
             for (_, (_, old)) in state.entries.split_off(from) {
                 unref(segment_refs, old.segment);
             }
-            let _gone = state.unwritten.split_off(from);
+            let _gone = state.cached.split_off(from);
             Vec::new()
         }
         Record::Purge(upto) => {
@@ -552,8 +574,8 @@ fn apply(
             for (_, (_, old)) in std::mem::replace(&mut state.entries, kept) {
                 unref(segment_refs, old.segment);
             }
-            let kept = state.unwritten.split_off(&(upto.index + 1));
-            state.unwritten = kept;
+            let kept = state.cached.split_off(&(upto.index + 1));
+            state.cached = kept;
             if state.purged.is_none_or(|p| p.index < upto.index) {
                 state.purged = Some(*upto);
             }
@@ -589,7 +611,7 @@ fn roll_over(inner: &mut Inner) {
             vote: state.vote,
             purged: state.purged,
         };
-        let Ok(body) = serde_json::to_vec(&record) else {
+        let Ok(body) = codec::encode(&record) else {
             continue;
         };
         let offset = inner.end + bytes.len() as u64;
@@ -663,15 +685,15 @@ fn replay(
                 .open(&aad(segment, at as u64, &p), sealed)
                 .map_err(|_| corrupt(at, "record does not authenticate"))?;
             let record: Record =
-                serde_json::from_slice(&body).map_err(|_| corrupt(at, "record does not decode"))?;
+                codec::decode(&body).map_err(|_| corrupt(at, "record does not decode"))?;
             let entries = match &record {
                 Record::Entries(entries) => entries.clone(),
                 _ => Vec::new(),
             };
             apply(inner, group, &record, entries, loc);
-            // Replayed entries are on disk: nothing is unwritten.
+            // Replayed entries are on disk: nothing is cached.
             if let Some(state) = inner.groups.get_mut(&group) {
-                state.unwritten.clear();
+                state.cached.clear();
             }
         }
         at += 4 + len;
@@ -708,9 +730,10 @@ fn run_writer(shared: Arc<Shared>) {
         let mut durable = Vec::new();
         {
             let mut inner = lock(&shared);
+            let inner = &mut *inner;
             for pending in &batch {
                 for (group, written, indexes) in &pending.written {
-                    if let Some(state) = inner.groups.get_mut(group) {
+                    if let Some(state) = inner.groups.get(group) {
                         for index in indexes {
                             // Only if no later record replaced the entry meanwhile.
                             let same = state
@@ -718,18 +741,21 @@ fn run_writer(shared: Arc<Shared>) {
                                 .get(index)
                                 .is_some_and(|(_, loc)| loc == written);
                             if same {
-                                state.unwritten.remove(index);
+                                let size = state.cached.get(index).map_or(0, entry_size);
+                                inner.recent.push_back((*group, *index, *written, size));
+                                inner.recent_bytes += size;
                             }
                         }
                     }
                 }
             }
+            evict_cached(inner);
             if let Err(e) = &result {
                 inner.failed = Some(e.to_string());
             } else {
                 let newest = batch.iter().map(|p| p.segment).max().unwrap_or(0);
                 inner.written_segment = inner.written_segment.max(newest);
-                delete_dead_segments(&mut inner, &mut files);
+                delete_dead_segments(inner, &mut files);
             }
         }
         for pending in batch {
@@ -748,6 +774,30 @@ fn run_writer(shared: Arc<Shared>) {
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             });
+        }
+    }
+}
+
+/// The memory an entry holds, near enough.
+fn entry_size(entry: &Entry<TypeConfig>) -> usize {
+    64 + match &entry.payload {
+        openraft::EntryPayload::Normal(c) => c.0.len(),
+        _ => 0,
+    }
+}
+
+/// Drops the oldest written entries from memory until at most [`CACHED_BYTES`] remain (an
+/// entry whose index was written again since, by a later record, stays).
+fn evict_cached(inner: &mut Inner) {
+    while inner.recent_bytes > inner.cached_cap {
+        let Some((group, index, loc, size)) = inner.recent.pop_front() else {
+            break;
+        };
+        inner.recent_bytes -= size;
+        if let Some(state) = inner.groups.get_mut(&group) {
+            if state.entries.get(&index).is_some_and(|(_, l)| *l == loc) {
+                state.cached.remove(&index);
+            }
         }
     }
 }
@@ -836,7 +886,7 @@ impl GroupLog {
             )
             .map_err(|e| StorageIOError::read_logs(&e))?;
         drop(inner);
-        match serde_json::from_slice(&body) {
+        match codec::decode(&body) {
             Ok(Record::Entries(entries)) => Ok(entries),
             Ok(_) => Ok(Vec::new()),
             Err(e) => Err(StorageIOError::read_logs(&e).into()),
@@ -857,7 +907,7 @@ impl RaftLogReader<TypeConfig> for GroupLog {
                 return Ok(Vec::new());
             };
             for (&index, &(id, loc)) in state.entries.range(range) {
-                wanted.push((index, id, state.unwritten.get(&index).cloned(), loc));
+                wanted.push((index, id, state.cached.get(&index).cloned(), loc));
             }
         }
         let mut out = Vec::with_capacity(wanted.len());
@@ -945,7 +995,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     {
         let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
         let record = Record::Entries(entries.clone());
-        let body = serde_json::to_vec(&record).map_err(|e| StorageIOError::write_logs(&e))?;
+        let body = codec::encode(&record).map_err(|e| StorageIOError::write_logs(&e))?;
         if body.len() <= MAX_RECORD {
             return self
                 .log
@@ -1014,7 +1064,7 @@ fn split_to_fit(
     let mut out = Vec::new();
     let mut todo = vec![entries];
     while let Some(run) = todo.pop() {
-        let size = serde_json::to_vec(&Record::Entries(run.clone()))
+        let size = codec::encode(&Record::Entries(run.clone()))
             .map_err(|e| StorageIOError::write_logs(&e))?
             .len();
         if size <= limit {
@@ -1055,7 +1105,7 @@ mod tests {
     fn entry(term: u64, index: u64, payload: &[u8]) -> Entry<TypeConfig> {
         Entry {
             log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-            payload: EntryPayload::Normal(Command(payload.to_vec())),
+            payload: EntryPayload::Normal(Command(payload.to_vec().into())),
         }
     }
 
@@ -1091,9 +1141,7 @@ mod tests {
         let runs = split_to_fit(entries.clone(), 1_500).unwrap();
         assert!(runs.len() > 1);
         for run in &runs {
-            let size = serde_json::to_vec(&Record::Entries(run.clone()))
-                .unwrap()
-                .len();
+            let size = codec::encode(&Record::Entries(run.clone())).unwrap().len();
             assert!(size <= 1_500, "{size}");
         }
         assert_eq!(runs.concat(), entries, "every entry once, in order");
@@ -1134,7 +1182,7 @@ mod tests {
         let payloads: Vec<_> = got
             .iter()
             .map(|e| match &e.payload {
-                EntryPayload::Normal(c) => c.0.clone(),
+                EntryPayload::Normal(c) => c.0.to_vec(),
                 _ => Vec::new(),
             })
             .collect();
@@ -1142,6 +1190,38 @@ mod tests {
         assert_eq!(got[1].log_id.leader_id.term, 3);
         assert_eq!(b.try_get_log_entries(0..10).await.expect("read").len(), 1);
         assert_eq!(b.read_vote().await.expect("vote"), None);
+    }
+
+    #[tokio::test]
+    async fn written_entries_are_read_from_memory_until_the_cache_is_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+        let mut g = log.group(1, key(1));
+        durable(&log, 1, Record::Entries(vec![entry(1, 1, b"kept")])).await;
+        // The segment's bytes are gone (zeroed): a read that went to disk would fail.
+        let wipe = |dir: &Path| {
+            for seg in fs::read_dir(dir).expect("dir") {
+                let path = seg.expect("entry").path();
+                let len = fs::metadata(&path).expect("meta").len();
+                fs::write(&path, vec![0u8; usize::try_from(len).expect("len")]).expect("wipe");
+            }
+        };
+        wipe(dir.path());
+        let got = g
+            .try_get_log_entries(1..2)
+            .await
+            .expect("served from memory");
+        assert_eq!(got, vec![entry(1, 1, b"kept")]);
+        // With no room for written entries, the next one is read back from disk.
+        lock(&log.shared).cached_cap = 0;
+        durable(&log, 1, Record::Entries(vec![entry(1, 2, b"on disk")])).await;
+        assert_eq!(
+            g.try_get_log_entries(2..3).await.expect("read from disk"),
+            vec![entry(1, 2, b"on disk")]
+        );
+        assert!(lock(&log.shared).recent.is_empty());
+        wipe(dir.path());
+        assert!(g.try_get_log_entries(2..3).await.is_err(), "went to disk");
     }
 
     #[tokio::test]

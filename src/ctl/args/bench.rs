@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// Storage of the stream a JetStream scenario creates.
     #[arg(long, value_enum, default_value_t = BenchStorage::File)]
     pub storage: BenchStorage,
+    /// Replicas of the stream (or bucket) a JetStream scenario creates, 1–5 (a cluster's
+    /// replicated streams; `nats bench --replicas`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub replicas: u8,
     /// Name of the stream the js-* scenarios create (deleted first if it exists, and at the end).
     #[arg(long, default_value = "BENCH")]
     pub stream: String,

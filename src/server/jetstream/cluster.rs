@@ -430,7 +430,7 @@ struct MetaApplier {
 }
 
 impl Applier for MetaApplier {
-    fn apply(&self, _index: u64, commands: Vec<Vec<u8>>) -> ApplyFuture {
+    fn apply(&self, _index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture {
         let cj = self.cj.upgrade();
         Box::pin(async move {
             let Some(cj) = cj else { return };
@@ -630,7 +630,7 @@ impl ClusterJs {
         self.runtime.block_on(async {
             let index = self
                 .node
-                .propose(META, Command(bytes), API_WAIT)
+                .propose(META, Command(bytes.into()), API_WAIT)
                 .await
                 .map_err(|e| match e {
                     ProposeError::Failed(reason) => ApiError::new(500, 10049, reason),

@@ -98,7 +98,7 @@ pub(crate) struct StreamApplier {
 }
 
 impl Applier for StreamApplier {
-    fn apply(&self, _index: u64, commands: Vec<Vec<u8>>) -> ApplyFuture {
+    fn apply(&self, _index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture {
         let tx = self.tx.get().and_then(WeakStreamTx::upgrade);
         Box::pin(async move {
             let Some(tx) = tx else { return };
@@ -262,7 +262,9 @@ impl Replica {
         let group = self.group;
         let tx = Arc::clone(&self.tx);
         self.runtime.spawn(async move {
-            let r = node.propose(group, Command(bytes), PROPOSE_DEADLINE).await;
+            let r = node
+                .propose(group, Command(bytes.into()), PROPOSE_DEADLINE)
+                .await;
             if let Some(tx) = tx.get().and_then(WeakStreamTx::upgrade) {
                 let _ = tx.send(Cmd::Proposed(r));
             }

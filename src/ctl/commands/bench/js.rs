@@ -424,7 +424,7 @@ fn js_stream_config(a: &BenchArgs) -> Value {
         "max_msgs": -1,
         "max_bytes": -1,
         "max_age": 0,
-        "num_replicas": 1,
+        "num_replicas": a.replicas,
     })
 }
 
@@ -793,7 +793,7 @@ async fn kv(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport
         "allow_direct": true,
         "allow_rollup_hdrs": true,
         "deny_delete": true,
-        "num_replicas": 1,
+        "num_replicas": a.replicas,
     });
     let mut admin = Admin::connect(dial).await?;
     admin.recreate_stream(&stream, &config).await?;
