@@ -504,3 +504,63 @@ async fn an_r3_key_value_bucket_keeps_every_acknowledged_put_through_leader_loss
     .expect("the history ends");
     assert_eq!(history.len(), 2, "the put and the update");
 }
+
+/// A core request on node `i` with a JSON body; the answer as JSON.
+async fn api(cl: &TestCluster, i: usize, subject: &str, body: &str) -> serde_json::Value {
+    let c = async_nats::connect(cl.url(i)).await.unwrap();
+    let m = tokio::time::timeout(
+        Duration::from_secs(5),
+        c.request(subject.to_owned(), Bytes::from(body.to_owned())),
+    )
+    .await
+    .expect("answered in time")
+    .unwrap();
+    serde_json::from_slice(&m.payload).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_message() {
+    let (cl, js) = three_nodes().await;
+    create_r3(&js[0], "SD", "sd.>").await;
+    for n in 0..5 {
+        publish_until_acked(&js, n, "sd.x", order(n)).await;
+    }
+    let old = leader_node(&cl, &js[0], "SD").await;
+    let next = (old + 1) % 3;
+    let on = (old + 2) % 3;
+    let subject = "$JS.API.STREAM.LEADER.STEPDOWN.SD";
+    let prefer = |i: usize| format!(r#"{{"placement":{{"preferred":"{}"}}}}"#, cl.nodes[i].name);
+
+    // Refusals, with nats-server's codes: the leader itself, an unknown server, a consumer
+    // that does not exist.
+    let r = api(&cl, on, subject, &prefer(old)).await;
+    assert_eq!(r["error"]["err_code"], 10005, "{r}");
+    assert!(r["error"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("is already leader"));
+    let r = api(&cl, on, subject, r#"{"placement":{"preferred":"nosuch"}}"#).await;
+    assert_eq!(r["error"]["err_code"], 10005, "{r}");
+    let r = api(&cl, on, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.nope", "").await;
+    assert_eq!(r["error"]["err_code"], 10014, "{r}");
+
+    // Asked from a node that does not lead, naming the next leader.
+    let r = api(&cl, on, subject, &prefer(next)).await;
+    assert_eq!(
+        r["type"], "io.nats.jetstream.api.v1.stream_leader_stepdown_response",
+        "{r}"
+    );
+    assert_eq!(r["success"], true, "{r}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut n = 5;
+    while leader_node(&cl, &js[on], "SD").await != next {
+        assert!(Instant::now() < deadline, "{} never took over", cl.nodes[next].name);
+        publish_until_acked(&js, n, "sd.x", order(n)).await;
+        n += 1;
+    }
+    let last = publish_until_acked(&js, n, "sd.x", order(n)).await;
+    assert_eq!(last, n as u64 + 1, "no sequence skipped or reused");
+    let want: BTreeMap<u64, String> = (0..=n).map(|k| (k as u64 + 1, order(k))).collect();
+    wait_messages(&js[next], "SD", last).await;
+    assert_eq!(history(&js[next], "SD", last).await, want);
+}

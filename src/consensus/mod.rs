@@ -28,6 +28,7 @@
 //! stream state (logs are kept whole and replayed at start), the needs-repair state.
 
 pub mod codec;
+pub mod handover;
 pub mod machine;
 pub mod memory;
 pub mod mux;

@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::memory::{CountingMachine, MemLog};
+use super::handover::{self, HandoverGate};
 use super::repair::RepairGate;
 use super::{codec, Command, GroupId, NodeId, Raft, TypeConfig};
 
@@ -340,6 +341,7 @@ pub struct MuxNode {
     config: Arc<openraft::Config>,
     groups: Groups,
     repair: Arc<RepairGate>,
+    handover: Arc<HandoverGate>,
     /// Peers' addresses as the layer above learned them (for a group whose membership this
     /// node has lost: see [`nudge_while_repairing`]).
     addresses: RwLock<HashMap<NodeId, String>>,
@@ -358,13 +360,20 @@ impl MuxNode {
         let addr = listener.local_addr()?;
         let groups: Groups = Arc::default();
         let repair: Arc<RepairGate> = Arc::default();
-        let accepting = tokio::spawn(accept(listener, groups.clone(), repair.clone()));
+        let handover: Arc<HandoverGate> = Arc::default();
+        let accepting = tokio::spawn(accept(
+            listener,
+            groups.clone(),
+            repair.clone(),
+            handover.clone(),
+        ));
         Ok(Arc::new(MuxNode {
             id,
             addr,
             config,
             groups,
             repair,
+            handover,
             addresses: RwLock::default(),
             links: Arc::default(),
             accepting: Mutex::new(Some(accepting)),
@@ -470,6 +479,50 @@ impl MuxNode {
         self.repair.is_repairing()
     }
 
+    /// A stepdown of `group` was applied here, naming `next` to lead: this node plays its
+    /// part — the leader falls silent, `next` stands for election once the leases ran out,
+    /// every other voter holds its elections back ([`super::handover`]).
+    pub fn hand_over(self: &Arc<Self>, group: GroupId, next: NodeId) {
+        let Some(raft) = self.group(group) else {
+            return;
+        };
+        let me = self.id;
+        let leading = {
+            let m = raft.metrics().borrow().clone();
+            m.current_leader == Some(me) && m.state.is_leader()
+        };
+        let node = Arc::clone(self);
+        tokio::spawn(async move {
+            let config = raft.runtime_config();
+            if leading {
+                let _ = raft.trigger().heartbeat().await;
+                tokio::time::sleep(handover::SETTLE).await;
+                node.handover.hold(group, handover::HOLD);
+                config.heartbeat(false);
+                config.elect(false);
+                let _ = raft
+                    .wait(Some(handover::HOLD))
+                    .metrics(|m| m.current_leader != Some(me), "a new leader")
+                    .await;
+                config.heartbeat(true);
+                node.handover.release(group);
+                tracing::info!(group, "stepped down as the group's leader");
+                // Not a candidate again at once: the new leader settles first.
+                tokio::time::sleep(handover::CAMPAIGN_AFTER).await;
+            } else if me == next {
+                tokio::time::sleep(handover::CAMPAIGN_AFTER).await;
+                let _ = raft.trigger().elect().await;
+                return;
+            } else {
+                config.elect(false);
+                tokio::time::sleep(handover::HOLD).await;
+            }
+            if !node.repair.under_repair(group) {
+                config.elect(true);
+            }
+        });
+    }
+
     /// Proposes `command` to `group`: here when this node leads it, else forwarded once to
     /// the leader this node knows of. Returns the entry's log index once the command is
     /// committed and applied on the node that took it, or the reason it was not, within
@@ -506,6 +559,9 @@ impl MuxNode {
         deadline: Duration,
     ) -> Result<u64, ProposeError> {
         let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        if self.handover.holding(group) {
+            return Err(ProposeError::NoLeader);
+        }
         match write(&raft, command.clone()).await? {
             Ok(index) => Ok(index),
             Err(addr) => {
@@ -728,12 +784,22 @@ async fn nudge_while_repairing(node: std::sync::Weak<MuxNode>) {
     }
 }
 
-async fn accept(listener: TcpListener, groups: Groups, repair: Arc<RepairGate>) {
+async fn accept(
+    listener: TcpListener,
+    groups: Groups,
+    repair: Arc<RepairGate>,
+    handover: Arc<HandoverGate>,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, groups.clone(), repair.clone()));
+                tokio::spawn(serve(
+                    stream,
+                    groups.clone(),
+                    repair.clone(),
+                    handover.clone(),
+                ));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "raft listener: accept failed");
@@ -745,7 +811,12 @@ async fn accept(listener: TcpListener, groups: Groups, repair: Arc<RepairGate>) 
 
 /// Answers one peer's calls: each call runs on its group concurrently; answers are written
 /// back as they come, everything ready at once in one frame.
-async fn serve(stream: TcpStream, groups: Groups, repair: Arc<RepairGate>) {
+async fn serve(
+    stream: TcpStream,
+    groups: Groups,
+    repair: Arc<RepairGate>,
+    handover: Arc<HandoverGate>,
+) {
     let (mut reader, mut writer) = stream.into_split();
     let (answers, mut ready) = mpsc::channel::<(u64, Response)>(PEER_QUEUE);
     let writer_task = tokio::spawn(async move {
@@ -769,9 +840,14 @@ async fn serve(stream: TcpStream, groups: Groups, repair: Arc<RepairGate>) {
                 .cloned();
             let answers = answers.clone();
             let repair = repair.clone();
+            let handover = handover.clone();
             tokio::spawn(async move {
                 let response = match raft {
                     None => Response::NoGroup,
+                    // A leader stepping down takes no proposal: the proposer retries.
+                    Some(_) if matches!(request, Request::Propose(_)) && handover.holding(group) => {
+                        Response::Propose(Err(ProposeError::NoLeader))
+                    }
                     Some(raft) => dispatch_gated(&raft, group, request, &repair).await,
                 };
                 let _ = answers.send((id, response)).await;

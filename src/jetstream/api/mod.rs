@@ -64,6 +64,10 @@ pub enum ApiCall {
     ConsumerList(String),
     /// `CONSUMER.MSG.NEXT.<S>.<C>`.
     MsgNext(String, String),
+    /// `STREAM.LEADER.STEPDOWN.<S>`.
+    StreamLeaderStepdown(String),
+    /// `CONSUMER.LEADER.STEPDOWN.<S>.<C>`.
+    ConsumerLeaderStepdown(String, String),
 }
 
 impl ApiCall {
@@ -119,6 +123,8 @@ impl ApiCall {
             ["CONSUMER", "NAMES", n] => ApiCall::ConsumerNames(s(n)),
             ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
             ["CONSUMER", "MSG", "NEXT", n, c] => ApiCall::MsgNext(s(n), s(c)),
+            ["STREAM", "LEADER", "STEPDOWN", n] => ApiCall::StreamLeaderStepdown(s(n)),
+            ["CONSUMER", "LEADER", "STEPDOWN", n, c] => ApiCall::ConsumerLeaderStepdown(s(n), s(c)),
             _ => return None,
         })
     }
@@ -140,7 +146,9 @@ impl ApiCall {
             | ApiCall::ConsumerReset(s, _)
             | ApiCall::ConsumerNames(s)
             | ApiCall::ConsumerList(s)
-            | ApiCall::MsgNext(s, _) => Some(s),
+            | ApiCall::MsgNext(s, _)
+            | ApiCall::StreamLeaderStepdown(s)
+            | ApiCall::ConsumerLeaderStepdown(s, _) => Some(s),
             _ => None,
         }
     }
@@ -167,6 +175,8 @@ impl ApiCall {
             ApiCall::ConsumerNames(_) => "consumer_names",
             ApiCall::ConsumerList(_) => "consumer_list",
             ApiCall::MsgNext(..) => "consumer_msg_next",
+            ApiCall::StreamLeaderStepdown(_) => "stream_leader_stepdown",
+            ApiCall::ConsumerLeaderStepdown(..) => "consumer_leader_stepdown",
         }
     }
 

@@ -25,6 +25,7 @@ use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::{Command, GroupId, NodeId};
 
 use crate::jetstream::api::types::{ClusterInfo, PeerInfo};
+use crate::jetstream::api::ApiError;
 
 use super::cmd::Cmd;
 use super::round::{read_only, Input, Round};
@@ -216,6 +217,61 @@ impl ReplicaView {
         }
         info
     }
+}
+
+impl ReplicaView {
+    /// Who is to lead after a stepdown applied with this `preferred` server (a name or a peer
+    /// id) and round time `seed`: the same answer on every replica that sees the same leader.
+    /// Without a preference, one of the other voters, chosen by `seed`.
+    ///
+    /// # Errors
+    /// nats-server's `400/10005` answers: an unknown preferred server, one that already leads,
+    /// or no other voter.
+    pub(crate) fn step_down_target(
+        &self,
+        preferred: Option<&str>,
+        seed: i64,
+    ) -> Result<NodeId, ApiError> {
+        let status = self.node.status(self.group).ok_or_else(unavailable)?;
+        let leader = status.leader.ok_or_else(unavailable)?;
+        if let Some(p) = preferred {
+            let id = status
+                .voters
+                .iter()
+                .map(|(id, _)| *id)
+                .find(|id| {
+                    let name = self.name_of(*id);
+                    name == p || crate::consensus::peer_id(&name) == p
+                })
+                .ok_or_else(|| {
+                    ApiError::new(400, 10005, format!("preferred server \"{p}\" not known"))
+                })?;
+            if id == leader {
+                return Err(ApiError::new(
+                    400,
+                    10005,
+                    format!("preferred server \"{p}\" is already leader"),
+                ));
+            }
+            return Ok(id);
+        }
+        let mut others: Vec<NodeId> = status
+            .voters
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| *id != leader)
+            .collect();
+        others.sort_unstable();
+        if others.is_empty() {
+            return Err(ApiError::new(400, 10005, "no replacement peer connected"));
+        }
+        let pick = usize::try_from(seed.unsigned_abs() % others.len() as u64).unwrap_or(0);
+        Ok(others[pick])
+    }
+}
+
+fn unavailable() -> ApiError {
+    ApiError::new(503, 10008, "JetStream system temporarily unavailable")
 }
 
 /// What a replicated stream's worker keeps about its group.

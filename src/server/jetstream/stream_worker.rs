@@ -603,7 +603,25 @@ impl Worker {
                     }
                     let intake = replica.applied(&round);
                     self.routes = round.origin == replica.me;
-                    let cmds = round.inputs.into_iter().map(replica::cmd_of).collect();
+                    let now = round.now;
+                    let cmds = round
+                        .inputs
+                        .into_iter()
+                        .filter_map(|input| match input {
+                            Input::Api {
+                                call:
+                                    call @ (ApiCall::StreamLeaderStepdown(_)
+                                    | ApiCall::ConsumerLeaderStepdown(..)),
+                                reply,
+                                payload,
+                                ..
+                            } => {
+                                self.step_down(st, replica, &call, &reply, &payload, now);
+                                None
+                            }
+                            other => Some(replica::cmd_of(other)),
+                        })
+                        .collect();
                     let stopped = self.run(st, cmds, round.now, Mode::Applied);
                     self.routes = true;
                     self.budget.give_back(intake);
@@ -634,6 +652,42 @@ impl Worker {
         let tick = due && replica.is_leader();
         replica.propose(now, tick);
         false
+    }
+
+    /// A committed stepdown (of the stream's group; a consumer's is its stream's, as the
+    /// consumer's state lives in that group): every replica plays its part in the handover
+    /// (consensus/handover.rs); the replica that proposed it answers.
+    fn step_down(
+        &mut self,
+        st: &Stream,
+        replica: &Replica,
+        call: &ApiCall,
+        reply: &str,
+        payload: &[u8],
+        now: i64,
+    ) {
+        let result = (|| {
+            if let ApiCall::ConsumerLeaderStepdown(_, c) = call {
+                if !st.consumers.contains_key(c) {
+                    return Err(ApiError::consumer_not_found());
+                }
+            }
+            let body = optional_body(payload)?;
+            let preferred = body
+                .as_ref()
+                .and_then(|b| b.pointer("/placement/preferred"))
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty());
+            let next = replica.view.step_down_target(preferred, now)?;
+            let _runtime = replica.runtime.enter();
+            replica.node.hand_over(replica.group, next);
+            Ok(json!({"success": true}))
+        })();
+        let bytes = match result {
+            Ok(v) => ok_reply(call, v),
+            Err(e) => err_reply(call, &e),
+        };
+        self.fx.reply(reply, bytes);
     }
 
     /// Answers the senders of a round that was not acknowledged: publishes and API calls get
@@ -1221,6 +1275,23 @@ impl Worker {
             ApiCall::ConsumerReset(_, c) => {
                 let body = optional_body(payload)?;
                 st.consumer_reset(c, body.as_ref(), now, &mut self.fx)
+            }
+            ApiCall::StreamLeaderStepdown(_) | ApiCall::ConsumerLeaderStepdown(..) => {
+                // A replicated stream's stepdown is applied from its group's log
+                // (`step_down`); here the stream has one replica, which stays where it is.
+                if let ApiCall::ConsumerLeaderStepdown(_, c) = call {
+                    if !st.consumers.contains_key(c) {
+                        return Err(ApiError::consumer_not_found());
+                    }
+                }
+                if self.js.cluster().is_none() {
+                    return Err(ApiError::new(
+                        503,
+                        10010,
+                        "JetStream clustering support required",
+                    ));
+                }
+                Ok(json!({"success": true}))
             }
             ApiCall::ConsumerNames(_) | ApiCall::ConsumerList(_) => {
                 let body = optional_body(payload)?;
