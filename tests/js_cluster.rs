@@ -544,7 +544,15 @@ async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_mes
     let r = api(&cl, on, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.nope", "").await;
     assert_eq!(r["error"]["err_code"], 10014, "{r}");
 
-    // Asked from a node that does not lead, naming the next leader.
+    // Asked from a node that does not lead, naming the next leader; the new leader says so
+    // on the advisory subject, which a client on a third node hears.
+    use futures::StreamExt;
+    let watcher = async_nats::connect(cl.url(on)).await.unwrap();
+    let mut elected = watcher
+        .subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.SD")
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
     let r = api(&cl, on, subject, &prefer(next)).await;
     assert_eq!(
         r["type"], "io.nats.jetstream.api.v1.stream_leader_stepdown_response",
@@ -554,12 +562,28 @@ async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_mes
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut n = 5;
     while leader_node(&cl, &js[on], "SD").await != next {
-        assert!(Instant::now() < deadline, "{} never took over", cl.nodes[next].name);
+        assert!(
+            Instant::now() < deadline,
+            "{} never took over",
+            cl.nodes[next].name
+        );
         publish_until_acked(&js, n, "sd.x", order(n)).await;
         n += 1;
     }
     let last = publish_until_acked(&js, n, "sd.x", order(n)).await;
     assert_eq!(last, n as u64 + 1, "no sequence skipped or reused");
+    let advisory = tokio::time::timeout(Duration::from_secs(5), elected.next())
+        .await
+        .expect("a LEADER_ELECTED advisory")
+        .unwrap();
+    let a: serde_json::Value = serde_json::from_slice(&advisory.payload).unwrap();
+    assert_eq!(
+        a["type"], "io.nats.jetstream.advisory.v1.stream_leader_elected",
+        "{a}"
+    );
+    assert_eq!(a["stream"], "SD");
+    assert_eq!(a["leader"], cl.nodes[next].name.as_str(), "{a}");
+    assert_eq!(a["replicas"].as_array().unwrap().len(), 3, "{a}");
     let want: BTreeMap<u64, String> = (0..=n).map(|k| (k as u64 + 1, order(k))).collect();
     wait_messages(&js[next], "SD", last).await;
     assert_eq!(history(&js[next], "SD", last).await, want);

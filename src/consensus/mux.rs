@@ -42,8 +42,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::memory::{CountingMachine, MemLog};
 use super::handover::{self, HandoverGate};
+use super::memory::{CountingMachine, MemLog};
 use super::repair::RepairGate;
 use super::{codec, Command, GroupId, NodeId, Raft, TypeConfig};
 
@@ -479,6 +479,33 @@ impl MuxNode {
         self.repair.is_repairing()
     }
 
+    /// Calls `became_leader` each time this node becomes `group`'s leader, until the group
+    /// is removed (its watch then ends).
+    pub fn on_leadership(&self, group: GroupId, became_leader: impl Fn() + Send + 'static) {
+        let Some(raft) = self.group(group) else {
+            return;
+        };
+        let me = self.id;
+        let mut metrics = raft.metrics();
+        drop(raft);
+        tokio::spawn(async move {
+            let mut led = false;
+            loop {
+                let leads = {
+                    let m = metrics.borrow();
+                    m.current_leader == Some(me) && m.state.is_leader()
+                };
+                if leads && !led {
+                    became_leader();
+                }
+                led = leads;
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
     /// A stepdown of `group` was applied here, naming `next` to lead: this node plays its
     /// part — the leader falls silent, `next` stands for election once the leases ran out,
     /// every other voter holds its elections back ([`super::handover`]).
@@ -845,7 +872,9 @@ async fn serve(
                 let response = match raft {
                     None => Response::NoGroup,
                     // A leader stepping down takes no proposal: the proposer retries.
-                    Some(_) if matches!(request, Request::Propose(_)) && handover.holding(group) => {
+                    Some(_)
+                        if matches!(request, Request::Propose(_)) && handover.holding(group) =>
+                    {
                         Response::Propose(Err(ProposeError::NoLeader))
                     }
                     Some(raft) => dispatch_gated(&raft, group, request, &repair).await,

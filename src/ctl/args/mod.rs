@@ -16,7 +16,7 @@ pub use context::ContextCmd;
 pub use kv::{KvArgs, KvCmd};
 pub use msg::{PubArgs, ReplyArgs, ReqArgs, SubArgs};
 pub use server::{AuditArgs, CheckCmd, CheckJsArgs, ServerCmd, StoreCmd};
-pub use stream::{StreamArgs, StreamCmd, StreamConfigArgs};
+pub use stream::{StreamArgs, StreamClusterCmd, StreamCmd, StreamConfigArgs};
 pub use tenant::{AccountCmd, CredsArgs, KeysArg, OperatorCmd, SigningKeyCmd, UserCmd};
 
 use clap::{Args, Parser, Subcommand};

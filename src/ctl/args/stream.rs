@@ -161,4 +161,24 @@ pub enum StreamCmd {
         #[arg(long)]
         since_seq: Option<u64>,
     },
+    /// A replicated stream's group (as `nats stream cluster`).
+    Cluster {
+        #[command(subcommand)]
+        /// What to do with the group.
+        cmd: StreamClusterCmd,
+    },
+}
+
+/// `sealctl stream cluster …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StreamClusterCmd {
+    /// Ask the stream's leader to step down; another replica leads after an election.
+    #[command(name = "step-down", alias = "stepdown")]
+    StepDown {
+        /// Stream name.
+        name: String,
+        /// The server (name) to lead next.
+        #[arg(long)]
+        preferred: Option<String>,
+    },
 }

@@ -13,7 +13,7 @@ use super::util::{
     fmt_bytes, fmt_duration_ns, fmt_limit, fmt_limit_bytes, jb, ji, js, ju, parse_count,
     parse_duration_ns, parse_size, print_section, print_table,
 };
-use crate::ctl::args::{StreamCmd, StreamConfigArgs};
+use crate::ctl::args::{StreamClusterCmd, StreamCmd, StreamConfigArgs};
 
 /// Runs a `stream` command.
 ///
@@ -151,6 +151,22 @@ pub async fn run(s: &Session, cmd: StreamCmd) -> anyhow::Result<()> {
             count,
             since_seq,
         } => view(s, &name, count, since_seq).await,
+        StreamCmd::Cluster {
+            cmd: StreamClusterCmd::StepDown { name, preferred },
+        } => {
+            let body = match &preferred {
+                Some(p) => json!({ "placement": { "preferred": p } }),
+                None => Value::Null,
+            };
+            let v = s
+                .api(&format!("STREAM.LEADER.STEPDOWN.{name}"), &body)
+                .await?;
+            if s.json {
+                return s.print_json(&v);
+            }
+            println!("Requested a leader step-down of stream {name}");
+            Ok(())
+        }
     }
 }
 

@@ -48,7 +48,7 @@ use crate::jetstream::config::{StorageType, StreamConfig};
 use crate::jetstream::now_nanos;
 
 use super::cmd::Cmd;
-use super::replica::{PeerNames, Replica, ReplicaView, StreamApplier};
+use super::replica::{self, PeerNames, Replica, ReplicaView, StreamApplier};
 use super::{lifecycle, stream_worker, AccountJs, JetStream};
 use crate::server::route::Cluster;
 
@@ -592,11 +592,14 @@ impl ClusterJs {
         }
         self.keep_group(group);
         let log = self.log.group(group, group_key(&self.group_root, group));
-        let machine = ReplicatedMachine::new(Arc::new(StreamApplier { tx }));
+        let machine = ReplicatedMachine::new(Arc::new(StreamApplier {
+            tx: Arc::clone(&tx),
+        }));
         if let Err(e) = self.node.add_group_on(group, log, machine, None).await {
             error!(stream = %name, error = %e, "the stream's group did not start here");
             return;
         }
+        replica::watch_leadership(&self.node, group, Arc::clone(&tx));
         if peers.first() == Some(&self.name) {
             let members = self.members_of(peers);
             if members.len() == peers.len() {

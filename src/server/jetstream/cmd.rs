@@ -57,6 +57,8 @@ pub(crate) enum Cmd {
     Apply(Box<Round>, tokio::sync::oneshot::Sender<()>),
     /// A replicated stream: the outcome of this replica's proposal in flight.
     Proposed(Result<u64, ProposeError>),
+    /// A replicated stream: this node now leads its group (the advisory goes out).
+    LeaderElected,
 }
 
 /// What a command counts against its stream's intake budget: its bytes, at least
@@ -84,7 +86,8 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_)
         | Cmd::Apply(..)
-        | Cmd::Proposed(_) => return 0,
+        | Cmd::Proposed(_)
+        | Cmd::LeaderElected => return 0,
     };
     bytes.max(MIN_COMMAND_COST)
 }

@@ -92,6 +92,16 @@ pub(crate) fn cmd_of(input: Input) -> Cmd {
     }
 }
 
+/// Tells the stream's worker each time this node becomes its group's leader (for the
+/// `LEADER_ELECTED` advisory).
+pub(crate) fn watch_leadership(node: &MuxNode, group: GroupId, tx: Arc<OnceLock<WeakStreamTx>>) {
+    node.on_leadership(group, move || {
+        if let Some(tx) = tx.get().and_then(WeakStreamTx::upgrade) {
+            let _ = tx.send(Cmd::LeaderElected);
+        }
+    });
+}
+
 /// Hands a group's committed rounds to its stream's worker and waits until it ran them.
 pub(crate) struct StreamApplier {
     /// The stream's queue (set once the stream is registered).

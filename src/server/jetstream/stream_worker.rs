@@ -630,6 +630,7 @@ impl Worker {
                         return true;
                     }
                 }
+                Cmd::LeaderElected => self.leader_elected(st, replica),
                 Cmd::Proposed(r) => {
                     if let Some((round, intake)) = replica.proposed(r) {
                         self.refuse(st, round);
@@ -652,6 +653,32 @@ impl Worker {
         let tick = due && replica.is_leader();
         replica.propose(now, tick);
         false
+    }
+
+    /// This node now leads the stream's group: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<S>`
+    /// to the stream's account, its replicas the leader included (spec cluster.md 4.8).
+    fn leader_elected(&mut self, st: &Stream, replica: &Replica) {
+        if !replica.is_leader() {
+            return;
+        }
+        let info = replica.view.cluster_info();
+        let mut replicas = vec![json!({
+            "name": info.leader,
+            "current": true,
+            "active": 0,
+            "peer": crate::consensus::peer_id(&info.leader),
+        })];
+        replicas.extend(info.replicas.iter().map(|p| json!(p)));
+        let advisory = json!({
+            "type": "io.nats.jetstream.advisory.v1.stream_leader_elected",
+            "id": data_encoding::BASE64URL_NOPAD.encode(&crate::crypto::random_id()),
+            "timestamp": crate::timefmt::rfc3339_nanos(now_nanos()),
+            "stream": st.cfg.name,
+            "leader": info.leader,
+            "replicas": replicas,
+        });
+        let subject = format!("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{}", st.cfg.name);
+        self.fx.reply(&subject, Bytes::from(advisory.to_string()));
     }
 
     /// A committed stepdown (of the stream's group; a consumer's is its stream's, as the
@@ -781,7 +808,7 @@ impl Worker {
                 }
                 // Only replicated streams get these, and `replicated_round` takes them.
                 Cmd::Apply(_, done) => drop(done),
-                Cmd::Proposed(_) => {}
+                Cmd::Proposed(_) | Cmd::LeaderElected => {}
             }
         }
         if !publishes.is_empty() {
