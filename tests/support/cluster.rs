@@ -91,7 +91,7 @@ impl TestCluster {
             nodes: Vec::new(),
             name: "C1".to_owned(),
         };
-        let ports: Vec<u16> = (0..n).map(|_| super::free_port()).collect();
+        let ports: Vec<u16> = (0..n).map(|_| super::reserved_port()).collect();
         for i in 0..n {
             let seeds: Vec<String> = ports
                 .iter()

@@ -564,6 +564,25 @@ pub async fn sync(c: &async_nats::Client) {
     assert!(r.is_ok(), "server round trip within 5s");
 }
 
+/// A free port below Linux's ephemeral range (32768–60999), for a port chosen now and bound
+/// later by a server: a port from [`free_port`] can be handed meanwhile to another server's
+/// own ephemeral listener (a JetStream cluster test once got its route port taken by a
+/// node's client port).
+pub fn reserved_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + std::process::id().wrapping_mul(7_919) % 12_000;
+    for _ in 0..12_000 {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (base - 20_000 + k) % 12_000;
+        let port = u16::try_from(port).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    free_port()
+}
+
 /// A port nobody listens on right now (bound and released; a configured route needs its
 /// peers' ports before they start).
 pub fn free_port() -> u16 {
