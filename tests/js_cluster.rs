@@ -332,6 +332,11 @@ async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
     let js = contexts(&cl, &[0]).await;
     let seq = publish_until_acked(&js, 0, "q.3", "c".into()).await;
     assert!(seq >= 2, "{seq}");
+    // The other killed node comes back too: a replica's local copy is written without an
+    // fsync (the Raft log is what is durable) and is rebuilt at start, so a SIGKILLed node's
+    // store is audited after its restart, not as the kill left it.
+    cl.restart(2);
+    wait_messages(&contexts(&cl, &[2]).await[0], "Q", seq).await;
 }
 
 /// Flips one bit in the middle of the largest Raft log segment under `store` (a stopped
