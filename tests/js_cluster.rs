@@ -593,3 +593,226 @@ async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_mes
     wait_messages(&js[next], "SD", last).await;
     assert_eq!(history(&js[next], "SD", last).await, want);
 }
+
+/// A system account and a tenant, on every node of a test cluster.
+const WITH_SYSTEM_ACCOUNT: &str = "accounts { SYS: { users: [{user: sys, password: sys}] }, \
+     APP: { jetstream: enabled, users: [{user: app, password: app}] } }\nsystem_account: SYS\n";
+
+/// A core request as `user` on node `i`; every answer that arrives within `wait` (the first
+/// one is waited for up to five seconds), as JSON.
+async fn gather(
+    cl: &TestCluster,
+    i: usize,
+    user: &str,
+    subject: &str,
+    body: &str,
+    wait: Duration,
+) -> Vec<serde_json::Value> {
+    use futures::StreamExt as _;
+    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+        .connect(cl.url(i))
+        .await
+        .unwrap();
+    let inbox = c.new_inbox();
+    let mut answers = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish_with_reply(subject.to_owned(), inbox, Bytes::from(body.to_owned()))
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let first = Instant::now() + Duration::from_secs(5);
+    loop {
+        let until = if out.is_empty() {
+            first
+        } else {
+            Instant::now() + wait
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, answers.next()).await {
+            Ok(Some(m)) if !m.payload.is_empty() => {
+                out.push(serde_json::from_slice(&m.payload).unwrap())
+            }
+            Ok(Some(_)) => {}
+            _ => return out,
+        }
+    }
+}
+
+/// The meta leader as node `i`'s `/jsz` names it (once every member is current).
+fn meta_leader(cl: &TestCluster, i: usize) -> Option<String> {
+    let (_, body) = cl.nodes[i].server.http_get("/jsz");
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v.pointer("/meta_cluster/leader")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
+    let cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(l) = meta_leader(&cl, 0) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no meta leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    // `$SYS.REQ.SERVER.PING.JSZ`: every server answers with its /jsz document.
+    let jsz = gather(
+        &cl,
+        1,
+        "sys",
+        "$SYS.REQ.SERVER.PING.JSZ",
+        "{}",
+        Duration::from_millis(500),
+    )
+    .await;
+    let mut names: Vec<&str> = jsz
+        .iter()
+        .map(|a| a.pointer("/server/name").and_then(|v| v.as_str()).unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["n1", "n2", "n3"], "{jsz:?}");
+    for a in &jsz {
+        assert_eq!(
+            a.pointer("/data/meta_cluster/cluster_size"),
+            Some(&serde_json::json!(3)),
+            "{a}"
+        );
+        assert!(a.pointer("/data/api/total").is_some(), "{a}");
+    }
+    // A tenant's account has no such service: nobody answers it.
+    let tenant = gather(
+        &cl,
+        1,
+        "app",
+        "$SYS.REQ.SERVER.PING.JSZ",
+        "{}",
+        Duration::from_millis(200),
+    )
+    .await;
+    assert!(tenant.is_empty(), "{tenant:?}");
+
+    // `$JS.API.META.LEADER.STEPDOWN`: nats-server's refusals, then a move to the preferred.
+    let step = |body: &'static str| {
+        let cl = &cl;
+        async move {
+            let mut a = gather(
+                cl,
+                2,
+                "sys",
+                "$JS.API.META.LEADER.STEPDOWN",
+                body,
+                Duration::from_millis(100),
+            )
+            .await;
+            assert_eq!(a.len(), 1, "one answer: {a:?}");
+            a.remove(0)
+        }
+    };
+    let unknown = step(r#"{"placement":{"preferred":"nosuch"}}"#).await;
+    assert_eq!(
+        unknown["type"],
+        "io.nats.jetstream.api.v1.meta_leader_stepdown_response"
+    );
+    assert_eq!(unknown["error"]["err_code"], 10005, "{unknown}");
+    assert_eq!(
+        unknown["error"]["description"],
+        "preferred server \"nosuch\" not known"
+    );
+    let other_cluster = step(r#"{"placement":{"cluster":"elsewhere"}}"#).await;
+    assert_eq!(
+        other_cluster["error"]["description"], "no replacement peer connected",
+        "{other_cluster}"
+    );
+    let already = serde_json::json!({"placement": {"preferred": leader}}).to_string();
+    let already = gather(
+        &cl,
+        2,
+        "sys",
+        "$JS.API.META.LEADER.STEPDOWN",
+        &already,
+        Duration::from_millis(100),
+    )
+    .await;
+    assert_eq!(already[0]["error"]["err_code"], 10005, "{already:?}");
+    let next = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| *n != leader)
+        .unwrap();
+    let body = serde_json::json!({"placement": {"preferred": next}}).to_string();
+    let moved = gather(
+        &cl,
+        2,
+        "sys",
+        "$JS.API.META.LEADER.STEPDOWN",
+        &body,
+        Duration::from_millis(100),
+    )
+    .await;
+    assert_eq!(moved[0]["success"], true, "{moved:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (0..3).any(|i| meta_leader(&cl, i).as_deref() != Some(next)) {
+        assert!(
+            Instant::now() < deadline,
+            "{next} did not become the meta leader"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // From a tenant, the stepdown is nobody's subject either.
+    let tenant = gather(
+        &cl,
+        0,
+        "app",
+        "$JS.API.META.LEADER.STEPDOWN",
+        "",
+        Duration::from_millis(200),
+    )
+    .await;
+    assert!(tenant.is_empty(), "{tenant:?}");
+
+    // The new meta leader takes replicated streams.
+    let c = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
+        .request_timeout(Some(Duration::from_secs(4)))
+        .connect(cl.url(0))
+        .await
+        .unwrap();
+    let js = jetstream::new(c);
+    create_r3(&js, "AFTER", "after.>").await;
+    js.publish("after.1", "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    // `sealctl server report jetstream` shows the three servers, the leader marked.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args([
+            "--server",
+            &cl.url(1),
+            "server",
+            "report",
+            "jetstream",
+            "--expect",
+            "3",
+        ])
+        .args(["--user", "sys", "--password", "sys"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("{next}*")), "{text}");
+    assert!(text.contains("RAFT Meta Group Information"), "{text}");
+    for n in ["n1", "n2", "n3"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(n)),
+            "{n} missing: {text}"
+        );
+    }
+}

@@ -96,3 +96,46 @@ async fn the_system_account_answers_every_request_not_only_the_first() {
         assert!(v["server"]["id"].as_str().unwrap().starts_with('N'), "{v}");
     }
 }
+
+/// A single JetStream server asked by its system account for its monitoring documents
+/// (`$SYS.REQ.SERVER.PING.<KIND>`, wrapped as `{"server", "data"}`) and for a meta leader
+/// stepdown, which nobody answers without a cluster.
+#[tokio::test]
+async fn the_system_account_reads_monitoring_and_a_lone_server_has_no_meta_leader() {
+    let s = TestServer::start_js_with(&[], Some(CONF));
+    let admin = async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let ask = |subject: &'static str, body: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let reply =
+                tokio::time::timeout(Duration::from_secs(5), admin.request(subject, body.into()))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&reply.payload).unwrap()
+        }
+    };
+    let jsz = ask("$SYS.REQ.SERVER.PING.JSZ", "{}").await;
+    assert!(
+        jsz["server"]["id"].as_str().unwrap().starts_with('N'),
+        "{jsz}"
+    );
+    assert!(jsz["data"]["config"]["store_dir"].is_string(), "{jsz}");
+    let varz = ask("$SYS.REQ.SERVER.PING.VARZ", "").await;
+    assert_eq!(varz["data"]["server_id"], varz["server"]["id"], "{varz}");
+    let healthz = ask("$SYS.REQ.SERVER.PING.HEALTHZ", "").await;
+    assert_eq!(healthz["data"]["status"], "ok", "{healthz}");
+    // Without a cluster there is no meta leader to step down: nobody answers.
+    let step = tokio::time::timeout(
+        Duration::from_secs(1),
+        admin.request("$JS.API.META.LEADER.STEPDOWN", "".into()),
+    )
+    .await;
+    assert!(
+        !matches!(step, Ok(Ok(_))),
+        "a stepdown without a cluster was answered"
+    );
+}

@@ -78,7 +78,7 @@ fn quiet_on_closed_stdout() {
 /// # Errors
 /// Whatever the command reports; printed by [`main`].
 pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<()> {
-    use args::{CheckCmd, Command, ServerCmd};
+    use args::{CheckCmd, Command, RaftCmd, ReportCmd, ServerCmd};
     use commands::conn::{Session, Target};
     let target = Target {
         url: cli.server.clone(),
@@ -136,6 +136,23 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
                 std::process::exit(code);
             }
             Ok(())
+        }
+        Command::Server {
+            cmd: ServerCmd::Report {
+                cmd: ReportCmd::Jetstream(a),
+            },
+        } => {
+            let s = Session::open(&target, &a.conn).await?;
+            commands::server::report_jetstream(&s, a.expect).await
+        }
+        Command::Server {
+            cmd:
+                ServerCmd::Raft {
+                    cmd: RaftCmd::StepDown { preferred, conn },
+                },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::server::raft_step_down(&s, preferred.as_deref()).await
         }
         other => {
             run(args::Cli {

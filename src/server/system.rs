@@ -40,6 +40,12 @@ const INTERNAL_CID: u64 = 0;
 /// Queue limit of the internal client: requests are small; a flood is dropped, not buffered.
 const INTERNAL_MAX_PENDING: usize = 64 * 1024 * 1024;
 
+/// The meta leader stepdown, a system-account request in nats-server (from any other account,
+/// or on a server without a cluster, nobody answers it).
+const META_STEPDOWN: &str = "$JS.API.META.LEADER.STEPDOWN";
+/// The stepdown's answer type.
+const META_STEPDOWN_TYPE: &str = "io.nats.jetstream.api.v1.meta_leader_stepdown_response";
+
 /// The system account's in-process client.
 pub(crate) struct System {
     /// The system account.
@@ -64,6 +70,7 @@ impl System {
             "$SYS.REQ.SERVER.PING",
             "$SYS.REQ.SERVER.PING.*",
             "$JS.API.ACCOUNT.PURGE.*",
+            META_STEPDOWN,
         ];
         for (i, s) in subjects.iter().enumerate() {
             let sub = Arc::new(Subscription {
@@ -177,8 +184,12 @@ impl System {
                         ..
                     })) => {
                         if let Some(reply) = reply {
+                            let reply = String::from_utf8_lossy(&reply).into_owned();
+                            if self.answer_apart(&shared, &subject, &payload, &reply) {
+                                continue;
+                            }
                             let answer = self.answer(&shared, &subject, &payload);
-                            self.publish(&String::from_utf8_lossy(&reply), &answer);
+                            self.publish(&reply, &answer);
                         }
                     }
                     Ok(Some(_)) => {}
@@ -195,6 +206,70 @@ impl System {
                 }
             }
         }
+    }
+
+    /// Requests that wait on something (the meta group, stream workers) are answered by a
+    /// task of their own, so the service keeps serving meanwhile: the meta leader stepdown
+    /// and the monitoring documents of `$SYS.REQ.SERVER.PING.<KIND>`. Returns whether the
+    /// request was one of them.
+    fn answer_apart(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        subject: &[u8],
+        payload: &Bytes,
+        reply: &str,
+    ) -> bool {
+        let subject = String::from_utf8_lossy(subject);
+        let (me, shared, payload, reply) = (
+            Arc::clone(self),
+            Arc::clone(shared),
+            payload.clone(),
+            reply.to_owned(),
+        );
+        if subject == META_STEPDOWN {
+            // Every server hears it; the meta leader answers. Nobody answers while there is
+            // no leader, nor on a server without a cluster (as nats-server: the client's
+            // request times out).
+            let Some(cluster) = shared.jetstream.get().and_then(|js| js.cluster().cloned()) else {
+                return true;
+            };
+            if !cluster.is_meta_leader() {
+                return true;
+            }
+            tokio::spawn(async move {
+                let result = cluster.meta_step_down(&payload).await;
+                let answer = match result {
+                    Ok(()) => json!({ "type": META_STEPDOWN_TYPE, "success": true }),
+                    Err(e) => json!({ "type": META_STEPDOWN_TYPE, "error": e.to_json() }),
+                };
+                me.publish(&reply, &answer);
+            });
+            return true;
+        }
+        let Some(kind) = subject.strip_prefix("$SYS.REQ.SERVER.PING.") else {
+            return false;
+        };
+        if kind == "STATSZ" || kind == "IDZ" {
+            return false;
+        }
+        let kind = kind.to_owned();
+        tokio::spawn(async move {
+            let sh = Arc::clone(&shared);
+            let data =
+                tokio::task::spawn_blocking(move || super::monitor::document(&sh, &kind, &payload))
+                    .await
+                    .ok()
+                    .flatten();
+            let server = Self::server_block(&shared);
+            let answer = match data {
+                Some(data) => json!({ "server": server, "data": data }),
+                None => {
+                    json!({ "server": server, "error": { "code": 404, "description": "unknown request" } })
+                }
+            };
+            me.publish(&reply, &answer);
+        });
+        true
     }
 
     fn answer(&self, shared: &Shared, subject: &[u8], payload: &[u8]) -> Value {
@@ -228,6 +303,9 @@ impl System {
                         }
                     },
                 }
+            }
+            ["$SYS", "REQ", "SERVER", "PING", "IDZ"] => {
+                json!({ "name": shared.server_name, "host": shared.opts.host, "id": shared.server_id })
             }
             ["$SYS", "REQ", "SERVER", "PING", ..] => {
                 let st = &shared.stats;

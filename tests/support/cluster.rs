@@ -87,6 +87,12 @@ impl TestCluster {
     /// [`TestCluster::restart`]: a full mesh of configured routes, as a JetStream cluster is
     /// configured.
     pub fn start_js(n: usize) -> Self {
+        Self::start_js_conf(n, None)
+    }
+
+    /// As [`TestCluster::start_js`], every node also reading the config body `conf`
+    /// (accounts, a system account).
+    pub fn start_js_conf(n: usize, conf: Option<&str>) -> Self {
         let mut c = TestCluster {
             nodes: Vec::new(),
             name: "C1".to_owned(),
@@ -106,7 +112,7 @@ impl TestCluster {
                 &c.name,
                 ports[i],
                 &seeds,
-                None,
+                conf,
                 &place,
                 Some(store.path()),
             );
@@ -116,7 +122,7 @@ impl TestCluster {
                 kind: Kind::UnderTest,
                 route_port: ports[i],
                 seeds,
-                conf: None,
+                conf: conf.map(str::to_owned),
                 place,
                 store: Some(store),
             });

@@ -33,6 +33,53 @@ pub enum ServerCmd {
         #[command(subcommand)]
         cmd: CheckCmd,
     },
+    /// Reports gathered from every server of a cluster (needs a system account user).
+    Report {
+        /// Which report.
+        #[command(subcommand)]
+        cmd: ReportCmd,
+    },
+    /// The JetStream meta group's Raft (needs a system account user).
+    Raft {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: RaftCmd,
+    },
+}
+
+/// `sealctl server report ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReportCmd {
+    /// Every server's JetStream usage and the meta group, as `nats server report jetstream`.
+    #[command(alias = "js")]
+    Jetstream(ReportJsArgs),
+}
+
+/// `sealctl server report jetstream`.
+#[derive(Debug, Clone, Args)]
+pub struct ReportJsArgs {
+    /// Stop waiting once this many servers answered (else: `--timeout`, or half a second
+    /// after the last answer).
+    #[arg(long)]
+    pub expect: Option<usize>,
+    /// Connection options.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// `sealctl server raft ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum RaftCmd {
+    /// The meta group's leader hands over to another member (`$JS.API.META.LEADER.STEPDOWN`).
+    #[command(alias = "stepdown")]
+    StepDown {
+        /// The server to lead next (its name).
+        #[arg(long)]
+        preferred: Option<String>,
+        /// Connection options.
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
 }
 
 /// `sealctl server check ...`.

@@ -1,4 +1,5 @@
-//! `sealctl server info|ping|check`: is the server up, what is it, is JetStream healthy.
+//! `sealctl server info|ping|check|report|raft`: is the server up, what is it, is JetStream
+//! healthy, what does the cluster hold, and the meta leader's stepdown.
 //!
 //! `check jetstream` is meant for monitoring systems, so it follows the Nagios plugin
 //! convention — one status line (`OK`/`WARNING`/`CRITICAL`, then `|` and perfdata) and exit
@@ -10,7 +11,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::conn::{Session, Target};
-use super::util::{fmt_bytes, ji, ju};
+use super::util::{fmt_bytes, ji, ju, print_table};
 use crate::ctl::args::{CheckJsArgs, ConnArgs};
 
 /// `sealctl server info`: what the server announced in INFO, plus the account's JetStream
@@ -286,4 +287,224 @@ pub async fn check_jetstream(target: &Target, conn: &ConnArgs, a: &CheckJsArgs) 
         println!("{summary} | {}", perf.join(" "));
     }
     state as i32
+}
+
+/// Sends `subject` once and gathers every server's answer: until `expect` arrived, or the
+/// session timeout, or half a second after the last answer.
+///
+/// # Errors
+/// Connection errors.
+async fn gather(
+    s: &Session,
+    subject: &str,
+    body: &Value,
+    expect: Option<usize>,
+) -> anyhow::Result<Vec<Value>> {
+    use futures::StreamExt as _;
+    let inbox = s.client.new_inbox();
+    let mut answers = s.client.subscribe(inbox.clone()).await?;
+    s.client
+        .publish_with_reply(subject.to_owned(), inbox, serde_json::to_vec(body)?.into())
+        .await?;
+    s.client.flush().await?;
+    let deadline = tokio::time::Instant::now() + s.timeout;
+    let mut out = Vec::new();
+    loop {
+        let wait = if out.is_empty() {
+            deadline
+        } else {
+            deadline.min(tokio::time::Instant::now() + std::time::Duration::from_millis(500))
+        };
+        match tokio::time::timeout_at(wait, answers.next()).await {
+            Ok(Some(m)) => {
+                if m.payload.is_empty() {
+                    continue; // a no-responders status
+                }
+                out.push(serde_json::from_slice(&m.payload)?);
+                if expect.is_some_and(|n| out.len() >= n) {
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Ok(out)
+}
+
+/// `sealctl server report jetstream`: every server's JetStream usage (`$SYS.REQ.SERVER.PING.JSZ`,
+/// as `nats server report jetstream` asks it) and the meta group as its leader sees it. The
+/// meta leader is marked `*`.
+///
+/// # Errors
+/// Connection errors; no server answered (not a system account user, or no JetStream).
+pub async fn report_jetstream(s: &Session, expect: Option<usize>) -> anyhow::Result<()> {
+    let mut answers = gather(s, "$SYS.REQ.SERVER.PING.JSZ", &json!({}), expect).await?;
+    if answers.is_empty() {
+        anyhow::bail!(
+            "no server answered $SYS.REQ.SERVER.PING.JSZ (a system account user is needed)"
+        );
+    }
+    answers.sort_by(|a, b| {
+        let name = |v: &Value| {
+            v.pointer("/server/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        name(a).cmp(&name(b))
+    });
+    if s.json {
+        return s.print_json(&Value::from(answers));
+    }
+    let leader = answers
+        .iter()
+        .find_map(|a| {
+            a.pointer("/data/meta_cluster/leader")
+                .and_then(Value::as_str)
+        })
+        .unwrap_or("")
+        .to_owned();
+    let mut rows = Vec::new();
+    let mut total = [0u64; 7];
+    for a in &answers {
+        let name = a
+            .pointer("/server/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let d = a.get("data").cloned().unwrap_or(Value::Null);
+        let cluster = d
+            .pointer("/meta_cluster/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let api = d.get("api").cloned().unwrap_or(Value::Null);
+        let figures = [
+            ju(&d, "streams"),
+            ju(&d, "consumers"),
+            ju(&d, "messages"),
+            ju(&d, "bytes"),
+            ju(&d, "memory"),
+            ju(&d, "storage"),
+            ju(&api, "total"),
+        ];
+        for (t, f) in total.iter_mut().zip(figures) {
+            *t += f;
+        }
+        let marked = if name == leader {
+            format!("{name}*")
+        } else {
+            name.to_owned()
+        };
+        rows.push(vec![
+            marked,
+            cluster.to_owned(),
+            figures[0].to_string(),
+            figures[1].to_string(),
+            figures[2].to_string(),
+            fmt_bytes(figures[3]),
+            fmt_bytes(figures[4]),
+            fmt_bytes(figures[5]),
+            figures[6].to_string(),
+            ju(&api, "errors").to_string(),
+        ]);
+    }
+    rows.push(vec![
+        "Total".to_owned(),
+        String::new(),
+        total[0].to_string(),
+        total[1].to_string(),
+        total[2].to_string(),
+        fmt_bytes(total[3]),
+        fmt_bytes(total[4]),
+        fmt_bytes(total[5]),
+        total[6].to_string(),
+        String::new(),
+    ]);
+    println!("JetStream Summary\n");
+    print_table(
+        &[
+            "Server",
+            "Cluster",
+            "Streams",
+            "Consumers",
+            "Messages",
+            "Bytes",
+            "Memory",
+            "File",
+            "API Req",
+            "API Err",
+        ],
+        &rows,
+    );
+    // The meta group as its leader sees it (the others know only themselves).
+    let meta = answers
+        .iter()
+        .find(|a| a.pointer("/server/name").and_then(Value::as_str) == Some(leader.as_str()))
+        .and_then(|a| a.pointer("/data/meta_cluster"))
+        .cloned();
+    let Some(meta) = meta else {
+        println!("\nNo meta group leader answered");
+        return Ok(());
+    };
+    println!("\nRAFT Meta Group Information\n");
+    let mut rows = vec![vec![
+        leader.clone(),
+        meta.get("peer")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        "yes".to_owned(),
+        "true".to_owned(),
+        "true".to_owned(),
+        "0s".to_owned(),
+        "0".to_owned(),
+    ]];
+    for r in meta
+        .get("replicas")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let active_ns = ju(r, "active");
+        rows.push(vec![
+            r.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            r.get("peer")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            String::new(),
+            r.get("current")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+            (!r.get("offline").and_then(Value::as_bool).unwrap_or(false)).to_string(),
+            format!("{:.2}s", active_ns as f64 / 1e9),
+            ju(r, "lag").to_string(),
+        ]);
+    }
+    rows.sort_by(|a, b| a[0].cmp(&b[0]));
+    print_table(
+        &["Name", "ID", "Leader", "Current", "Online", "Active", "Lag"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// `sealctl server raft step-down [--preferred NAME]`: the meta leader hands over.
+///
+/// # Errors
+/// The server's refusal; no answer (not a system account user: nobody answers then).
+pub async fn raft_step_down(s: &Session, preferred: Option<&str>) -> anyhow::Result<()> {
+    let body = match preferred {
+        Some(p) => json!({ "placement": { "preferred": p } }),
+        None => Value::Null,
+    };
+    let v = s.api("META.LEADER.STEPDOWN", &body).await?;
+    if s.json {
+        return s.print_json(&v);
+    }
+    println!("Requested a meta group leader step-down");
+    Ok(())
 }

@@ -273,6 +273,46 @@ fn pct(used: u64, limit: i64) -> String {
     format!(" ({:.1}%)", used as f64 * 100.0 / limit as f64)
 }
 
+/// A replicated stream's `cluster` block: the leader, then each other replica (`current`,
+/// when it was last heard, its lag, `OFFLINE`), as the leader sees them.
+fn print_cluster(c: &Value) {
+    let leader = js(c, "leader");
+    let replicas = c.get("replicas").and_then(Value::as_array);
+    if leader.is_empty() && replicas.is_none_or(Vec::is_empty) {
+        return;
+    }
+    let mut rows: Vec<(&str, String)> = vec![
+        ("Name", js(c, "name").to_owned()),
+        (
+            "Leader",
+            if leader.is_empty() {
+                "none (no quorum)".to_owned()
+            } else {
+                leader.to_owned()
+            },
+        ),
+    ];
+    for r in replicas.into_iter().flatten() {
+        let state = if jb(r, "offline") {
+            "OFFLINE".to_owned()
+        } else if jb(r, "current") {
+            "current".to_owned()
+        } else {
+            "outdated".to_owned()
+        };
+        rows.push((
+            "Replica",
+            format!(
+                "{}, {state}, seen {:.2}s ago, {} operations behind",
+                js(r, "name"),
+                ju(r, "active") as f64 / 1e9,
+                ju(r, "lag")
+            ),
+        ));
+    }
+    print_section("Cluster Information", &rows);
+}
+
 fn show_info(s: &Session, v: &Value, headline: &str) -> anyhow::Result<()> {
     if s.json {
         return s.print_json(v);
@@ -327,6 +367,7 @@ fn show_info(s: &Session, v: &Value, headline: &str) -> anyhow::Result<()> {
         ("Sealed", jb(c, "sealed").to_string()),
     ]);
     print_section("Configuration", &cfg);
+    print_cluster(&v["cluster"]);
     let msgs = ju(st, "messages");
     let bytes = ju(st, "bytes");
     let seq_line = |seq: &str, ts: &str| {

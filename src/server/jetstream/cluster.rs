@@ -79,6 +79,13 @@ enum MetaCmd {
     },
     /// A replicated stream is deleted.
     Delete { account: String, name: String },
+    /// The meta leader steps down (`$JS.API.META.LEADER.STEPDOWN`): every member computes
+    /// the same next leader from the preferred server (or `seed`) and plays its part in the
+    /// handover (consensus/handover.rs).
+    StepDown {
+        preferred: Option<String>,
+        seed: i64,
+    },
 }
 
 /// Where a replicated stream lives.
@@ -112,15 +119,7 @@ impl ClusterJs {
     /// `/jsz`'s `meta_cluster` (spec cluster.md 4.6): the meta group as this node sees it;
     /// the other members' state is accurate on the leader.
     pub(crate) fn meta_cluster(&self) -> Value {
-        let view = ReplicaView {
-            group: META,
-            group_name: "_meta_".to_owned(),
-            me: self.me,
-            node: Arc::clone(&self.node),
-            names: Arc::clone(&self.names),
-            cluster: self.cluster_name.clone(),
-            leader_seen: std::sync::Mutex::new(None),
-        };
+        let view = self.meta_view();
         let info = view.cluster_info();
         let size = self.node.status(META).map_or(0, |s| s.voters.len());
         let mut v = serde_json::json!({
@@ -135,6 +134,54 @@ impl ClusterJs {
             v["leader"] = Value::from(info.leader);
         }
         v
+    }
+
+    /// The meta group as stream info would show a group.
+    fn meta_view(&self) -> ReplicaView {
+        ReplicaView {
+            group: META,
+            group_name: "_meta_".to_owned(),
+            me: self.me,
+            node: Arc::clone(&self.node),
+            names: Arc::clone(&self.names),
+            cluster: self.cluster_name.clone(),
+            leader_seen: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether this node leads the meta group now (only the meta leader answers requests
+    /// about it, as in nats-server: every server of the cluster hears them).
+    pub(crate) fn is_meta_leader(&self) -> bool {
+        self.node.status(META).is_some_and(|s| s.is_leader)
+    }
+
+    /// `$JS.API.META.LEADER.STEPDOWN` (from the system account), body empty or
+    /// `{"placement":{"preferred":"n3"}}` or `{"placement":{"cluster":"C1"}}`: checked here,
+    /// then committed to the meta group, whose members all apply it (see
+    /// [`MetaCmd::StepDown`]); answered once this node applied it.
+    ///
+    /// # Errors
+    /// nats-server's: `400/10005` for an unknown or already leading preferred server, or a
+    /// cluster that is not this one (`no replacement peer connected`); `503/10008` without a
+    /// meta leader.
+    pub(crate) async fn meta_step_down(&self, payload: &[u8]) -> Result<(), ApiError> {
+        let body = crate::jetstream::api::optional_body(payload)?;
+        let placement = |key: &str| {
+            body.as_ref()
+                .and_then(|b| b.pointer(&format!("/placement/{key}")))
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        if placement("cluster").is_some_and(|c| c != self.cluster_name) {
+            return Err(ApiError::new(400, 10005, "no replacement peer connected"));
+        }
+        let preferred = placement("preferred");
+        let seed = now_nanos();
+        self.meta_view()
+            .step_down_target(preferred.as_deref(), seed)?;
+        self.propose_meta_async(&MetaCmd::StepDown { preferred, seed })
+            .await
     }
 
     /// Why this server is not a healthy member of the JetStream cluster (`/healthz`), if
@@ -511,6 +558,17 @@ impl ClusterJs {
                 self.log.erase_group(a.group);
                 self.forget_group(a.group);
             }
+            MetaCmd::StepDown { preferred, seed } => {
+                match self
+                    .meta_view()
+                    .step_down_target(preferred.as_deref(), seed)
+                {
+                    Ok(next) => self.node.hand_over(META, next),
+                    Err(e) => {
+                        warn!(error = %e.to_json(), "a meta leader stepdown found no next leader")
+                    }
+                }
+            }
         }
     }
 
@@ -628,23 +686,26 @@ impl ClusterJs {
     /// Proposes a change of the meta group's table and waits until this node has applied it
     /// (its own replica created, updated or deleted by then).
     fn propose_meta(&self, cmd: &MetaCmd) -> Result<(), ApiError> {
+        self.runtime.block_on(self.propose_meta_async(cmd))
+    }
+
+    /// [`propose_meta`](Self::propose_meta) for callers on the runtime.
+    async fn propose_meta_async(&self, cmd: &MetaCmd) -> Result<(), ApiError> {
         let bytes =
             serde_json::to_vec(cmd).map_err(|e| ApiError::new(500, 10049, e.to_string()))?;
-        self.runtime.block_on(async {
-            let index = self
-                .node
-                .propose(META, Command(bytes.into()), API_WAIT)
-                .await
-                .map_err(|e| match e {
-                    ProposeError::Failed(reason) => ApiError::new(500, 10049, reason),
-                    _ => unavailable(),
-                })?;
-            if self.node.wait_applied(META, index, API_WAIT).await {
-                Ok(())
-            } else {
-                Err(unavailable())
-            }
-        })
+        let index = self
+            .node
+            .propose(META, Command(bytes.into()), API_WAIT)
+            .await
+            .map_err(|e| match e {
+                ProposeError::Failed(reason) => ApiError::new(500, 10049, reason),
+                _ => unavailable(),
+            })?;
+        if self.node.wait_applied(META, index, API_WAIT).await {
+            Ok(())
+        } else {
+            Err(unavailable())
+        }
     }
 
     /// `STREAM.CREATE` with `num_replicas` > 1 (validated and checked against the account's

@@ -22,6 +22,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -35,6 +36,44 @@ pub(crate) fn host(shared: &Shared) -> &str {
     } else {
         &shared.opts.http_host
     }
+}
+
+/// The document a system-account `$SYS.REQ.SERVER.PING.<KIND>` asks every server for (how
+/// `nats server report` reads a whole cluster), built as its HTTP endpoint builds it; `None`
+/// for a kind not served. `options` is the request's JSON body (nats-server's event options:
+/// `{"accounts":true,"streams":true,"account":"A"}` for `JSZ`). It may wait on stream
+/// workers: call it off the runtime's threads.
+pub(crate) fn document(shared: &Shared, kind: &str, options: &[u8]) -> Option<Value> {
+    let q = query_of(options);
+    Some(match kind {
+        "VARZ" => varz::varz(shared),
+        "CONNZ" => varz::connz(shared, &q).unwrap_or_else(|e| serde_json::json!({ "error": e })),
+        "SUBSZ" => varz::subsz(shared),
+        "ROUTEZ" => varz::routez(shared, &q),
+        "JSZ" => jsz::jsz(shared, &q),
+        "ACCOUNTZ" => jsz::accountz(shared, &q),
+        "HEALTHZ" => varz::healthz(shared, &q).1,
+        _ => return None,
+    })
+}
+
+/// A request body's options as the HTTP query the endpoints read: `true` for flags, the
+/// value's text otherwise; the events' `account` is the endpoints' `acc`.
+fn query_of(options: &[u8]) -> HashMap<String, String> {
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(options) else {
+        return HashMap::new();
+    };
+    map.into_iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Bool(false) | Value::Null => return None,
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            let k = if k == "account" { "acc".to_owned() } else { k };
+            Some((k, v))
+        })
+        .collect()
 }
 
 /// Binds the monitoring listener if one is configured.
