@@ -302,14 +302,29 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
+    use futures::StreamExt as _;
     let (mut cl, js) = three_nodes().await;
     create_r3(&js[0], "Q", "q.>").await;
     assert_eq!(publish_until_acked(&js, 0, "q.1", "a".into()).await, 1);
-    cl.stop(1, false);
-    cl.stop(2, false);
+    let durable = consumer::pull::Config {
+        durable_name: Some("QC".into()),
+        ..Default::default()
+    };
+    js[0].create_consumer_on_stream(durable, "Q").await.unwrap();
+    // The leader keeps running; the two others are killed.
+    let l = leader_node(&cl, &js[0], "Q").await;
+    let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    let watcher = async_nats::connect(cl.url(l)).await.unwrap();
+    let mut lost = watcher
+        .subscribe("$JS.EVENT.ADVISORY.*.QUORUM_LOST.>")
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+    cl.stop(others[0], false);
+    cl.stop(others[1], false);
     // The survivor answers with an error (never a positive ack) within the 3 s bound.
     let t = Instant::now();
-    let ack = js[0]
+    let ack = js[l]
         .publish("q.2", Bytes::from_static(b"b"))
         .await
         .unwrap();
@@ -327,16 +342,43 @@ async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
         "answered after {:?}",
         t.elapsed()
     );
+    // The leader says it has no quorum: for the stream and for its consumer.
+    let mut heard = BTreeMap::new();
+    while heard.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(10), lost.next())
+            .await
+            .expect("a QUORUM_LOST advisory")
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        heard.insert(m.subject.to_string(), v);
+    }
+    let stream_advisory = &heard["$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.Q"];
+    assert_eq!(
+        stream_advisory["type"],
+        "io.nats.jetstream.advisory.v1.stream_quorum_lost"
+    );
+    assert_eq!(stream_advisory["stream"], "Q");
+    assert_eq!(
+        stream_advisory["replicas"].as_array().unwrap().len(),
+        3,
+        "{stream_advisory}"
+    );
+    let consumer_advisory = &heard["$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST.Q.QC"];
+    assert_eq!(
+        consumer_advisory["type"],
+        "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
+    );
+    assert_eq!(consumer_advisory["consumer"], "QC");
     // One member back: writes go on.
-    cl.restart(1);
-    let js = contexts(&cl, &[0]).await;
+    cl.restart(others[0]);
+    let js = contexts(&cl, &[l]).await;
     let seq = publish_until_acked(&js, 0, "q.3", "c".into()).await;
     assert!(seq >= 2, "{seq}");
     // The other killed node comes back too: a replica's local copy is written without an
     // fsync (the Raft log is what is durable) and is rebuilt at start, so a SIGKILLed node's
     // store is audited after its restart, not as the kill left it.
-    cl.restart(2);
-    wait_messages(&contexts(&cl, &[2]).await[0], "Q", seq).await;
+    cl.restart(others[1]);
+    wait_messages(&contexts(&cl, &[others[1]]).await[0], "Q", seq).await;
 }
 
 /// Flips one bit in the middle of the largest Raft log segment under `store` (a stopped

@@ -60,6 +60,11 @@ const FAST_ELECTIONS: usize = 10;
 const FAST_ELECTION_WAIT: Duration = Duration::from_millis(100);
 /// How often a group under repair asks its leader for a no-op append.
 const NUDGE_EVERY: Duration = Duration::from_millis(500);
+/// A leader no quorum acknowledged for this long has lost its quorum (proposals time out
+/// at 3 s: the advisory comes with the first refused publish).
+pub const QUORUM_LOST_AFTER: Duration = Duration::from_secs(3);
+/// How often a leader that still has no quorum says so again (nats-server: every 10–20 s).
+pub const QUORUM_LOST_REPEAT: Duration = Duration::from_secs(10);
 /// Pause before a proposal is tried again while its group has no leader.
 const RETRY_PROPOSAL: Duration = Duration::from_millis(50);
 
@@ -479,9 +484,16 @@ impl MuxNode {
         self.repair.is_repairing()
     }
 
-    /// Calls `became_leader` each time this node becomes `group`'s leader, until the group
-    /// is removed (its watch then ends).
-    pub fn on_leadership(&self, group: GroupId, became_leader: impl Fn() + Send + 'static) {
+    /// Calls `became_leader` each time this node becomes `group`'s leader, and
+    /// `lost_quorum` while it leads but no quorum acknowledged it for [`QUORUM_LOST_AFTER`]
+    /// (then again every [`QUORUM_LOST_REPEAT`] while that lasts), until the group is
+    /// removed (its watch then ends).
+    pub fn on_leadership(
+        &self,
+        group: GroupId,
+        became_leader: impl Fn() + Send + 'static,
+        lost_quorum: impl Fn() + Send + 'static,
+    ) {
         let Some(raft) = self.group(group) else {
             return;
         };
@@ -490,16 +502,38 @@ impl MuxNode {
         drop(raft);
         tokio::spawn(async move {
             let mut led = false;
+            let mut reported: Option<Instant> = None;
             loop {
-                let leads = {
+                let (leads, quorum_ack_ms) = {
                     let m = metrics.borrow();
-                    m.current_leader == Some(me) && m.state.is_leader()
+                    (
+                        m.current_leader == Some(me) && m.state.is_leader(),
+                        m.millis_since_quorum_ack,
+                    )
                 };
                 if leads && !led {
                     became_leader();
                 }
                 led = leads;
-                if metrics.changed().await.is_err() {
+                let stalled = leads
+                    && quorum_ack_ms.is_some_and(|ms| ms >= QUORUM_LOST_AFTER.as_millis() as u64);
+                if !stalled {
+                    reported = None;
+                } else if reported.is_none_or(|t| t.elapsed() >= QUORUM_LOST_REPEAT) {
+                    lost_quorum();
+                    reported = Some(Instant::now());
+                }
+                // A leader's metrics may stand still while nobody answers it: look again
+                // each second then. Otherwise, wake on a change only.
+                let changed = if leads {
+                    match tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await {
+                        Ok(r) => r,
+                        Err(_) => Ok(()),
+                    }
+                } else {
+                    metrics.changed().await
+                };
+                if changed.is_err() {
                     return;
                 }
             }

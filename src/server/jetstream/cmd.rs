@@ -59,6 +59,9 @@ pub(crate) enum Cmd {
     Proposed(Result<u64, ProposeError>),
     /// A replicated stream: this node now leads its group (the advisory goes out).
     LeaderElected,
+    /// A replicated stream: this node leads its group but has no quorum (the advisory goes
+    /// out).
+    QuorumLost,
 }
 
 /// What a command counts against its stream's intake budget: its bytes, at least
@@ -87,7 +90,8 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::Stop(_)
         | Cmd::Apply(..)
         | Cmd::Proposed(_)
-        | Cmd::LeaderElected => return 0,
+        | Cmd::LeaderElected
+        | Cmd::QuorumLost => return 0,
     };
     bytes.max(MIN_COMMAND_COST)
 }

@@ -93,13 +93,19 @@ pub(crate) fn cmd_of(input: Input) -> Cmd {
 }
 
 /// Tells the stream's worker each time this node becomes its group's leader (for the
-/// `LEADER_ELECTED` advisory).
+/// `LEADER_ELECTED` advisories) and while, leading, it has no quorum (`QUORUM_LOST`).
 pub(crate) fn watch_leadership(node: &MuxNode, group: GroupId, tx: Arc<OnceLock<WeakStreamTx>>) {
-    node.on_leadership(group, move || {
+    let lost = Arc::clone(&tx);
+    let tell = |tx: &OnceLock<WeakStreamTx>, cmd: Cmd| {
         if let Some(tx) = tx.get().and_then(WeakStreamTx::upgrade) {
-            let _ = tx.send(Cmd::LeaderElected);
+            let _ = tx.send(cmd);
         }
-    });
+    };
+    node.on_leadership(
+        group,
+        move || tell(&tx, Cmd::LeaderElected),
+        move || tell(&lost, Cmd::QuorumLost),
+    );
 }
 
 /// Hands a group's committed rounds to its stream's worker and waits until it ran them.

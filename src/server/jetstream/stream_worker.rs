@@ -631,6 +631,7 @@ impl Worker {
                     }
                 }
                 Cmd::LeaderElected => self.leader_elected(st, replica),
+                Cmd::QuorumLost => self.quorum_lost(st, replica),
                 Cmd::Proposed(r) => {
                     if let Some((round, intake)) = replica.proposed(r) {
                         self.refuse(st, round);
@@ -655,12 +656,8 @@ impl Worker {
         false
     }
 
-    /// This node now leads the stream's group: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<S>`
-    /// to the stream's account, its replicas the leader included (spec cluster.md 4.8).
-    fn leader_elected(&mut self, st: &Stream, replica: &Replica) {
-        if !replica.is_leader() {
-            return;
-        }
+    /// The stream's replicas as the leader's advisories list them: the leader first.
+    fn advisory_replicas(replica: &Replica) -> (String, Vec<Value>) {
         let info = replica.view.cluster_info();
         let mut replicas = vec![json!({
             "name": info.leader,
@@ -669,16 +666,56 @@ impl Worker {
             "peer": crate::consensus::peer_id(&info.leader),
         })];
         replicas.extend(info.replicas.iter().map(|p| json!(p)));
-        let advisory = json!({
-            "type": "io.nats.jetstream.advisory.v1.stream_leader_elected",
-            "id": data_encoding::BASE64URL_NOPAD.encode(&crate::crypto::random_id()),
-            "timestamp": crate::timefmt::rfc3339_nanos(now_nanos()),
-            "stream": st.cfg.name,
-            "leader": info.leader,
-            "replicas": replicas,
-        });
-        let subject = format!("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{}", st.cfg.name);
-        self.fx.reply(&subject, Bytes::from(advisory.to_string()));
+        (info.leader, replicas)
+    }
+
+    /// An advisory of this stream (`kind`: `stream_leader_elected`, ...) and one for each
+    /// of its consumers (`consumer_<what>`: their state lives in the stream's group, so
+    /// they share its leader and its quorum), to the stream's account (spec cluster.md 4.8).
+    fn group_advisories(&mut self, st: &Stream, what: &str, subject: &str, body: &Value) {
+        let id = || data_encoding::BASE64URL_NOPAD.encode(&crate::crypto::random_id());
+        let now = crate::timefmt::rfc3339_nanos(now_nanos());
+        let mut advisory = body.clone();
+        advisory["type"] = json!(format!("io.nats.jetstream.advisory.v1.stream_{what}"));
+        advisory["id"] = json!(id());
+        advisory["timestamp"] = json!(now);
+        advisory["stream"] = json!(st.cfg.name);
+        let stream_subject = format!("$JS.EVENT.ADVISORY.STREAM.{subject}.{}", st.cfg.name);
+        self.fx
+            .reply(&stream_subject, Bytes::from(advisory.to_string()));
+        for name in st.consumers.keys() {
+            advisory["type"] = json!(format!("io.nats.jetstream.advisory.v1.consumer_{what}"));
+            advisory["id"] = json!(id());
+            advisory["consumer"] = json!(name);
+            let consumer_subject = format!(
+                "$JS.EVENT.ADVISORY.CONSUMER.{subject}.{}.{name}",
+                st.cfg.name
+            );
+            self.fx
+                .reply(&consumer_subject, Bytes::from(advisory.to_string()));
+        }
+    }
+
+    /// This node now leads the stream's group: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<S>`
+    /// (and `CONSUMER.LEADER_ELECTED.<S>.<C>`) to the stream's account, its replicas the
+    /// leader included.
+    fn leader_elected(&mut self, st: &Stream, replica: &Replica) {
+        if !replica.is_leader() {
+            return;
+        }
+        let (leader, replicas) = Self::advisory_replicas(replica);
+        let body = json!({ "leader": leader, "replicas": replicas });
+        self.group_advisories(st, "leader_elected", "LEADER_ELECTED", &body);
+    }
+
+    /// This node leads the stream's group but no quorum answers it:
+    /// `$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.<S>` (and `CONSUMER.QUORUM_LOST.<S>.<C>`),
+    /// repeated while it lasts (consensus/mux.rs `on_leadership`).
+    fn quorum_lost(&mut self, st: &Stream, replica: &Replica) {
+        warn!(account = %self.acc.name, stream = %st.cfg.name, "replicated stream has NO quorum, stalled");
+        let (_, replicas) = Self::advisory_replicas(replica);
+        let body = json!({ "replicas": replicas });
+        self.group_advisories(st, "quorum_lost", "QUORUM_LOST", &body);
     }
 
     /// A committed stepdown (of the stream's group; a consumer's is its stream's, as the
@@ -808,7 +845,7 @@ impl Worker {
                 }
                 // Only replicated streams get these, and `replicated_round` takes them.
                 Cmd::Apply(_, done) => drop(done),
-                Cmd::Proposed(_) | Cmd::LeaderElected => {}
+                Cmd::Proposed(_) | Cmd::LeaderElected | Cmd::QuorumLost => {}
             }
         }
         if !publishes.is_empty() {
