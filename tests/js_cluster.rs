@@ -858,3 +858,106 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_server_leaves_the_meta_group_for_good_and_streams_keep_writing() {
+    let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(l) = meta_leader(&cl, 0) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no meta leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let l = cl.nodes.iter().position(|n| n.name == leader).unwrap();
+    let gone = (0..3).find(|i| *i != l).unwrap();
+    let gone_name = cl.nodes[gone].name.clone();
+    let app = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
+        .request_timeout(Some(Duration::from_secs(4)))
+        .connect(cl.url(l))
+        .await
+        .unwrap();
+    let js = jetstream::new(app);
+    create_r3(&js, "KEEP", "keep.>").await;
+    js.publish("keep.1", "a".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    cl.stop(gone, false);
+
+    let remove = |body: String| {
+        let cl = &cl;
+        async move {
+            let a = gather(
+                cl,
+                l,
+                "sys",
+                "$JS.API.SERVER.REMOVE",
+                &body,
+                Duration::from_millis(100),
+            )
+            .await;
+            assert_eq!(a.len(), 1, "one answer (the meta leader's): {a:?}");
+            a.into_iter().next().unwrap()
+        }
+    };
+    let unknown = remove(r#"{"peer":"nosuch"}"#.to_owned()).await;
+    assert_eq!(
+        unknown["type"],
+        "io.nats.jetstream.api.v1.meta_server_remove_response"
+    );
+    assert_eq!(unknown["error"]["err_code"], 10044, "{unknown}");
+    assert_eq!(
+        unknown["error"]["description"],
+        "server is not a member of the cluster"
+    );
+    // `sealctl server raft peer-remove` sends the same request.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args([
+            "--server",
+            &cl.url(l),
+            "server",
+            "raft",
+            "peer-remove",
+            &gone_name,
+        ])
+        .args(["--user", "sys", "--password", "sys"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let size = |cl: &TestCluster| {
+        let (_, body) = cl.nodes[l].server.http_get("/jsz");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["meta_cluster"]["cluster_size"].as_u64().unwrap()
+    };
+    assert_eq!(size(&cl), 2);
+    // The stream keeps its two live replicas: a quorum of its three.
+    let ack = js
+        .publish("keep.2", "b".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(ack.sequence, 2);
+
+    // Seen again over routes, the removed server is not added back.
+    cl.restart(gone);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(size(&cl), 2, "the removed server was added back");
+    // The meta group still works with two members: a new stream on the two.
+    let cfg = stream::Config {
+        name: "AFTER".into(),
+        subjects: vec!["after.>".into()],
+        num_replicas: 2,
+        ..Default::default()
+    };
+    js.create_stream(cfg).await.unwrap();
+}

@@ -709,6 +709,22 @@ impl MuxNode {
         Ok(())
     }
 
+    /// Removes `id` from `group`'s members (voter and node alike); on the group's leader.
+    ///
+    /// # Errors
+    /// [`ProposeError::NoLeader`] when this node does not lead the group; openraft's refusal.
+    pub async fn remove_voter(&self, group: GroupId, id: NodeId) -> Result<(), ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        let voters: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
+        raft.change_membership(openraft::ChangeMembers::RemoveVoters(voters), false)
+            .await
+            .map_err(|e| match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,
+                e => ProposeError::Failed(e.to_string()),
+            })?;
+        Ok(())
+    }
+
     /// Waits until this node has applied `group`'s log up to `index`; false at the deadline
     /// (or without the group).
     pub async fn wait_applied(&self, group: GroupId, index: u64, deadline: Duration) -> bool {

@@ -154,6 +154,20 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
             let s = Session::open(&target, &conn).await?;
             commands::server::raft_step_down(&s, preferred.as_deref()).await
         }
+        Command::Server {
+            cmd:
+                ServerCmd::Raft {
+                    cmd:
+                        RaftCmd::PeerRemove {
+                            peer,
+                            peer_id,
+                            conn,
+                        },
+                },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::server::raft_peer_remove(&s, &peer, peer_id).await
+        }
         other => {
             run(args::Cli {
                 server: cli.server,

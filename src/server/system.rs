@@ -45,6 +45,11 @@ const INTERNAL_MAX_PENDING: usize = 64 * 1024 * 1024;
 const META_STEPDOWN: &str = "$JS.API.META.LEADER.STEPDOWN";
 /// The stepdown's answer type.
 const META_STEPDOWN_TYPE: &str = "io.nats.jetstream.api.v1.meta_leader_stepdown_response";
+/// A server's removal from the meta group, likewise a system-account request of the meta
+/// leader.
+const SERVER_REMOVE: &str = "$JS.API.SERVER.REMOVE";
+/// Its answer type.
+const SERVER_REMOVE_TYPE: &str = "io.nats.jetstream.api.v1.meta_server_remove_response";
 
 /// The system account's in-process client.
 pub(crate) struct System {
@@ -71,6 +76,7 @@ impl System {
             "$SYS.REQ.SERVER.PING.*",
             "$JS.API.ACCOUNT.PURGE.*",
             META_STEPDOWN,
+            SERVER_REMOVE,
         ];
         for (i, s) in subjects.iter().enumerate() {
             let sub = Arc::new(Subscription {
@@ -226,9 +232,9 @@ impl System {
             payload.clone(),
             reply.to_owned(),
         );
-        if subject == META_STEPDOWN {
-            // Every server hears it; the meta leader answers. Nobody answers while there is
-            // no leader, nor on a server without a cluster (as nats-server: the client's
+        if subject == META_STEPDOWN || subject == SERVER_REMOVE {
+            // Every server hears these; the meta leader answers. Nobody answers while there
+            // is no leader, nor on a server without a cluster (as nats-server: the client's
             // request times out).
             let Some(cluster) = shared.jetstream.get().and_then(|js| js.cluster().cloned()) else {
                 return true;
@@ -236,11 +242,16 @@ impl System {
             if !cluster.is_meta_leader() {
                 return true;
             }
+            let stepdown = subject == META_STEPDOWN;
             tokio::spawn(async move {
-                let result = cluster.meta_step_down(&payload).await;
+                let (kind, result) = if stepdown {
+                    (META_STEPDOWN_TYPE, cluster.meta_step_down(&payload).await)
+                } else {
+                    (SERVER_REMOVE_TYPE, cluster.server_remove(&payload).await)
+                };
                 let answer = match result {
-                    Ok(()) => json!({ "type": META_STEPDOWN_TYPE, "success": true }),
-                    Err(e) => json!({ "type": META_STEPDOWN_TYPE, "error": e.to_json() }),
+                    Ok(()) => json!({ "type": kind, "success": true }),
+                    Err(e) => json!({ "type": kind, "error": e.to_json() }),
                 };
                 me.publish(&reply, &answer);
             });

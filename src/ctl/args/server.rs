@@ -80,6 +80,18 @@ pub enum RaftCmd {
         #[command(flatten)]
         conn: ConnArgs,
     },
+    /// Removes a server from the meta group for good (`$JS.API.SERVER.REMOVE`; stop it
+    /// first). Its streams keep running on their other replicas.
+    PeerRemove {
+        /// The server's name (or, with `--peer-id`, its peer id).
+        peer: String,
+        /// PEER is a peer id (as `/jsz` `meta_cluster` lists them), not a name.
+        #[arg(long)]
+        peer_id: bool,
+        /// Connection options.
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
 }
 
 /// `sealctl server check ...`.

@@ -1,5 +1,5 @@
 //! `sealctl server info|ping|check|report|raft`: is the server up, what is it, is JetStream
-//! healthy, what does the cluster hold, and the meta leader's stepdown.
+//! healthy, what does the cluster hold; the meta leader's stepdown and a server's removal.
 //!
 //! `check jetstream` is meant for monitoring systems, so it follows the Nagios plugin
 //! convention — one status line (`OK`/`WARNING`/`CRITICAL`, then `|` and perfdata) and exit
@@ -506,5 +506,23 @@ pub async fn raft_step_down(s: &Session, preferred: Option<&str>) -> anyhow::Res
         return s.print_json(&v);
     }
     println!("Requested a meta group leader step-down");
+    Ok(())
+}
+
+/// `sealctl server raft peer-remove PEER [--peer-id]`: the server leaves the meta group.
+///
+/// # Errors
+/// The server's refusal (`10044` not a member); no answer (not a system account user).
+pub async fn raft_peer_remove(s: &Session, peer: &str, by_id: bool) -> anyhow::Result<()> {
+    let body = if by_id {
+        json!({ "peer_id": peer })
+    } else {
+        json!({ "peer": peer })
+    };
+    let v = s.api("SERVER.REMOVE", &body).await?;
+    if s.json {
+        return s.print_json(&v);
+    }
+    println!("Removed {peer} from the JetStream meta group");
     Ok(())
 }

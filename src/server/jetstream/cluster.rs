@@ -86,6 +86,9 @@ enum MetaCmd {
         preferred: Option<String>,
         seed: i64,
     },
+    /// A server leaves the meta group for good (`$JS.API.SERVER.REMOVE`): no member adds it
+    /// back when it is seen again.
+    RemoveServer { name: String },
 }
 
 /// Where a replicated stream lives.
@@ -111,6 +114,8 @@ pub(crate) struct ClusterJs {
     /// Peers' Raft addresses as their routes told them.
     peers: Mutex<BTreeMap<NodeId, (String, SocketAddr)>>,
     assignments: Mutex<BTreeMap<(String, String), Assignment>>,
+    /// Servers removed from the meta group (by name), never added back.
+    removed: Mutex<BTreeSet<String>>,
     js: Weak<JetStream>,
     runtime: tokio::runtime::Handle,
 }
@@ -182,6 +187,45 @@ impl ClusterJs {
             .step_down_target(preferred.as_deref(), seed)?;
         self.propose_meta_async(&MetaCmd::StepDown { preferred, seed })
             .await
+    }
+
+    /// `$JS.API.SERVER.REMOVE` (from the system account, on the meta leader), body
+    /// `{"peer":"n3"}` (a server name) or `{"peer_id":"BXScrY9i"}`: the server is recorded as
+    /// removed in the meta log (so no member adds it back when it is seen again), then taken
+    /// out of the meta group's membership; answered once that committed. Its stream replicas
+    /// stay members of their groups (as nats-server keeps an R3 stream on two peers).
+    ///
+    /// # Errors
+    /// `400/10044` for a server that is not a member; `503/10008` without a quorum.
+    pub(crate) async fn server_remove(&self, payload: &[u8]) -> Result<(), ApiError> {
+        let body = crate::jetstream::api::optional_body(payload)?.unwrap_or_default();
+        let field = |k: &str| {
+            body.get(k)
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+        };
+        let (peer, peer_id) = (field("peer"), field("peer_id"));
+        let status = self.node.status(META).ok_or_else(unavailable)?;
+        let names = self.names.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let target = status.voters.iter().find_map(|(id, _)| {
+            let name = names.get(id)?;
+            let hit = peer == Some(name.as_str())
+                || peer_id == Some(crate::consensus::peer_id(name).as_str());
+            hit.then(|| (*id, name.clone()))
+        });
+        let Some((id, name)) = target else {
+            return Err(ApiError::new(
+                400,
+                10044,
+                "server is not a member of the cluster",
+            ));
+        };
+        self.propose_meta_async(&MetaCmd::RemoveServer { name })
+            .await?;
+        self.node.remove_voter(META, id).await.map_err(|e| match e {
+            ProposeError::Failed(reason) => ApiError::new(500, 10049, reason),
+            _ => unavailable(),
+        })
     }
 
     /// Why this server is not a healthy member of the JetStream cluster (`/healthz`), if
@@ -358,6 +402,7 @@ pub(crate) async fn start(
         names,
         peers: Mutex::new(BTreeMap::new()),
         assignments: Mutex::new(BTreeMap::new()),
+        removed: Mutex::new(BTreeSet::new()),
         js: Arc::downgrade(js),
         runtime: tokio::runtime::Handle::current(),
     });
@@ -454,9 +499,10 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
             info!(members = status.voters.len(), "JetStream meta group joined");
         }
         if status.is_leader {
-            let missing = seen
-                .iter()
-                .find(|(n, _)| !status.voters.iter().any(|(id, _)| *id == node_id(n)));
+            let removed = cj.removed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let missing = seen.iter().find(|(n, _)| {
+                !removed.contains(n) && !status.voters.iter().any(|(id, _)| *id == node_id(n))
+            });
             if let Some((name, addr)) = missing {
                 info!(peer = %name, "adding a server to the JetStream meta group");
                 if let Err(e) = cj
@@ -557,6 +603,13 @@ impl ClusterJs {
                 self.node.remove_group(a.group).await;
                 self.log.erase_group(a.group);
                 self.forget_group(a.group);
+            }
+            MetaCmd::RemoveServer { name } => {
+                info!(server = %name, "server removed from the JetStream meta group");
+                self.removed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name);
             }
             MetaCmd::StepDown { preferred, seed } => {
                 match self
