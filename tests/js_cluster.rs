@@ -634,6 +634,157 @@ async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_mes
     let want: BTreeMap<u64, String> = (0..=n).map(|k| (k as u64 + 1, order(k))).collect();
     wait_messages(&js[next], "SD", last).await;
     assert_eq!(history(&js[next], "SD", last).await, want);
+    // Peer removal on three servers: nobody can take the replica (nats-server's answers).
+    let r = api(
+        &cl,
+        0,
+        "$JS.API.STREAM.PEER.REMOVE.SD",
+        r#"{"peer":"nosuch"}"#,
+    )
+    .await;
+    assert_eq!(
+        r["type"],
+        "io.nats.jetstream.api.v1.stream_remove_peer_response"
+    );
+    assert_eq!(r["error"]["err_code"], 10040, "{r}");
+    let r = api(&cl, 0, "$JS.API.STREAM.PEER.REMOVE.SD", r#"{"peer":"n2"}"#).await;
+    assert_eq!(r["error"]["err_code"], 10075, "{r}");
+    assert_eq!(r["error"]["description"], "peer remap failed", "{r}");
+}
+
+/// The stream's leader and other replicas as node `i` sees them, once every replica is
+/// current there (the leader's view); `None` until then.
+async fn current_peers(js: &jetstream::Context, name: &str) -> Option<(String, Vec<String>)> {
+    let mut s = js.get_stream(name).await.ok()?;
+    let info = s.info().await.ok()?;
+    let c = info.cluster.clone()?;
+    let leader = c.leader?;
+    if c.replicas.iter().any(|r| !r.current) {
+        return None;
+    }
+    let mut others: Vec<String> = c.replicas.iter().map(|r| r.name.clone()).collect();
+    others.sort();
+    Some((leader, others))
+}
+
+/// Waits until `name` runs on exactly `want` replicas, all current, as its leader sees it.
+async fn wait_replicas(
+    cl: &TestCluster,
+    js: &[jetstream::Context],
+    name: &str,
+    want: usize,
+) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for (i, j) in js.iter().enumerate() {
+            if let Some((leader, others)) = current_peers(j, name).await {
+                if leader == cl.nodes[i].name && others.len() + 1 == want {
+                    let mut all = others;
+                    all.push(leader);
+                    all.sort();
+                    return all;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never ran on {want} current replicas"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_move_off_a_removed_peer_and_follow_the_replica_count_on_five_servers() {
+    let cl = TestCluster::start_js(5);
+    cl.wait_full_mesh(Duration::from_secs(15));
+    let js = contexts(&cl, &[0, 1, 2, 3, 4]).await;
+    create_r3(&js[0], "MOVE", "move.>").await;
+    for n in 0..10 {
+        publish_until_acked(&js, 0, "move.x", order(n)).await;
+    }
+    let before = wait_replicas(&cl, &js, "MOVE", 3).await;
+    let l = leader_node(&cl, &js[0], "MOVE").await;
+    let gone = before
+        .iter()
+        .find(|p| **p != cl.nodes[l].name && **p != cl.nodes[0].name)
+        .unwrap()
+        .clone();
+    let r = api(
+        &cl,
+        0,
+        "$JS.API.STREAM.PEER.REMOVE.MOVE",
+        &serde_json::json!({"peer": gone}).to_string(),
+    )
+    .await;
+    assert_eq!(r["success"], true, "{r}");
+    // A replacement joins (catching up from the group's log), then the removed one leaves.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let now = wait_replicas(&cl, &js, "MOVE", 3).await;
+        if !now.contains(&gone) {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{gone} is still a replica: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let newcomer = after.iter().find(|p| !before.contains(p)).unwrap();
+    let k = cl.nodes.iter().position(|n| n.name == *newcomer).unwrap();
+    for n in 10..15 {
+        publish_until_acked(&js, 0, "move.x", order(n)).await;
+    }
+    let want: BTreeMap<u64, String> = (0..15).map(|k| (k as u64 + 1, order(k))).collect();
+    wait_messages(&js[k], "MOVE", 15).await;
+    assert_eq!(
+        history(&js[k], "MOVE", 15).await,
+        want,
+        "the newcomer holds the whole history"
+    );
+
+    // The replica count follows STREAM.UPDATE: up to five, then down to three.
+    let mut cfg = js[0]
+        .get_stream("MOVE")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    cfg.num_replicas = 5;
+    let info = js[0].update_stream(cfg.clone()).await.unwrap();
+    assert_eq!(info.config.num_replicas, 5);
+    assert_eq!(wait_replicas(&cl, &js, "MOVE", 5).await.len(), 5);
+    publish_until_acked(&js, 0, "move.x", order(15)).await;
+    for j in &js {
+        wait_messages(j, "MOVE", 16).await;
+    }
+    cfg.num_replicas = 3;
+    js[0].update_stream(cfg).await.unwrap();
+    assert_eq!(wait_replicas(&cl, &js, "MOVE", 3).await.len(), 3);
+    let last = publish_until_acked(&js, 0, "move.x", order(16)).await;
+    assert_eq!(last, 17, "no sequence skipped or reused");
+    let want: BTreeMap<u64, String> = (0..17).map(|k| (k as u64 + 1, order(k))).collect();
+    let l = leader_node(&cl, &js[0], "MOVE").await;
+    wait_messages(&js[l], "MOVE", 17).await;
+    assert_eq!(history(&js[l], "MOVE", 17).await, want);
+    // After a restart, a replica rebuilds from the meta log (create, moves, counts) and its
+    // group's log; the server the first move took the replica from starts without it.
+    let three = wait_replicas(&cl, &js, "MOVE", 3).await;
+    let r = (0..5)
+        .find(|i| *i != l && three.contains(&cl.nodes[*i].name))
+        .unwrap();
+    let g = cl.nodes.iter().position(|n| n.name == gone).unwrap();
+    let mut cl = cl;
+    cl.restart(r);
+    cl.restart(g);
+    let again = contexts(&cl, &[r]).await;
+    wait_messages(&again[0], "MOVE", 17).await;
+    assert_eq!(history(&again[0], "MOVE", 17).await, want);
+    assert_every_store_sealed(&cl, &["move.x", &order(3)]);
 }
 
 /// A system account and a tenant, on every node of a test cluster.

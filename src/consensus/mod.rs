@@ -23,7 +23,7 @@
 //! - [`machine`]: the state machine of real groups, handing committed commands in order to an
 //!   [`machine::Applier`] (the meta group's table, a stream's worker).
 //!
-//! Who drives it: `server/jetstream/cluster.rs` (the meta group, stream groups) and
+//! Who drives it: `server/jetstream/cluster/` (the meta group, stream groups) and
 //! `replica.rs` (a stream's proposals). Not here yet (named in issue 15's notes): snapshots of
 //! stream state (logs are kept whole and replayed at start), the needs-repair state.
 

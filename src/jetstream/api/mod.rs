@@ -66,6 +66,8 @@ pub enum ApiCall {
     MsgNext(String, String),
     /// `STREAM.LEADER.STEPDOWN.<S>`.
     StreamLeaderStepdown(String),
+    /// `STREAM.PEER.REMOVE.<S>`.
+    StreamPeerRemove(String),
     /// `CONSUMER.LEADER.STEPDOWN.<S>.<C>`.
     ConsumerLeaderStepdown(String, String),
 }
@@ -124,6 +126,7 @@ impl ApiCall {
             ["CONSUMER", "LIST", n] => ApiCall::ConsumerList(s(n)),
             ["CONSUMER", "MSG", "NEXT", n, c] => ApiCall::MsgNext(s(n), s(c)),
             ["STREAM", "LEADER", "STEPDOWN", n] => ApiCall::StreamLeaderStepdown(s(n)),
+            ["STREAM", "PEER", "REMOVE", n] => ApiCall::StreamPeerRemove(s(n)),
             ["CONSUMER", "LEADER", "STEPDOWN", n, c] => ApiCall::ConsumerLeaderStepdown(s(n), s(c)),
             _ => return None,
         })
@@ -176,6 +179,7 @@ impl ApiCall {
             ApiCall::ConsumerList(_) => "consumer_list",
             ApiCall::MsgNext(..) => "consumer_msg_next",
             ApiCall::StreamLeaderStepdown(_) => "stream_leader_stepdown",
+            ApiCall::StreamPeerRemove(_) => "stream_remove_peer",
             ApiCall::ConsumerLeaderStepdown(..) => "consumer_leader_stepdown",
         }
     }

@@ -130,6 +130,14 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
         ApiCall::StreamCreate(name) => create(js, acc, name, &m.payload),
         ApiCall::StreamUpdate(name) => update(js, acc, name, &m.payload),
         ApiCall::StreamDelete(name) => delete(js, acc, name),
+        ApiCall::StreamPeerRemove(name) => match js.cluster() {
+            Some(cluster) => cluster.peer_remove(acc, name, &m.payload),
+            None => Err(ApiError::new(
+                503,
+                10010,
+                "JetStream clustering support required",
+            )),
+        },
         ApiCall::StreamNames | ApiCall::StreamList => {
             names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
         }
@@ -310,16 +318,19 @@ fn update(
     let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
     let cur = cur.ok_or_else(ApiError::stream_not_found)?;
     cur.cfg.check_update(&cfg)?;
-    if cfg.num_replicas != cur.cfg.num_replicas {
-        // Not built yet (issue 15's note): moving a stream to another replica count.
-        return Err(ApiError::new(
-            500,
-            10052,
-            "changing a stream's replica count is not supported yet",
-        ));
-    }
     if overlap(acc, name, &cfg) {
         return Err(ApiError::subjects_overlap());
+    }
+    if cfg.num_replicas != cur.cfg.num_replicas {
+        if cfg.num_replicas < 2 {
+            // Not built yet: an R1 stream has no group to carry its history.
+            return Err(ApiError::new(
+                500,
+                10052,
+                "changing a replicated stream to R1 is not supported yet",
+            ));
+        }
+        return cluster.rescale(acc, cfg);
     }
     cluster.update_stream(acc, cfg)
 }

@@ -130,7 +130,7 @@ fn is_replica_copy(bytes: &[u8]) -> bool {
 fn load(js: &Arc<JetStream>, acc: &Arc<AccountJs>, metas: Vec<crate::store::meta::StreamMeta>) {
     for sm in metas {
         if is_replica_copy(&sm.config) {
-            // A replica is rebuilt from its group's log (server/jetstream/cluster.rs): the
+            // A replica is rebuilt from its group's log (server/jetstream/cluster/): the
             // copy of the last run goes, keys first.
             let mut meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
             match meta.erase_stream(sm.stream_id) {

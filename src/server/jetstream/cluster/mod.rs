@@ -52,6 +52,8 @@ use super::replica::{self, PeerNames, Replica, ReplicaView, StreamApplier};
 use super::{lifecycle, stream_worker, AccountJs, JetStream};
 use crate::server::route::Cluster;
 
+mod moves;
+
 /// The meta group's id.
 pub(crate) const META: GroupId = 0;
 /// The file beside the log that lists the groups this node keeps.
@@ -89,6 +91,13 @@ enum MetaCmd {
     /// A server leaves the meta group for good (`$JS.API.SERVER.REMOVE`): no member adds it
     /// back when it is seen again.
     RemoveServer { name: String },
+    /// A replicated stream's replicas move to `peers` (`STREAM.PEER.REMOVE`, or its replica
+    /// count changed to `config.num_replicas`): see [`moves`].
+    Replace {
+        account: String,
+        config: Box<StreamConfig>,
+        peers: Vec<String>,
+    },
 }
 
 /// Where a replicated stream lives.
@@ -116,6 +125,8 @@ pub(crate) struct ClusterJs {
     assignments: Mutex<BTreeMap<(String, String), Assignment>>,
     /// Servers removed from the meta group (by name), never added back.
     removed: Mutex<BTreeSet<String>>,
+    /// Stream groups whose membership this node is changing now (one change at a time).
+    moving: Mutex<BTreeSet<GroupId>>,
     js: Weak<JetStream>,
     runtime: tokio::runtime::Handle,
 }
@@ -403,6 +414,7 @@ pub(crate) async fn start(
         peers: Mutex::new(BTreeMap::new()),
         assignments: Mutex::new(BTreeMap::new()),
         removed: Mutex::new(BTreeSet::new()),
+        moving: Mutex::new(BTreeSet::new()),
         js: Arc::downgrade(js),
         runtime: tokio::runtime::Handle::current(),
     });
@@ -498,6 +510,7 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
             formed_logged = true;
             info!(members = status.voters.len(), "JetStream meta group joined");
         }
+        cj.reconcile_groups();
         if status.is_leader {
             let removed = cj.removed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let missing = seen.iter().find(|(n, _)| {
@@ -561,7 +574,8 @@ impl ClusterJs {
                         },
                     );
                 if peers.contains(&self.name) {
-                    self.create_replica(&account, *config, group, &peers).await;
+                    self.create_replica(&account, *config, group, &peers, true)
+                        .await;
                 }
             }
             MetaCmd::Update { account, config } => {
@@ -589,21 +603,15 @@ impl ClusterJs {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&(account.clone(), name.clone()));
                 let Some(a) = gone else { return };
-                if !a.peers.contains(&self.name) {
-                    return;
+                if a.peers.contains(&self.name) {
+                    self.drop_replica(account, name, a.group).await;
                 }
-                if let Some(js) = self.js() {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        if let Some(acc) = js.account(&account) {
-                            let _ = lifecycle::delete(&js, &acc, &name);
-                        }
-                    })
-                    .await;
-                }
-                self.node.remove_group(a.group).await;
-                self.log.erase_group(a.group);
-                self.forget_group(a.group);
             }
+            MetaCmd::Replace {
+                account,
+                config,
+                peers,
+            } => self.apply_replace(account, config, peers).await,
             MetaCmd::RemoveServer { name } => {
                 info!(server = %name, "server removed from the JetStream meta group");
                 self.removed
@@ -651,13 +659,32 @@ impl ClusterJs {
         }
     }
 
-    /// Creates this node's replica of a stream and hosts its group.
+    /// Erases this node's replica of a stream and stops hosting its group (the stream was
+    /// deleted, or its replica moved away from this node).
+    async fn drop_replica(&self, account: String, name: String, group: GroupId) {
+        if let Some(js) = self.js() {
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(acc) = js.account(&account) {
+                    let _ = lifecycle::delete(&js, &acc, &name);
+                }
+            })
+            .await;
+        }
+        self.node.remove_group(group).await;
+        self.log.erase_group(group);
+        self.forget_group(group);
+    }
+
+    /// Creates this node's replica of a stream and hosts its group; with `form`, the first
+    /// of `peers` proposes the group's first membership (a replica added later is made a
+    /// member by the group's leader instead: [`moves`]).
     async fn create_replica(
         self: &Arc<Self>,
         account: &str,
         cfg: StreamConfig,
         group: GroupId,
         peers: &[String],
+        form: bool,
     ) {
         let Some(js) = self.js() else { return };
         let Some(acc) = js.account(account) else {
@@ -711,7 +738,7 @@ impl ClusterJs {
             return;
         }
         replica::watch_leadership(&self.node, group, Arc::clone(&tx));
-        if peers.first() == Some(&self.name) {
+        if form && peers.first() == Some(&self.name) {
             let members = self.members_of(peers);
             if members.len() == peers.len() {
                 if let Err(e) = self.node.initialize(group, &members).await {

@@ -1,0 +1,283 @@
+//! Moving a replicated stream's replicas: one server's replica replaced by another's
+//! (`$JS.API.STREAM.PEER.REMOVE.<S>`), and the replica count changed (`STREAM.UPDATE` with
+//! another `num_replicas`, between 2 and 5).
+//!
+//! Both are one meta entry, [`MetaCmd::Replace`], naming the stream's new peers. Applying it,
+//! a server new in the list creates its (empty) replica and hosts the stream's group; a
+//! server no longer in it erases its copy and stops hosting the group; the others take the
+//! new config. The group's membership then follows the assignment, driven by whoever leads
+//! the group: each membership pass ([`ClusterJs::reconcile_groups`], every 500 ms) makes one
+//! change — first a missing peer is added (a learner that catches up from the group's log,
+//! which is kept whole, then a voter), and only when none is missing an extra one is removed
+//! — so a move never runs on fewer replicas than before it. Reconciling towards the
+//! assignment, rather than changing membership inside the API call, means that a leader
+//! change or a restart midway simply continues.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use crate::consensus::{node_id, peer_id, GroupId, NodeId};
+use crate::jetstream::api::{body, info_for_reply, ApiError};
+use crate::jetstream::config::StreamConfig;
+
+use super::super::cmd::Cmd;
+use super::super::{lifecycle, AccountJs};
+use super::{unavailable, ClusterJs, MetaCmd, API_WAIT, META};
+
+/// How long one membership change may take (a new replica catching up on a long log) before
+/// the next pass tries again.
+const MOVE_DEADLINE: Duration = Duration::from_secs(120);
+
+impl ClusterJs {
+    /// Applies [`MetaCmd::Replace`] on this node (see the module's doc).
+    pub(super) async fn apply_replace(
+        self: &Arc<Self>,
+        account: String,
+        config: Box<StreamConfig>,
+        peers: Vec<String>,
+    ) {
+        let key = (account.clone(), config.name.clone());
+        let (old, group) = {
+            let mut assignments = self.assignments.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(a) = assignments.get_mut(&key) else {
+                return;
+            };
+            (std::mem::replace(&mut a.peers, peers.clone()), a.group)
+        };
+        match (old.contains(&self.name), peers.contains(&self.name)) {
+            (false, true) => {
+                info!(stream = %config.name, "a replica of the stream moves to this server");
+                self.create_replica(&account, *config, group, &peers, false)
+                    .await;
+            }
+            (true, false) => {
+                info!(stream = %config.name, "this server's replica of the stream moves away");
+                self.drop_replica(account, config.name.clone(), group).await;
+            }
+            (true, true) => {
+                let Some(js) = self.js() else { return };
+                let name = config.name.clone();
+                let r = tokio::task::spawn_blocking(move || {
+                    let acc = js
+                        .account(&account)
+                        .ok_or_else(ApiError::stream_not_found)?;
+                    lifecycle::update(&acc, &name, *config)
+                })
+                .await;
+                if let Ok(Err(e)) = r {
+                    warn!(error = %e.to_json(), "a replica did not take the new replica count");
+                }
+            }
+            (false, false) => {}
+        }
+    }
+
+    /// One membership pass over the stream groups this node leads: where a group's voters
+    /// differ from its assignment, one change starts (an addition first, else a removal).
+    pub(super) fn reconcile_groups(self: &Arc<Self>) {
+        let assignments: Vec<(GroupId, Vec<String>)> = self
+            .assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|a| (a.group, a.peers.clone()))
+            .collect();
+        for (group, peers) in assignments {
+            let Some(status) = self.node.status(group) else {
+                continue;
+            };
+            if !status.is_leader {
+                continue;
+            }
+            let want: BTreeSet<NodeId> = peers.iter().map(|p| node_id(p)).collect();
+            let have: BTreeSet<NodeId> = status.voters.iter().map(|(id, _)| *id).collect();
+            let missing = peers.iter().find(|p| !have.contains(&node_id(p))).cloned();
+            let extra = have.difference(&want).next().copied();
+            if missing.is_none() && extra.is_none() {
+                continue;
+            }
+            if !self
+                .moving
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(group)
+            {
+                continue;
+            }
+            let address = missing
+                .as_ref()
+                .and_then(|m| self.members_of(std::slice::from_ref(m)).pop());
+            let cj = Arc::clone(self);
+            tokio::spawn(async move {
+                let change = async {
+                    match (address, extra) {
+                        (Some((id, addr)), _) => {
+                            info!(group, peer = %missing.as_deref().unwrap_or(""), "adding a replica to a stream's group");
+                            cj.node.add_voter(group, id, &addr).await
+                        }
+                        // A missing peer whose address is not known yet: wait for it.
+                        (None, _) if missing.is_some() => Ok(()),
+                        (None, Some(id)) => {
+                            info!(group, "removing a replica from a stream's group");
+                            cj.node.remove_voter(group, id).await
+                        }
+                        (None, None) => Ok(()),
+                    }
+                };
+                match tokio::time::timeout(MOVE_DEADLINE, change).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        warn!(group, error = %e, "a stream group's membership change failed; retrying")
+                    }
+                    Err(_) => warn!(
+                        group,
+                        "a stream group's membership change timed out; retrying"
+                    ),
+                }
+                cj.moving
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&group);
+            });
+        }
+    }
+
+    /// Meta members that could take a replica: not among `peers`, not removed, this order
+    /// rotated by the stream's name (as placement spreads streams).
+    fn spare_servers(&self, name: &str, peers: &[String]) -> Vec<String> {
+        let status = self.node.status(META).unwrap_or_default();
+        let names = self.names.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let removed = self
+            .removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut spare: Vec<String> = status
+            .voters
+            .iter()
+            .filter_map(|(id, _)| names.get(id).cloned())
+            .filter(|n| !peers.contains(n) && !removed.contains(n))
+            .collect();
+        if !spare.is_empty() {
+            let spin = node_id(name) as usize % spare.len();
+            spare.rotate_left(spin);
+        }
+        spare
+    }
+
+    fn peers_of(&self, account: &str, name: &str) -> Option<Vec<String>> {
+        self.assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(account.to_owned(), name.to_owned()))
+            .map(|a| a.peers.clone())
+    }
+
+    /// `$JS.API.STREAM.PEER.REMOVE.<S>` with `{"peer":"n3"}` (a server name or peer id): the
+    /// server's replica is replaced by one on a server that holds none.
+    ///
+    /// # Errors
+    /// nats-server's: `400/10040 peer not a member`, `503/10075 peer remap failed` when no
+    /// other server can take the replica; `404/10059` for an unknown stream; `10008`
+    /// without a meta quorum.
+    pub(crate) fn peer_remove(
+        &self,
+        acc: &Arc<AccountJs>,
+        name: &str,
+        payload: &[u8],
+    ) -> Result<Value, ApiError> {
+        let Some(peers) = self.peers_of(&acc.name, name) else {
+            if acc.streams.get(name).is_some() {
+                // An R1 stream has no group: nothing to move.
+                return Err(ApiError::new(400, 10040, "peer not a member"));
+            }
+            return Err(ApiError::stream_not_found());
+        };
+        let request = crate::jetstream::api::optional_body(payload)?.unwrap_or_default();
+        let peer = request.get("peer").and_then(Value::as_str).unwrap_or("");
+        let Some(at) = peers.iter().position(|p| p == peer || peer_id(p) == peer) else {
+            return Err(ApiError::new(400, 10040, "peer not a member"));
+        };
+        let Some(replacement) = self.spare_servers(name, &peers).into_iter().next() else {
+            return Err(ApiError::new(503, 10075, "peer remap failed"));
+        };
+        let config = self.current_config(acc, name)?;
+        let mut moved = peers;
+        moved[at] = replacement;
+        self.propose_meta(&MetaCmd::Replace {
+            account: acc.name.clone(),
+            config: Box::new(config),
+            peers: moved,
+        })?;
+        Ok(json!({ "success": true }))
+    }
+
+    /// `STREAM.UPDATE` of a replicated stream to another replica count (2–5): new peers from
+    /// the servers that hold no replica, or the replicas beyond the count dropped (never the
+    /// group's leader nor this server's, while others can go).
+    ///
+    /// # Errors
+    /// `400/10005 no suitable peers for placement` when too few servers are left; `10008`
+    /// without a meta quorum.
+    pub(crate) fn rescale(
+        &self,
+        acc: &Arc<AccountJs>,
+        cfg: StreamConfig,
+    ) -> Result<Value, ApiError> {
+        let name = cfg.name.clone();
+        let peers = self
+            .peers_of(&acc.name, &name)
+            .ok_or_else(ApiError::stream_not_found)?;
+        let n = usize::try_from(cfg.num_replicas).unwrap_or(usize::MAX);
+        let mut next = peers.clone();
+        if n > peers.len() {
+            let spare = self.spare_servers(&name, &peers);
+            if spare.len() < n - peers.len() {
+                return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+            }
+            next.extend(spare.into_iter().take(n - peers.len()));
+        } else {
+            let group = self
+                .assignments
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(acc.name.clone(), name.clone()))
+                .map(|a| a.group);
+            let leader = group
+                .and_then(|g| self.node.status(g))
+                .and_then(|s| s.leader);
+            // Keep the leader and this server first; drop from the end.
+            next.sort_by_key(|p| {
+                let id = node_id(p);
+                (Some(id) != leader, *p != self.name)
+            });
+            next.truncate(n);
+        }
+        self.propose_meta(&MetaCmd::Replace {
+            account: acc.name.clone(),
+            config: Box::new(cfg),
+            peers: next,
+        })?;
+        let s = acc
+            .streams
+            .get(&name)
+            .ok_or_else(ApiError::stream_not_found)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let _ = s.tx.send(Cmd::Info(tx));
+        let mut info = rx
+            .recv_timeout(API_WAIT)
+            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+        info_for_reply(&mut info, false);
+        Ok(body(&info))
+    }
+
+    /// The stream's config as this server's replica has it.
+    fn current_config(&self, acc: &AccountJs, name: &str) -> Result<StreamConfig, ApiError> {
+        let s = acc.streams.get(name).ok_or_else(unavailable)?;
+        Ok(s.cfg.clone())
+    }
+}
