@@ -830,6 +830,18 @@ async fn gather(
     }
 }
 
+/// The meta leader as node 0 names it, once there is one.
+async fn wait_meta_leader(cl: &TestCluster) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(l) = meta_leader(cl, 0) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no meta leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The meta leader as node `i`'s `/jsz` names it (once every member is current).
 fn meta_leader(cl: &TestCluster, i: usize) -> Option<String> {
     let (_, body) = cl.nodes[i].server.http_get("/jsz");
@@ -843,14 +855,7 @@ fn meta_leader(cl: &TestCluster, i: usize) -> Option<String> {
 async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
     let cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
     cl.wait_full_mesh(Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(l) = meta_leader(&cl, 0) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no meta leader");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let leader = wait_meta_leader(&cl).await;
 
     // `$SYS.REQ.SERVER.PING.JSZ`: every server answers with its /jsz document.
     let jsz = gather(
@@ -1014,14 +1019,7 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
 async fn a_removed_server_leaves_the_meta_group_for_good_and_streams_keep_writing() {
     let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
     cl.wait_full_mesh(Duration::from_secs(10));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(l) = meta_leader(&cl, 0) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no meta leader");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let leader = wait_meta_leader(&cl).await;
     let l = cl.nodes.iter().position(|n| n.name == leader).unwrap();
     let gone = (0..3).find(|i| *i != l).unwrap();
     let gone_name = cl.nodes[gone].name.clone();

@@ -908,17 +908,7 @@ impl ClusterJs {
             config: Box::new(cfg.clone()),
         };
         self.propose_meta(&cmd)?;
-        let s = acc
-            .streams
-            .get(&name)
-            .ok_or_else(ApiError::stream_not_found)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let _ = s.tx.send(Cmd::Info(tx));
-        let mut info = rx
-            .recv_timeout(API_WAIT)
-            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
-        info_for_reply(&mut info, false);
-        Ok(body(&info))
+        local_info(acc, &name)
     }
 
     /// `STREAM.DELETE` of a replicated stream: every replica erases its copy.
@@ -937,6 +927,22 @@ impl ClusterJs {
         self.propose_meta(&cmd)?;
         Ok(serde_json::json!({"success": true}))
     }
+}
+
+/// A replicated stream's info as this server's replica answers it (after a change it
+/// applied), shaped as an API reply's body.
+fn local_info(acc: &AccountJs, name: &str) -> Result<Value, ApiError> {
+    let s = acc
+        .streams
+        .get(name)
+        .ok_or_else(ApiError::stream_not_found)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let _ = s.tx.send(Cmd::Info(tx));
+    let mut info = rx
+        .recv_timeout(API_WAIT)
+        .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
+    info_for_reply(&mut info, false);
+    Ok(body(&info))
 }
 
 fn unavailable() -> ApiError {

@@ -21,12 +21,11 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::consensus::{node_id, peer_id, GroupId, NodeId};
-use crate::jetstream::api::{body, info_for_reply, ApiError};
+use crate::jetstream::api::ApiError;
 use crate::jetstream::config::StreamConfig;
 
-use super::super::cmd::Cmd;
 use super::super::{lifecycle, AccountJs};
-use super::{unavailable, ClusterJs, MetaCmd, API_WAIT, META};
+use super::{local_info, unavailable, ClusterJs, MetaCmd, META};
 
 /// How long one membership change may take (a new replica catching up on a long log) before
 /// the next pass tries again.
@@ -262,17 +261,7 @@ impl ClusterJs {
             config: Box::new(cfg),
             peers: next,
         })?;
-        let s = acc
-            .streams
-            .get(&name)
-            .ok_or_else(ApiError::stream_not_found)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let _ = s.tx.send(Cmd::Info(tx));
-        let mut info = rx
-            .recv_timeout(API_WAIT)
-            .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
-        info_for_reply(&mut info, false);
-        Ok(body(&info))
+        local_info(acc, &name)
     }
 
     /// The stream's config as this server's replica has it.
