@@ -579,21 +579,8 @@ impl ClusterJs {
                 }
             }
             MetaCmd::Update { account, config } => {
-                let here = self.is_peer(&account, &config.name);
-                if here {
-                    let (Some(js), name) = (self.js(), config.name.clone()) else {
-                        return;
-                    };
-                    let r = tokio::task::spawn_blocking(move || {
-                        let acc = js
-                            .account(&account)
-                            .ok_or_else(ApiError::stream_not_found)?;
-                        lifecycle::update(&acc, &name, *config)
-                    })
-                    .await;
-                    if let Ok(Err(e)) = r {
-                        warn!(error = %e.to_json(), "a replica did not take a stream update");
-                    }
+                if self.is_peer(&account, &config.name) {
+                    self.update_replica(account, *config).await;
                 }
             }
             MetaCmd::Delete { account, name } => {
@@ -656,6 +643,22 @@ impl ClusterJs {
             if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
                 error!(error = %e, "could not write the Raft group directory");
             }
+        }
+    }
+
+    /// Gives this node's replica of a stream its new config.
+    async fn update_replica(&self, account: String, config: StreamConfig) {
+        let Some(js) = self.js() else { return };
+        let name = config.name.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let acc = js
+                .account(&account)
+                .ok_or_else(ApiError::stream_not_found)?;
+            lifecycle::update(&acc, &name, config)
+        })
+        .await;
+        if let Ok(Err(e)) = r {
+            warn!(error = %e.to_json(), "a replica did not take a stream update");
         }
     }
 

@@ -24,7 +24,7 @@ use crate::consensus::{node_id, peer_id, GroupId, NodeId};
 use crate::jetstream::api::ApiError;
 use crate::jetstream::config::StreamConfig;
 
-use super::super::{lifecycle, AccountJs};
+use super::super::AccountJs;
 use super::{local_info, unavailable, ClusterJs, MetaCmd, META};
 
 /// How long one membership change may take (a new replica catching up on a long log) before
@@ -57,20 +57,7 @@ impl ClusterJs {
                 info!(stream = %config.name, "this server's replica of the stream moves away");
                 self.drop_replica(account, config.name.clone(), group).await;
             }
-            (true, true) => {
-                let Some(js) = self.js() else { return };
-                let name = config.name.clone();
-                let r = tokio::task::spawn_blocking(move || {
-                    let acc = js
-                        .account(&account)
-                        .ok_or_else(ApiError::stream_not_found)?;
-                    lifecycle::update(&acc, &name, *config)
-                })
-                .await;
-                if let Ok(Err(e)) = r {
-                    warn!(error = %e.to_json(), "a replica did not take the new replica count");
-                }
-            }
+            (true, true) => self.update_replica(account, *config).await,
             (false, false) => {}
         }
     }
