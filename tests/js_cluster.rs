@@ -710,14 +710,25 @@ async fn replicas_move_off_a_removed_peer_and_follow_the_replica_count_on_five_s
         .find(|p| **p != cl.nodes[l].name && **p != cl.nodes[0].name)
         .unwrap()
         .clone();
-    let r = api(
-        &cl,
-        0,
-        "$JS.API.STREAM.PEER.REMOVE.MOVE",
-        &serde_json::json!({"peer": gone}).to_string(),
-    )
-    .await;
-    assert_eq!(r["success"], true, "{r}");
+    // `sealctl stream cluster peer-remove` sends `$JS.API.STREAM.PEER.REMOVE.MOVE`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args([
+            "--server",
+            &cl.url(0),
+            "stream",
+            "cluster",
+            "peer-remove",
+            "MOVE",
+            &gone,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A replacement joins (catching up from the group's log), then the removed one leaves.
     let deadline = Instant::now() + Duration::from_secs(60);
     let after = loop {

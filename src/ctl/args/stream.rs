@@ -181,4 +181,13 @@ pub enum StreamClusterCmd {
         #[arg(long)]
         preferred: Option<String>,
     },
+    /// Move the stream's replica off a server: a server holding none takes it
+    /// (`$JS.API.STREAM.PEER.REMOVE`).
+    #[command(name = "peer-remove")]
+    PeerRemove {
+        /// Stream name.
+        name: String,
+        /// The server (name or peer id) whose replica moves.
+        peer: String,
+    },
 }

@@ -167,6 +167,21 @@ pub async fn run(s: &Session, cmd: StreamCmd) -> anyhow::Result<()> {
             println!("Requested a leader step-down of stream {name}");
             Ok(())
         }
+        StreamCmd::Cluster {
+            cmd: StreamClusterCmd::PeerRemove { name, peer },
+        } => {
+            let v = s
+                .api(
+                    &format!("STREAM.PEER.REMOVE.{name}"),
+                    &json!({ "peer": peer }),
+                )
+                .await?;
+            if s.json {
+                return s.print_json(&v);
+            }
+            println!("Moving stream {name}'s replica off {peer}");
+            Ok(())
+        }
     }
 }
 
