@@ -711,24 +711,15 @@ async fn replicas_move_off_a_removed_peer_and_follow_the_replica_count_on_five_s
         .unwrap()
         .clone();
     // `sealctl stream cluster peer-remove` sends `$JS.API.STREAM.PEER.REMOVE.MOVE`.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
-        .args([
-            "--server",
-            &cl.url(0),
-            "stream",
-            "cluster",
-            "peer-remove",
-            "MOVE",
-            &gone,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sealctl(&[
+        "--server",
+        &cl.url(0),
+        "stream",
+        "cluster",
+        "peer-remove",
+        "MOVE",
+        &gone,
+    ]);
     // A replacement joins (catching up from the group's log), then the removed one leaves.
     let deadline = Instant::now() + Duration::from_secs(60);
     let after = loop {
@@ -839,6 +830,30 @@ async fn gather(
             _ => return out,
         }
     }
+}
+
+/// A client of the tenant account `APP` on node `i`.
+async fn app_client(cl: &TestCluster, i: usize) -> async_nats::Client {
+    async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
+        .request_timeout(Some(Duration::from_secs(4)))
+        .connect(cl.url(i))
+        .await
+        .unwrap()
+}
+
+/// Runs `sealctl` with `args`; its standard output, once it succeeded.
+fn sealctl(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "sealctl {args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 /// The meta leader as node 0 names it, once there is one.
@@ -983,11 +998,7 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
     assert!(tenant.is_empty(), "{tenant:?}");
 
     // The new meta leader takes replicated streams.
-    let c = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
-        .request_timeout(Some(Duration::from_secs(4)))
-        .connect(cl.url(0))
-        .await
-        .unwrap();
+    let c = app_client(&cl, 0).await;
     let js = jetstream::new(c);
     create_r3(&js, "AFTER", "after.>").await;
     js.publish("after.1", "x".into())
@@ -997,25 +1008,19 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
         .unwrap();
 
     // `sealctl server report jetstream` shows the three servers, the leader marked.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
-        .args([
-            "--server",
-            &cl.url(1),
-            "server",
-            "report",
-            "jetstream",
-            "--expect",
-            "3",
-        ])
-        .args(["--user", "sys", "--password", "sys"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = sealctl(&[
+        "--server",
+        &cl.url(1),
+        "server",
+        "report",
+        "jetstream",
+        "--expect",
+        "3",
+        "--user",
+        "sys",
+        "--password",
+        "sys",
+    ]);
     assert!(text.contains(&format!("{next}*")), "{text}");
     assert!(text.contains("RAFT Meta Group Information"), "{text}");
     for n in ["n1", "n2", "n3"] {
@@ -1034,11 +1039,7 @@ async fn a_removed_server_leaves_the_meta_group_for_good_and_streams_keep_writin
     let l = cl.nodes.iter().position(|n| n.name == leader).unwrap();
     let gone = (0..3).find(|i| *i != l).unwrap();
     let gone_name = cl.nodes[gone].name.clone();
-    let app = async_nats::ConnectOptions::with_user_and_password("app".into(), "app".into())
-        .request_timeout(Some(Duration::from_secs(4)))
-        .connect(cl.url(l))
-        .await
-        .unwrap();
+    let app = app_client(&cl, l).await;
     let js = jetstream::new(app);
     create_r3(&js, "KEEP", "keep.>").await;
     js.publish("keep.1", "a".into())
@@ -1075,24 +1076,18 @@ async fn a_removed_server_leaves_the_meta_group_for_good_and_streams_keep_writin
         "server is not a member of the cluster"
     );
     // `sealctl server raft peer-remove` sends the same request.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
-        .args([
-            "--server",
-            &cl.url(l),
-            "server",
-            "raft",
-            "peer-remove",
-            &gone_name,
-        ])
-        .args(["--user", "sys", "--password", "sys"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sealctl(&[
+        "--server",
+        &cl.url(l),
+        "server",
+        "raft",
+        "peer-remove",
+        &gone_name,
+        "--user",
+        "sys",
+        "--password",
+        "sys",
+    ]);
     let size = |cl: &TestCluster| {
         let (_, body) = cl.nodes[l].server.http_get("/jsz");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
