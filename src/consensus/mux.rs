@@ -9,10 +9,9 @@
 //! a snapshot chunk leaves at once (taking queued heartbeats along), so commits are never
 //! delayed.
 //!
-//! Wire: each frame is a little-endian `u32` length and a JSON body — a [`Frame`] of calls
-//! (call id, group, request) from the dialer, or of answers (call id, response) back. JSON
-//! because openraft's messages are serde types; a binary codec can replace it behind
-//! `encode`/`decode`.
+//! Wire: each frame is a little-endian `u32` length and a body in [`codec`]'s form (postcard
+//! behind a tag byte) — a [`Frame`] of calls (call id, group, request) from the dialer, or of
+//! answers (call id, response) back.
 //!
 //! Bounds: each peer's queue holds [`PEER_QUEUE`] calls (a caller waits for room, within its
 //! RPC deadline); a frame is at most [`MAX_FRAME`] bytes (a larger one closes the
