@@ -11,6 +11,13 @@
 //! the encoders leave it out when given an empty account. We never ask for the leaf-origin
 //! forms (our INFO leaves out `lnoc`); `LS+`/`LS-`/`LMSG` are still read (origin dropped) so a
 //! peer that sends them anyway does not lose the route.
+//!
+//! One op is sealstream's own, sent only to peers whose INFO says they are sealstream
+//! (`sealstream_raft`): `JMSG <account> <to> <shown> [reply] <size>` and `JHMSG … <hsize>
+//! <size>`, a JetStream delivery to the subscribers of `<to>` on that peer that shows the stream
+//! message's own subject `<shown>` (a push consumer's deliver subject or a pull request's inbox
+//! is where it goes; what the client sees as the subject is the message's). `RMSG` has one
+//! subject, so it cannot say both.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -64,6 +71,8 @@ pub enum RouteOp {
         reply: Option<Bytes>,
         /// Queue groups of ours the sender picked for this message (one member each).
         queues: Vec<Bytes>,
+        /// `JMSG`/`JHMSG`: the subject subscribers are shown (`subject` is where it goes).
+        shown: Option<Bytes>,
         /// Header block, for HMSG.
         headers: Option<Bytes>,
         /// Payload.
@@ -77,6 +86,7 @@ struct Pending {
     subject: Bytes,
     reply: Option<Bytes>,
     queues: Vec<Bytes>,
+    shown: Option<Bytes>,
     header_len: Option<usize>,
     total: usize,
 }
@@ -164,6 +174,7 @@ impl RouteParser {
                     subject: p.subject,
                     reply: p.reply,
                     queues: p.queues,
+                    shown: p.shown,
                     headers,
                     payload,
                 }));
@@ -189,7 +200,12 @@ impl RouteParser {
             let name = name.to_ascii_uppercase();
             let with_account: Vec<Bytes>;
             let args = match &self.pinned {
-                Some(a) if matches!(name.as_slice(), b"RS+" | b"RS-" | b"RMSG" | b"HMSG") => {
+                Some(a)
+                    if matches!(
+                        name.as_slice(),
+                        b"RS+" | b"RS-" | b"RMSG" | b"HMSG" | b"JMSG" | b"JHMSG"
+                    ) =>
+                {
                     with_account = std::iter::once(a.clone())
                         .chain(w.iter().skip(1).cloned())
                         .collect();
@@ -236,13 +252,21 @@ impl RouteParser {
                     self.start_msg(args.get(1..).unwrap_or(&[]), true, "LMSG")?;
                     continue;
                 }
+                b"JMSG" => {
+                    self.start_msg(args, false, "JMSG")?;
+                    continue;
+                }
+                b"JHMSG" => {
+                    self.start_msg(args, true, "JHMSG")?;
+                    continue;
+                }
                 _ => return Err(ProtoError::UnknownOp),
             };
             return Ok(Some(op));
         }
     }
 
-    /// Reads an RMSG/HMSG control line into [`Pending`].
+    /// Reads an RMSG/HMSG (or JMSG/JHMSG) control line into [`Pending`].
     fn start_msg(
         &mut self,
         args: &[Bytes],
@@ -257,8 +281,15 @@ impl RouteParser {
         let (head, size_words) = args.split_at(args.len() - sizes);
         let account = head.first().cloned().ok_or_else(bad)?;
         let subject = head.get(1).cloned().ok_or_else(bad)?;
-        let middle = head.get(2..).unwrap_or(&[]);
+        let delivery = op.starts_with('J');
+        let shown = if delivery {
+            Some(head.get(2).cloned().ok_or_else(bad)?)
+        } else {
+            None
+        };
+        let middle = head.get(if delivery { 3 } else { 2 }..).unwrap_or(&[]);
         let (reply, queues) = match middle {
+            _ if delivery && middle.len() > 1 => return Err(bad()),
             [] => (None, Vec::new()),
             [r] => (Some(r.clone()), Vec::new()),
             [marker, rest @ ..] if marker.as_ref() == b"+" => {
@@ -288,6 +319,7 @@ impl RouteParser {
             subject,
             reply,
             queues,
+            shown,
             header_len: header_len.map(|h| usize::try_from(h).unwrap_or(usize::MAX)),
             total: usize::try_from(total).map_err(|_| bad())?,
         });
@@ -414,6 +446,35 @@ pub fn encode_msg_line(
             out.put_slice(q);
             out.put_u8(b' ');
         }
+    }
+    if let Some(h) = header_len {
+        put_num(out, h);
+        out.put_u8(b' ');
+    }
+    put_num(out, total);
+    out.put_slice(b"\r\n");
+}
+
+/// Appends the `JMSG`/`JHMSG` control line (without the body): a delivery to `to`'s
+/// subscribers on a sealstream peer, shown as `shown`.
+pub fn encode_delivery_line(
+    out: &mut BytesMut,
+    account: &[u8],
+    to: &[u8],
+    shown: &[u8],
+    reply: Option<&[u8]>,
+    header_len: Option<usize>,
+    total: usize,
+) {
+    out.put_slice(if header_len.is_some() {
+        b"JHMSG "
+    } else {
+        b"JMSG "
+    });
+    put_account(out, account);
+    for w in [Some(to), Some(shown), reply].into_iter().flatten() {
+        out.put_slice(w);
+        out.put_u8(b' ');
     }
     if let Some(h) = header_len {
         put_num(out, h);
@@ -725,6 +786,41 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn deliveries_carry_where_they_go_and_what_they_show() {
+        let mut out = BytesMut::new();
+        encode_delivery_line(
+            &mut out,
+            b"A",
+            b"_INBOX.x",
+            b"orders.1",
+            Some(b"$JS.ACK.S"),
+            None,
+            2,
+        );
+        out.put_slice(b"hi\r\n");
+        encode_delivery_line(&mut out, b"", b"dlv", b"orders.2", None, Some(12), 12);
+        out.put_slice(b"NATS/1.0\r\n\r\n\r\n");
+        assert!(out.starts_with(b"JMSG A _INBOX.x orders.1 $JS.ACK.S 2\r\nhi\r\nJHMSG dlv"));
+        let mut p = RouteParser::new();
+        let mut buf = BytesMut::from(&out[..]);
+        let first = p.next_op(&mut buf).unwrap();
+        assert!(
+            matches!(first, Some(RouteOp::Msg { subject, shown: Some(shown), reply: Some(_), .. })
+            if subject == "_INBOX.x" && shown == "orders.1")
+        );
+        p.pin("P");
+        let second = p.next_op(&mut buf).unwrap();
+        assert!(
+            matches!(second, Some(RouteOp::Msg { account, shown: Some(shown), headers: Some(_), reply: None, .. })
+            if account == "P" && shown == "orders.2")
+        );
+        // A delivery names one reply at most and no queue groups.
+        let mut p = RouteParser::new();
+        let mut buf = BytesMut::from(&b"JMSG A to shown + r q 2\r\nhi\r\n"[..]);
+        assert!(p.next_op(&mut buf).is_err());
     }
 
     #[test]

@@ -21,9 +21,12 @@ use tracing::warn;
 use crate::proto::headers::no_responders_block;
 use crate::subject::MatchCache;
 
-use super::account::{imports, Account, Matches, RemoteInterest, SubRef, Subscriber, Subscription};
+use super::account::{
+    imports, Account, Matches, RemoteInterest, SubRef, Subscriber, Subscription,
+    SERVICE_QUEUE_PREFIX,
+};
 use super::backpressure::{self, Budget};
-use super::client::outbound::PushError;
+use super::client::outbound::{PushError, Pushed};
 use super::client::{ClientHandle, CloseReason};
 
 /// Who is publishing, as routing needs to know it.
@@ -144,11 +147,35 @@ struct RoutedCopy {
 enum Reach<'a> {
     /// Local subscribers and, as `RMSG` in this account, route peers (a local publisher).
     Cluster(&'a [u8]),
-    /// Local subscribers only (JetStream deliveries).
+    /// Local subscribers only (JetStream deliveries of a replica that does not send to other
+    /// servers).
     Local,
+    /// A JetStream delivery to `to`'s subscribers here and, as `JMSG` in `account`, on the
+    /// sealstream peers not named in `skip` (the stream's other replicas deliver there
+    /// themselves).
+    Deliver {
+        account: &'a [u8],
+        to: &'a [u8],
+        skip: &'a [String],
+    },
     /// A message that came from a route: local plain subscribers, and one local member of
-    /// each of these queue groups (the sender picked them for us).
+    /// each of these queue groups (the sender picked them for us). In-process services take
+    /// it only as a picked member: their subscriptions are queue groups when other servers
+    /// may reach them, and a plain one is this server's own (its stream or API entry).
     FromRoute(&'a [Bytes]),
+}
+
+impl Reach<'_> {
+    /// Whether a copy goes to the peer behind `r`.
+    fn reaches(self, r: &RemoteInterest) -> bool {
+        match self {
+            Reach::Cluster(_) => true,
+            Reach::Deliver { skip, .. } => {
+                r.takes_deliveries && !skip.iter().any(|p| **p == *r.peer)
+            }
+            Reach::Local | Reach::FromRoute(_) => false,
+        }
+    }
 }
 
 /// Routes one message within `account`. Returns how many subscriptions it was queued to.
@@ -189,10 +216,13 @@ pub(crate) fn publish(
     n
 }
 
-/// Delivers to the subscribers of `to` in `account` only, showing `shown` as the subject:
+/// Delivers to the subscribers of `to` in `account`, showing `shown` as the subject:
 /// JetStream deliveries go to a pull request's inbox or a push consumer's deliver subject but
-/// keep the stream message's own subject. No import/export hop, no no-responders status.
-/// Returns how many subscriptions took it (0: nobody is listening).
+/// keep the stream message's own subject. With `remote`, also to the subscribers on route
+/// peers (sealstream ones, as `JMSG`) except the servers it names; without, here only. No
+/// import/export hop, no no-responders status. Returns how many subscriptions (a peer
+/// counting as one) took it (0: nobody is listening).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn deliver_as(
     ctx: &mut RouteCtx,
     account: &Arc<Account>,
@@ -201,6 +231,7 @@ pub(crate) fn deliver_as(
     reply: Option<&[u8]>,
     headers: Option<&Bytes>,
     payload: &Bytes,
+    remote: Option<&[String]>,
 ) -> usize {
     let matches = ctx.lookup(account, to);
     let from = Publisher {
@@ -209,16 +240,15 @@ pub(crate) fn deliver_as(
         no_responders: false,
         crossed: true,
     };
-    let n = deliver_matches(
-        ctx,
-        &matches,
-        from,
-        Reach::Local,
-        shown,
-        reply,
-        headers,
-        payload,
-    );
+    let reach = match remote {
+        Some(skip) => Reach::Deliver {
+            account: account.name.as_bytes(),
+            to,
+            skip,
+        },
+        None => Reach::Local,
+    };
+    let n = deliver_matches(ctx, &matches, from, reach, shown, reply, headers, payload);
     release_expired(ctx, account);
     n
 }
@@ -290,15 +320,19 @@ fn deliver_matches(
     headers: Option<&Bytes>,
     payload: &Bytes,
 ) -> usize {
-    let to_routes = matches!(reach, Reach::Cluster(_));
+    let from_route = matches!(reach, Reach::FromRoute(_));
     let mut n = 0;
     for s in &matches.plain {
         let sub = &s.0;
-        if let Subscriber::Route(r) = &sub.subscriber {
-            if to_routes && add_routed(ctx, r, None) {
-                n += 1;
+        match &sub.subscriber {
+            Subscriber::Route(r) => {
+                if reach.reaches(r) && add_routed(ctx, r, None) {
+                    n += 1;
+                }
+                continue;
             }
-            continue;
+            Subscriber::Service(_) if from_route => continue,
+            _ => {}
         }
         if !from.echo && sub.subscriber.cid() == Some(from.cid) {
             continue;
@@ -317,14 +351,18 @@ fn deliver_matches(
                 continue;
             }
         }
-        let start = pick_member(ctx, &group.members, to_routes);
+        let start = if group.name.starts_with(SERVICE_QUEUE_PREFIX) {
+            pick_service(&group.members)
+        } else {
+            pick_member(ctx, &group.members, matches!(reach, Reach::Cluster(_)))
+        };
         for i in 0..len {
             let Some(m) = group.members.get((start + i) % len) else {
                 continue;
             };
             let sub = &m.0;
             if let Subscriber::Route(r) = &sub.subscriber {
-                if to_routes && !r.route.is_closed() {
+                if reach.reaches(r) && !r.route.is_closed() {
                     add_routed(ctx, r, Some(&group.name));
                     n += 1;
                     break;
@@ -340,10 +378,32 @@ fn deliver_matches(
             }
         }
     }
-    if let Reach::Cluster(account) = reach {
-        send_routed(ctx, account, subject, reply, headers, payload);
+    match reach {
+        Reach::Cluster(account) => send_routed(ctx, account, subject, reply, headers, payload),
+        Reach::Deliver { account, to, .. } => {
+            send_deliveries(ctx, account, to, subject, reply, headers, payload);
+        }
+        Reach::Local | Reach::FromRoute(_) => {}
     }
     n
+}
+
+/// Where to start looking in a JetStream service's queue group (its stream's or API's entry
+/// on each server that hosts the stream): this server's own member when it has one, so local
+/// clients are served here; else always the same peer (the lowest connection id), so one
+/// publisher's messages take one path and keep their order.
+fn pick_service(members: &[SubRef]) -> usize {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, m) in members.iter().enumerate() {
+        match &m.0.subscriber {
+            Subscriber::Service(_) => return i,
+            Subscriber::Route(r) if best.is_none_or(|(_, cid)| r.route.cid < cid) => {
+                best = Some((i, r.route.cid));
+            }
+            _ => {}
+        }
+    }
+    best.map_or(0, |(i, _)| i)
 }
 
 /// The index to start looking for a queue member at: uniform over the cluster's members, a
@@ -409,29 +469,71 @@ fn send_routed(
             None
         };
         let account = if copy.pinned { &[][..] } else { account };
-        match route
+        let pushed = route
             .outbound
-            .push_routed(account, subject, reply, &queues, headers, payload)
-        {
-            Ok(pushed) => {
-                if pushed.wake {
-                    ctx.wake.push(Arc::clone(route));
-                }
-                if pushed.above_high_water {
-                    backpressure::note(&mut ctx.stalled, route);
-                }
-                ctx.delivered_msgs += 1;
-                ctx.delivered_bytes += (payload.len() + headers.map_or(0, Bytes::len)) as u64;
+            .push_routed(account, subject, reply, &queues, headers, payload);
+        note_route_push(
+            ctx,
+            route,
+            pushed,
+            payload.len() + headers.map_or(0, Bytes::len),
+        );
+    }
+}
+
+/// Queues the collected JetStream deliveries for sealstream peers: one `JMSG`/`JHMSG` each.
+#[allow(clippy::too_many_arguments)]
+fn send_deliveries(
+    ctx: &mut RouteCtx,
+    account: &[u8],
+    to: &[u8],
+    shown: &[u8],
+    reply: Option<&[u8]>,
+    headers: Option<&Bytes>,
+    payload: &Bytes,
+) {
+    for copy in std::mem::take(&mut ctx.routed) {
+        let route = &copy.route;
+        let account = if copy.pinned { &[][..] } else { account };
+        let pushed = route
+            .outbound
+            .push_delivery(account, to, shown, reply, headers, payload);
+        note_route_push(
+            ctx,
+            route,
+            pushed,
+            payload.len() + headers.map_or(0, Bytes::len),
+        );
+    }
+}
+
+/// Counts one frame queued on a route, or closes a route that cannot keep up (it reconnects
+/// and re-sends its interest).
+fn note_route_push(
+    ctx: &mut RouteCtx,
+    route: &Arc<ClientHandle>,
+    pushed: Result<Pushed, PushError>,
+    size: usize,
+) {
+    match pushed {
+        Ok(pushed) => {
+            if pushed.wake {
+                ctx.wake.push(Arc::clone(route));
             }
-            Err(PushError::SlowConsumer) => {
-                if route.close_reason().is_none() {
-                    warn!(cid = route.cid, "slow route detected, closing the route");
-                    ctx.slow_consumers += 1;
-                }
-                route.close(CloseReason::SlowConsumer);
+            if pushed.above_high_water {
+                backpressure::note(&mut ctx.stalled, route);
             }
-            Err(PushError::Closed) => {}
+            ctx.delivered_msgs += 1;
+            ctx.delivered_bytes += size as u64;
         }
+        Err(PushError::SlowConsumer) => {
+            if route.close_reason().is_none() {
+                warn!(cid = route.cid, "slow route detected, closing the route");
+                ctx.slow_consumers += 1;
+            }
+            route.close(CloseReason::SlowConsumer);
+        }
+        Err(PushError::Closed) => {}
     }
 }
 

@@ -67,6 +67,10 @@ pub(crate) struct RemoteInterest {
     pub(crate) weight: std::sync::atomic::AtomicU32,
     /// The connection is pinned to this account: its messages leave the account name out.
     pub(crate) pinned: bool,
+    /// The peer's server name (JetStream deliveries skip a stream's own replicas).
+    pub(crate) peer: Arc<str>,
+    /// The peer is sealstream running JetStream: it reads `JMSG` deliveries.
+    pub(crate) takes_deliveries: bool,
 }
 
 /// Told when this server's own interest in a subject changes, so the cluster layer can send
@@ -89,12 +93,24 @@ impl Subscriber {
             Subscriber::Service(_) => None,
         }
     }
+}
 
+/// Queue groups of JetStream's in-process services start with this: a stream's entry points
+/// (its subjects, its API, acks and flow control) on each server that hosts it. A local
+/// member is always preferred; peers reach it through route interest.
+pub(crate) const SERVICE_QUEUE_PREFIX: &[u8] = b"$SEALSTREAM.";
+
+impl Subscription {
     /// Whether this subscription is interest routes hear about: the server's own clients and
-    /// internal clients. Route interest is never re-advertised (one hop), and JetStream's
-    /// in-process services stay node-local until streams are replicated.
+    /// internal clients, and JetStream's services where they are queue groups (a stream other
+    /// servers may reach). Route interest is never re-advertised (one hop); a plain service
+    /// subscription is this server's own entry (the account's API, which every server has).
     fn advertised(&self) -> bool {
-        matches!(self, Subscriber::Client(_))
+        match self.subscriber {
+            Subscriber::Client(_) => true,
+            Subscriber::Service(_) => self.queue.is_some(),
+            Subscriber::Route(_) => false,
+        }
     }
 }
 
@@ -195,7 +211,7 @@ impl Account {
     /// Counts one more (`up`) or one less local subscription on (`subject`, `queue`) and tells
     /// the sink, under the count lock so changes to one key reach routes in order.
     fn count_interest(&self, sub: &Subscription, up: bool) {
-        if sub.subscriber.advertised() {
+        if sub.advertised() {
             self.count_key(&sub.subject, sub.queue.as_ref(), up, false);
         }
     }
@@ -378,6 +394,17 @@ impl Account {
     pub(crate) fn matches(&self, subject: &[u8]) -> (Matches, u64) {
         let t = self.tree.read().unwrap_or_else(|p| p.into_inner());
         (t.matches(subject), t.generation())
+    }
+
+    /// Whether a JetStream service on another server takes `subject` (a peer advertises its
+    /// stream's entry group for it).
+    pub(crate) fn served_elsewhere(&self, subject: &[u8]) -> bool {
+        self.matches(subject).0.groups.iter().any(|g| {
+            g.name.starts_with(SERVICE_QUEUE_PREFIX)
+                && g.members
+                    .iter()
+                    .any(|m| matches!(m.0.subscriber, Subscriber::Route(_)))
+        })
     }
 
     /// Number of subscriptions in the account.

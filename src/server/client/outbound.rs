@@ -247,6 +247,25 @@ impl Outbound {
         })
     }
 
+    /// Queues a JetStream delivery for a sealstream route peer (`JMSG`/`JHMSG`): to the
+    /// subscribers of `to` there, shown as `shown`.
+    pub(crate) fn push_delivery(
+        &self,
+        account: &[u8],
+        to: &[u8],
+        shown: &[u8],
+        reply: Option<&[u8]>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> Result<Pushed, PushError> {
+        let hlen = headers.map(|h| h.len());
+        let total = hlen.unwrap_or(0) + payload.len();
+        let line = route::msg_line_len(account, to, reply, &[shown]);
+        self.push_frame(line, headers, payload, |out| {
+            route::encode_delivery_line(out, account, to, shown, reply, hlen, total);
+        })
+    }
+
     /// Queues a control line `encode` writes (at most `line` bytes), then the body: copied
     /// behind the line when small, kept as its own shared buffers when large.
     fn push_frame(

@@ -43,7 +43,7 @@ pub(crate) fn update(
         cur.subs.clone()
     } else {
         acc.unsubscribe_stream(&cur.subs);
-        acc.subscribe_stream(&cur.tx, &cur.budget, &cfg.subjects)
+        acc.subscribe_stream(name, &cur.tx, &cur.budget, &cfg.subjects)
     };
     acc.streams.insert(Arc::new(cur.updated(cfg, subs)));
     let mut info = info;

@@ -1,10 +1,15 @@
 //! Drives the [`jetstream`](crate::jetstream) engine: the threads and the plumbing.
 //!
-//! Per account there is one in-process subscriber for `$JS.API.>`, `$JS.ACK.>`, `$JS.FC.>`
-//! and every stream's subjects. Its subscriptions are ordinary ones in the account's tree —
-//! so publishes reach streams by exactly the routing any subscriber gets — but instead of an
+//! Per account there is one in-process subscriber for `$JS.API.>` and, per stream, for the
+//! stream's subjects and its own entries (its API subjects, `$JS.ACK.<stream>.>`,
+//! `$JS.FC.<stream>.>`). Its subscriptions are ordinary ones in the account's tree — so
+//! publishes reach streams by exactly the routing any subscriber gets — but instead of an
 //! outbound queue they carry a [`Service`]: the router calls [`Intake`] on the publisher's
-//! own task, which decodes the subject and hands the message to a thread without blocking:
+//! own task, which decodes the subject and hands the message to a thread without blocking.
+//! A stream's subscriptions are one queue group (`$SEALSTREAM.<stream>`), advertised to route
+//! peers: a client on a server that does not host the stream reaches it through the cluster,
+//! a local client always here (see `router::pick_service`).
+//!
 //!
 //! - a fixed pool of **store threads** ([`shard`], one per core by default, `store_threads`
 //!   in the `jetstream` block) serves every stream; each stream belongs to one of them and its
@@ -137,7 +142,7 @@ pub(crate) struct AccountJs {
     api_budget: Arc<Budget>,
     pub(crate) api_total: AtomicU64,
     pub(crate) api_errors: AtomicU64,
-    /// What the router calls for the account's API, ack and flow-control subscriptions.
+    /// What the router calls for the account's `$JS.API.>` subscription.
     intake: Arc<dyn Service>,
 }
 
@@ -168,10 +173,13 @@ impl Service for StreamIntake {
     }
 }
 
-/// The router's entry into an account's JetStream API, acks and flow control: called on the
-/// publisher's task, it only decodes the subject and hands the message to the right thread.
+/// The router's entry into an account's JetStream API (and, per stream, its API, acks and
+/// flow control): called on the publisher's task, it only decodes the subject and hands the
+/// message to the right thread.
 struct Intake {
     acc: std::sync::Weak<AccountJs>,
+    /// `Some`: the entry of this stream (its queue group); `None`: the account's `$JS.API.>`.
+    stream: Option<Arc<str>>,
 }
 
 impl Service for Intake {
@@ -184,8 +192,38 @@ impl Service for Intake {
         payload: &Bytes,
     ) -> Option<Arc<Budget>> {
         let acc = self.acc.upgrade()?;
-        acc.dispatch(sid, subject, reply, headers.cloned(), payload.clone())
+        acc.dispatch(
+            self.stream.as_deref(),
+            sid,
+            subject,
+            reply,
+            headers.cloned(),
+            payload.clone(),
+        )
     }
+}
+
+/// The queue group of a stream's subscriptions (see the module doc).
+fn entry_group(stream: &str) -> Bytes {
+    let mut q = super::account::SERVICE_QUEUE_PREFIX.to_vec();
+    q.extend_from_slice(stream.as_bytes());
+    Bytes::from(q)
+}
+
+/// A stream's API subjects (each names the stream in a fixed place), acks and flow control,
+/// with the sid [`AccountJs::dispatch`] reads.
+fn entry_subjects(stream: &str) -> [(String, &'static [u8]); 9] {
+    [
+        (format!("$JS.API.STREAM.*.{stream}"), b"api"),
+        (format!("$JS.API.STREAM.*.*.{stream}"), b"api"),
+        (format!("$JS.API.DIRECT.GET.{stream}"), b"api"),
+        (format!("$JS.API.DIRECT.GET.{stream}.>"), b"api"),
+        (format!("$JS.API.CONSUMER.*.{stream}"), b"api"),
+        (format!("$JS.API.CONSUMER.*.{stream}.>"), b"api"),
+        (format!("$JS.API.CONSUMER.*.*.{stream}.>"), b"api"),
+        (format!("$JS.ACK.{stream}.>"), b"ack"),
+        (format!("$JS.FC.{stream}.>"), b"fc"),
+    ]
 }
 
 impl AccountJs {
@@ -208,13 +246,14 @@ impl AccountJs {
         &self,
         subject: &str,
         sid: Bytes,
+        queue: Option<Bytes>,
         service: Arc<dyn Service>,
     ) -> Option<Arc<Subscription>> {
         let sub = Arc::new(Subscription {
             subscriber: Subscriber::Service(service),
             sid,
             subject: Bytes::copy_from_slice(subject.as_bytes()),
-            queue: None,
+            queue,
             delivered: AtomicU64::new(0),
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -229,10 +268,12 @@ impl AccountJs {
         }
     }
 
-    /// Subscribes a stream's subjects, delivering to `tx` within `budget`; returns the
+    /// Subscribes stream `name`'s subjects, delivering to `tx` within `budget`, and its own
+    /// API, ack and flow-control entries, all in the stream's queue group; returns the
     /// subscriptions.
     pub(crate) fn subscribe_stream(
-        &self,
+        self: &Arc<Self>,
+        name: &str,
         tx: &shard::StreamTx,
         budget: &Arc<Budget>,
         subjects: &[String],
@@ -241,13 +282,26 @@ impl AccountJs {
             tx: tx.clone(),
             budget: Arc::clone(budget),
         });
+        let group = entry_group(name);
         let mut out = Vec::new();
         for s in subjects {
             let sid = Bytes::from(format!(
                 "s{}",
                 self.next_sid.fetch_add(1, Ordering::Relaxed)
             ));
-            if let Some(sub) = self.subscribe(s, sid, Arc::clone(&intake)) {
+            if let Some(sub) = self.subscribe(s, sid, Some(group.clone()), Arc::clone(&intake)) {
+                out.push(sub);
+            }
+        }
+        let entry: Arc<dyn Service> = Arc::new(Intake {
+            acc: Arc::downgrade(self),
+            stream: Some(Arc::from(name)),
+        });
+        for (subject, sid) in entry_subjects(name) {
+            let sid = Bytes::from_static(sid);
+            if let Some(sub) =
+                self.subscribe(&subject, sid, Some(group.clone()), Arc::clone(&entry))
+            {
                 out.push(sub);
             }
         }
@@ -332,8 +386,11 @@ impl AccountJs {
     /// Routes one API call, ack or flow-control reply to the thread that owns it. Holds no
     /// lock while sending: the stream table hands out an owned handle. Returns the budget the
     /// call pushed over its bound, if any.
+    /// Hands one API call, ack or flow-control reply to the thread it belongs to; `entry` is
+    /// the stream whose entry (queue group) took it, `None` for the account's `$JS.API.>`.
     fn dispatch(
         self: &Arc<Self>,
+        entry: Option<&str>,
         sid: &[u8],
         subject: &[u8],
         reply: Option<&[u8]>,
@@ -342,16 +399,21 @@ impl AccountJs {
     ) -> Option<Arc<Budget>> {
         let mut subject_str = String::from_utf8_lossy(subject).into_owned();
         let reply = reply.map(|r| String::from_utf8_lossy(r).into_owned());
+        let mut domain_form = false;
         if sid == b"api" && !subject_str.starts_with("$JS.API.") {
             // `$JS.<domain>.API.<call>`: the same call in this server's domain.
             if let Some(rest) = subject_str.splitn(4, '.').nth(3) {
                 subject_str = format!("$JS.API.{rest}");
+                domain_form = true;
             }
         }
         match sid {
             b"api" => {
                 let reply = reply?;
                 let call = ApiCall::parse(&subject_str)?;
+                if !domain_form && !self.takes_call(entry, &call, subject) {
+                    return None;
+                }
                 self.api_total.fetch_add(1, Ordering::Relaxed);
                 if self.limits().is_some() {
                     if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
@@ -388,6 +450,9 @@ impl AccountJs {
                 } else {
                     subject_str.split('.').nth(2)?
                 };
+                if entry != Some(stream) {
+                    return None;
+                }
                 let s = self.streams.get(stream)?;
                 {
                     let cmd = if sid == b"ack" {
@@ -405,6 +470,39 @@ impl AccountJs {
                 }
             }
             _ => None,
+        }
+    }
+
+    /// Whether the entry that got `call` handles it. A call naming a stream is the stream's
+    /// entry's (on this server when it hosts the stream, else on a server that does), except
+    /// the update, delete or peer removal of a replicated stream, which any server sends to
+    /// the meta group from the account's entry; every other call is the account entry's. A
+    /// call naming a stream nobody hosts is answered here (not found).
+    fn takes_call(&self, entry: Option<&str>, call: &ApiCall, subject: &[u8]) -> bool {
+        let scoped = call.stream_scoped();
+        let named = scoped.or(match call {
+            ApiCall::StreamUpdate(n) | ApiCall::StreamDelete(n) | ApiCall::StreamPeerRemove(n) => {
+                Some(n.as_str())
+            }
+            _ => None,
+        });
+        let via_meta = || {
+            scoped.is_none()
+                && named.is_some_and(|n| {
+                    self.js
+                        .upgrade()
+                        .and_then(|js| js.cluster().map(|c| c.is_assigned(&self.name, n)))
+                        .unwrap_or(false)
+                })
+        };
+        match (entry, named) {
+            (Some(e), Some(n)) => e == n && !via_meta(),
+            (Some(_), None) => false,
+            (None, None) => true,
+            (None, Some(n)) => {
+                via_meta()
+                    || (self.streams.get(n).is_none() && !self.account.served_elsewhere(subject))
+            }
         }
     }
 }
@@ -608,7 +706,10 @@ fn setup_account(
     limits: Option<AccountJetStream>,
 ) -> Arc<AccountJs> {
     let acc = Arc::new_cyclic(|me| AccountJs {
-        intake: Arc::new(Intake { acc: me.clone() }),
+        intake: Arc::new(Intake {
+            acc: me.clone(),
+            stream: None,
+        }),
         name: name.to_owned(),
         account,
         limits: RwLock::new(limits),
@@ -621,21 +722,17 @@ fn setup_account(
         api_total: AtomicU64::new(0),
         api_errors: AtomicU64::new(0),
     });
-    for (subject, sid) in [
-        ("$JS.API.>", "api"),
-        ("$JS.ACK.>", "ack"),
-        ("$JS.FC.>", "fc"),
-    ] {
-        acc.subscribe(
-            subject,
-            Bytes::from_static(sid.as_bytes()),
-            Arc::clone(&acc.intake),
-        );
-    }
+    acc.subscribe(
+        "$JS.API.>",
+        Bytes::from_static(b"api"),
+        None,
+        Arc::clone(&acc.intake),
+    );
     if let Some(d) = &js.domain {
         acc.subscribe(
             &format!("$JS.{d}.API.>"),
             Bytes::from_static(b"api"),
+            None,
             Arc::clone(&acc.intake),
         );
     }

@@ -164,6 +164,17 @@ impl ReplicaView {
         self.node.status(self.group).is_some_and(|s| s.is_leader)
     }
 
+    /// On the group's leader, the servers that keep a replica (voters and members catching
+    /// up), which deliver a committed round to their own subscribers; `None` elsewhere.
+    pub(crate) fn members_if_leader(&self) -> Option<Vec<String>> {
+        let status = self.node.status(self.group).filter(|s| s.is_leader)?;
+        let mut ids: Vec<NodeId> = status.voters.iter().map(|(id, _)| *id).collect();
+        ids.extend(status.matched.iter().map(|(id, _)| *id));
+        ids.sort_unstable();
+        ids.dedup();
+        Some(ids.into_iter().map(|id| self.name_of(id)).collect())
+    }
+
     fn name_of(&self, id: NodeId) -> String {
         self.names
             .read()

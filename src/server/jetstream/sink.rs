@@ -39,14 +39,26 @@ impl Interest for AccountInterest {
 pub(crate) struct RouterSink {
     account: Arc<Account>,
     ctx: RouteCtx,
+    /// Where deliveries go besides this server's subscribers: `Some(skip)` to the other
+    /// servers' (sealstream peers', as `JMSG`) except those named, `None` nowhere else.
+    remote: Option<Vec<String>>,
 }
 
 impl RouterSink {
+    /// A sink whose deliveries reach subscribers on every server.
     pub(crate) fn new(account: Arc<Account>, seed: u64) -> Self {
         RouterSink {
             account,
             ctx: RouteCtx::new(seed),
+            remote: Some(Vec::new()),
         }
+    }
+
+    /// Sets where deliveries go besides this server (see [`RouterSink::remote`]): a
+    /// replicated stream's committed round is delivered by every replica to its own
+    /// subscribers, and by the leader alone to the servers that keep no replica.
+    pub(crate) fn set_remote(&mut self, remote: Option<Vec<String>>) {
+        self.remote = remote;
     }
 
     /// Routes every effect recorded in `fx` (leaving it empty), in order, then wakes the
@@ -109,6 +121,7 @@ impl RouterSink {
             reply.map(str::as_bytes),
             headers,
             payload,
+            self.remote.as_deref(),
         )
     }
 

@@ -290,7 +290,7 @@ pub(crate) fn spawn(
     if let Some(cell) = replica_tx {
         let _ = cell.set(tx.downgrade());
     }
-    let subs = acc.subscribe_stream(&tx, &budget, &cfg.subjects);
+    let subs = acc.subscribe_stream(&cfg.name, &tx, &budget, &cfg.subjects);
     acc.streams.insert(Arc::new(StreamRef {
         tx,
         stream,
@@ -622,7 +622,11 @@ impl Worker {
                             other => Some(replica::cmd_of(other)),
                         })
                         .collect();
+                    // Every replica delivers a committed round to its own subscribers; the
+                    // leader also to servers without a replica (clients connected there).
+                    self.sink.set_remote(replica.view.members_if_leader());
                     let stopped = self.run(st, cmds, round.now, Mode::Applied);
+                    self.sink.set_remote(Some(Vec::new()));
                     self.routes = true;
                     self.budget.give_back(intake);
                     let _ = done.send(());
@@ -1110,12 +1114,12 @@ impl Worker {
                 // Another replica's round: its requester waits at that replica, which answers.
                 continue;
             }
-            // Deliveries go out on every replica, each to its own local subscribers only
-            // (`Reach::Local`): a subscriber is connected to one node, so it gets each message
-            // once, from its own node, whichever replica proposed the round (the leader's
-            // timer rounds included), and the engine's interest question counts route
-            // interest alike on every replica. Not yet: a deliver group with members on
-            // several nodes gets one copy per node.
+            // A committed round's deliveries go out on every replica, each to its own
+            // subscribers, and from the leader to servers without a replica (the sink's
+            // `remote`): a subscriber is connected to one node, so it gets each message once,
+            // whichever replica proposed the round (the leader's timer rounds included), and
+            // the engine's interest question counts route interest alike on every replica.
+            // Not yet: a deliver group with members on several nodes gets one copy per node.
             let Some(e) = self.sink.route(e) else {
                 continue;
             };

@@ -491,13 +491,29 @@ impl RouteConn {
                 subject,
                 reply,
                 queues,
+                shown,
                 headers,
                 payload,
             } => {
                 self.in_msgs += 1;
                 self.in_bytes += (payload.len() + headers.as_ref().map_or(0, Bytes::len)) as u64;
                 let name = String::from_utf8_lossy(&account);
-                if let Some(acc) = self.shared.accounts.get(&name) {
+                let Some(acc) = self.shared.accounts.get(&name) else {
+                    return true;
+                };
+                if let Some(shown) = shown {
+                    // A JetStream delivery: this server's subscribers of `subject` only.
+                    router::deliver_as(
+                        &mut self.ctx,
+                        &acc,
+                        &subject,
+                        &shown,
+                        reply.as_deref(),
+                        headers.as_ref(),
+                        &payload,
+                        None,
+                    );
+                } else {
                     router::deliver_routed(
                         &mut self.ctx,
                         &acc,
@@ -866,6 +882,16 @@ impl RouteConn {
             debug!(account = %name, "interest for an unknown account dropped");
             return true;
         };
+        let (peer, takes_deliveries) = self.route.as_ref().map_or_else(
+            || (Arc::from(""), false),
+            |r| {
+                let info = r.lock_info();
+                (
+                    Arc::from(info.server_name.as_str()),
+                    info.sealstream_raft.is_some(),
+                )
+            },
+        );
         let sub = Arc::new(Subscription {
             subscriber: Subscriber::Route(Arc::new(RemoteInterest {
                 route: Arc::clone(&self.handle),
@@ -874,6 +900,8 @@ impl RouteConn {
                     .route
                     .as_ref()
                     .is_some_and(|r| r.slot.pinned().is_some()),
+                peer,
+                takes_deliveries,
             })),
             sid: Bytes::new(),
             subject,

@@ -1,0 +1,305 @@
+//! Clients connected to a server that keeps no copy of a stream (issue 15): in a NATS cluster
+//! every client reaches every stream, whichever server it is connected to. A three-node
+//! cluster with an R2 stream (one server without a replica) and an R1 stream (two without):
+//! publishes with PubAcks, stream and consumer info, pull consumers with acks, an ordered push
+//! consumer, and a key-value bucket, all from a server without the stream. Core subscribers on
+//! every server watch the stream's subjects meanwhile, and no message is stored twice.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, kv, stream};
+use bytes::Bytes;
+use futures::StreamExt;
+use support::cluster::TestCluster;
+
+async fn connect(cl: &TestCluster, i: usize) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .request_timeout(Some(Duration::from_secs(4)))
+        .connect(cl.url(i))
+        .await
+        .unwrap()
+}
+
+/// Creates `cfg` from `js`, retrying while the cluster is still forming.
+async fn create(js: &jetstream::Context, cfg: stream::Config) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match js.create_stream(cfg.clone()).await {
+            Ok(_) => return,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no stream {}: {e}", cfg.name);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// The servers holding `name`, as its info from `js` names them (leader first).
+async fn replicas(js: &jetstream::Context, name: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(mut s) = js.get_stream(name).await {
+            if let Ok(info) = s.info().await {
+                if let Some(c) = info.cluster.clone() {
+                    if let Some(leader) = c.leader {
+                        let mut v = vec![leader];
+                        v.extend(c.replicas.iter().map(|r| r.name.clone()));
+                        return v;
+                    }
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "{name} has no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Publishes `subject` from `js` until a PubAck comes (the stream's interest reaches this
+/// server a moment after the create); the acked sequence.
+async fn publish_acked(js: &jetstream::Context, subject: &str, payload: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", payload);
+        if let Ok(ack) = js
+            .publish_with_headers(subject.to_owned(), headers, Bytes::from(payload.to_owned()))
+            .await
+        {
+            match tokio::time::timeout(Duration::from_secs(4), ack).await {
+                Ok(Ok(a)) => return a.sequence,
+                Ok(Err(e)) => eprintln!("{subject}: {e}"),
+                Err(_) => eprintln!("{subject}: no PubAck"),
+            }
+        }
+        assert!(Instant::now() < deadline, "{payload} never acknowledged");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the whole walk against stream `name` (subjects `<prefix>.>`) from `js`, a client on
+/// a server that keeps no copy of it.
+async fn use_from_elsewhere(js: &jetstream::Context, name: &str, prefix: &str) {
+    const N: u64 = 30;
+    for i in 1..=N {
+        let seq = publish_acked(js, &format!("{prefix}.{i}"), &format!("{name}-msg-{i}")).await;
+        assert_eq!(seq, i, "{name}: publish {i} got sequence {seq}");
+    }
+    let mut s = js.get_stream(name).await.unwrap();
+    let info = s.info().await.unwrap();
+    assert_eq!(info.state.messages, N, "{name}: {:?}", info.state);
+    assert_eq!(info.state.last_sequence, N);
+    let m = s.get_raw_message(7).await.unwrap();
+    assert_eq!(m.subject.as_str(), format!("{prefix}.7"));
+    assert_eq!(&m.payload[..], format!("{name}-msg-7").as_bytes());
+
+    // A durable pull consumer: every message once, with its own subject; acks count.
+    let pull = s
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("WORKER".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut got = 0;
+    let mut batch = pull
+        .fetch()
+        .max_messages(N as usize)
+        .expires(Duration::from_secs(3))
+        .messages()
+        .await
+        .unwrap();
+    while let Some(m) = batch.next().await {
+        let m = m.unwrap();
+        got += 1;
+        assert_eq!(m.subject.as_str(), format!("{prefix}.{got}"));
+        m.double_ack().await.unwrap();
+    }
+    assert_eq!(got, N, "{name}: the pull consumer delivered {got}");
+    let mut pull = s
+        .get_consumer::<consumer::pull::Config>("WORKER")
+        .await
+        .unwrap();
+    let ci = pull.info().await.unwrap();
+    assert_eq!(ci.ack_floor.stream_sequence, N, "{name}: {ci:?}");
+    assert_eq!(ci.num_ack_pending, 0);
+
+    // An ordered push consumer (its deliver subject's subscriber is on this server).
+    let ordered = s
+        .create_consumer(consumer::push::OrderedConfig {
+            deliver_subject: format!("_INBOX.reach.{name}"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut msgs = ordered.messages().await.unwrap();
+    for i in 1..=N {
+        let m = tokio::time::timeout(Duration::from_secs(5), msgs.next())
+            .await
+            .unwrap_or_else(|_| panic!("{name}: push message {i} never came"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.subject.as_str(), format!("{prefix}.{i}"));
+        assert_eq!(m.info().unwrap().stream_sequence, i);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_a_server_without_the_stream_uses_it_fully() {
+    let cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let clients = [
+        connect(&cl, 0).await,
+        connect(&cl, 1).await,
+        connect(&cl, 2).await,
+    ];
+    let js: Vec<jetstream::Context> = clients.iter().map(|c| jetstream::new(c.clone())).collect();
+
+    // Core subscribers on every server watch both streams' subjects all along: a message
+    // that crosses a route to one of them must not be stored again by a replica there.
+    let mut watchers = Vec::new();
+    for c in &clients {
+        watchers.push(c.subscribe("rep.>").await.unwrap());
+        watchers.push(c.subscribe("single.>").await.unwrap());
+    }
+    for c in &clients {
+        c.flush().await.unwrap();
+    }
+
+    // R2, created from n1: one server keeps no replica.
+    create(
+        &js[0],
+        stream::Config {
+            name: "REP".into(),
+            subjects: vec!["rep.>".into()],
+            num_replicas: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    let holders = replicas(&js[0], "REP").await;
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    let outside = cl
+        .nodes
+        .iter()
+        .position(|n| !holders.contains(&n.name))
+        .unwrap();
+    use_from_elsewhere(&js[outside], "REP", "rep").await;
+
+    // R1 on n1, used from n2.
+    create(
+        &js[0],
+        stream::Config {
+            name: "SINGLE".into(),
+            subjects: vec!["single.>".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    use_from_elsewhere(&js[1], "SINGLE", "single").await;
+
+    // Every watcher saw each message once; the streams hold each once (sequences 1..=30
+    // were checked as they were acked, and the counts here are exact).
+    for w in &mut watchers {
+        let mut seen = 0;
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), w.next()).await {
+            seen += 1;
+        }
+        assert_eq!(seen, 30);
+    }
+    for (i, j) in js.iter().enumerate() {
+        for name in ["REP", "SINGLE"] {
+            let info = j
+                .get_stream(name)
+                .await
+                .unwrap()
+                .info()
+                .await
+                .unwrap()
+                .clone();
+            assert_eq!(info.state.messages, 30, "{name} from n{}", i + 1);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_value_bucket_works_from_a_server_without_a_replica() {
+    let cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let clients = [
+        connect(&cl, 0).await,
+        connect(&cl, 1).await,
+        connect(&cl, 2).await,
+    ];
+    let js: Vec<jetstream::Context> = clients.iter().map(|c| jetstream::new(c.clone())).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = js[0]
+            .create_key_value(kv::Config {
+                bucket: "CFG".into(),
+                history: 5,
+                num_replicas: 2,
+                ..Default::default()
+            })
+            .await;
+        match r {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no bucket: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let holders = replicas(&js[0], "KV_CFG").await;
+    let outside = cl
+        .nodes
+        .iter()
+        .position(|n| !holders.contains(&n.name))
+        .unwrap();
+    let kv = js[outside].get_key_value("CFG").await.unwrap();
+    let mut watch = kv.watch("app.>").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        match kv.put("app.mode", Bytes::from_static(b"blue")).await {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no put: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let second = kv
+        .update("app.mode", Bytes::from_static(b"green"), first)
+        .await
+        .unwrap();
+    assert!(second > first);
+    // An update at a stale revision is refused, as on any server.
+    assert!(kv
+        .update("app.mode", Bytes::from_static(b"red"), first)
+        .await
+        .is_err());
+    let e = kv.entry("app.mode").await.unwrap().unwrap();
+    assert_eq!(&e.value[..], b"green");
+    assert_eq!(e.revision, second);
+    let mut history = kv.history("app.mode").await.unwrap();
+    let mut values = Vec::new();
+    while let Some(h) = history.next().await {
+        values.push(h.unwrap().value);
+    }
+    assert_eq!(
+        values,
+        vec![Bytes::from_static(b"blue"), Bytes::from_static(b"green")]
+    );
+    for want in [&b"blue"[..], b"green"] {
+        let w = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.key, "app.mode");
+        assert_eq!(&w.value[..], want);
+    }
+}
