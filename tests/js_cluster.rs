@@ -997,7 +997,17 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
     .await;
     assert!(tenant.is_empty(), "{tenant:?}");
 
-    // The new meta leader takes replicated streams.
+    // The new meta leader takes replicated streams; the system account hears their leader
+    // elections too, with the account named (spec cluster.md 4.8).
+    let sys = async_nats::ConnectOptions::with_user_and_password("sys".into(), "sys".into())
+        .connect(cl.url(1))
+        .await
+        .unwrap();
+    let mut elections = sys
+        .subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>")
+        .await
+        .unwrap();
+    sys.flush().await.unwrap();
     let c = app_client(&cl, 0).await;
     let js = jetstream::new(c);
     create_r3(&js, "AFTER", "after.>").await;
@@ -1006,6 +1016,24 @@ async fn the_system_account_reads_every_server_and_moves_the_meta_leader() {
         .unwrap()
         .await
         .unwrap();
+    let heard = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut elections),
+    )
+    .await
+    .expect("a LEADER_ELECTED advisory in the system account")
+    .unwrap();
+    assert_eq!(
+        heard.subject.as_str(),
+        "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.AFTER"
+    );
+    let body: serde_json::Value = serde_json::from_slice(&heard.payload).unwrap();
+    assert_eq!(body["account"], "APP", "{body}");
+    assert_eq!(body["stream"], "AFTER", "{body}");
+    assert_eq!(
+        body["type"],
+        "io.nats.jetstream.advisory.v1.stream_leader_elected"
+    );
 
     // `sealctl server report jetstream` shows the three servers, the leader marked.
     let text = sealctl(&[

@@ -118,6 +118,8 @@ pub(crate) struct JetStream {
     pub(crate) runtime: tokio::runtime::Handle,
     /// Replicated JetStream, when this server is part of a named cluster.
     cluster: std::sync::OnceLock<Arc<cluster::ClusterJs>>,
+    /// The system account, which gets a copy of leader and quorum advisories.
+    pub(crate) system_account: Option<Arc<Account>>,
 }
 
 /// One account's JetStream.
@@ -632,6 +634,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         runtime: tokio::runtime::Handle::current(),
         shards,
         cluster: std::sync::OnceLock::new(),
+        system_account: shared.system.as_ref().map(|s| Arc::clone(&s.account)),
     });
     shared.accounts.add_claims_hook(Arc::new(JwtAccounts {
         js: Arc::downgrade(&js),

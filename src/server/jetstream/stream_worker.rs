@@ -684,19 +684,36 @@ impl Worker {
         advisory["id"] = json!(id());
         advisory["timestamp"] = json!(now);
         advisory["stream"] = json!(st.cfg.name);
-        let stream_subject = format!("$JS.EVENT.ADVISORY.STREAM.{subject}.{}", st.cfg.name);
-        self.fx
-            .reply(&stream_subject, Bytes::from(advisory.to_string()));
+        let mut sent = vec![(
+            format!("$JS.EVENT.ADVISORY.STREAM.{subject}.{}", st.cfg.name),
+            advisory.clone(),
+        )];
         for name in st.consumers.keys() {
             advisory["type"] = json!(format!("io.nats.jetstream.advisory.v1.consumer_{what}"));
             advisory["id"] = json!(id());
             advisory["consumer"] = json!(name);
-            let consumer_subject = format!(
-                "$JS.EVENT.ADVISORY.CONSUMER.{subject}.{}.{name}",
-                st.cfg.name
-            );
-            self.fx
-                .reply(&consumer_subject, Bytes::from(advisory.to_string()));
+            sent.push((
+                format!(
+                    "$JS.EVENT.ADVISORY.CONSUMER.{subject}.{}.{name}",
+                    st.cfg.name
+                ),
+                advisory.clone(),
+            ));
+        }
+        for (to, body) in &sent {
+            self.fx.reply(to, Bytes::from(body.to_string()));
+        }
+        // The system account gets a copy of each, naming the account (spec cluster.md 4.8).
+        if let Some(sys) = &self.js.system_account {
+            if !Arc::ptr_eq(sys, &self.acc.account) {
+                let mut sink = RouterSink::new(Arc::clone(sys), self.js.next_seed());
+                for (to, mut body) in sent {
+                    body["account"] = json!(self.acc.name);
+                    body["id"] = json!(id());
+                    sink.reply(&to, Bytes::from(body.to_string()));
+                }
+                sink.flush();
+            }
         }
     }
 
