@@ -303,3 +303,73 @@ async fn a_key_value_bucket_works_from_a_server_without_a_replica() {
         assert_eq!(&w.value[..], want);
     }
 }
+
+/// A create's answer as JSON.
+async fn raw_create(c: &async_nats::Client, body: serde_json::Value) -> serde_json::Value {
+    let name = body["name"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c
+            .request(
+                format!("$JS.API.STREAM.CREATE.{name}"),
+                Bytes::from(body.to_string()),
+            )
+            .await;
+        // No answer or 10008: the meta group is still forming.
+        if let Ok(r) = r {
+            let v: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+            if v["error"]["err_code"] != 10008 {
+                return v;
+            }
+        }
+        assert!(Instant::now() < deadline, "no answer to creating {name}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_is_honoured_or_the_stream_is_refused() {
+    let cl = TestCluster::start_js(3);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let c = connect(&cl, 0).await;
+    let refusals = [
+        (
+            serde_json::json!({"name": "P1", "num_replicas": 2, "placement": {"cluster": "NOPE"}}),
+            400,
+            10005,
+            "no suitable peers for placement",
+        ),
+        (
+            serde_json::json!({"name": "P2", "num_replicas": 2, "placement": {"tags": ["ssd"]}}),
+            400,
+            10005,
+            "no suitable peers for placement, tags not matched ['ssd']",
+        ),
+        (
+            serde_json::json!({"name": "P3", "placement": {"tags": ["ssd"]}}),
+            400,
+            10005,
+            "no suitable peers for placement, tags not matched ['ssd']",
+        ),
+        (
+            serde_json::json!({"name": "P4", "num_replicas": 2, "placement": {"preferred": "n1"}}),
+            500,
+            10052,
+            "preferred server not permitted in placement",
+        ),
+    ];
+    for (body, code, err_code, description) in refusals {
+        let v = raw_create(&c, body.clone()).await;
+        assert_eq!(v["error"]["code"], code, "{body}: {v}");
+        assert_eq!(v["error"]["err_code"], err_code, "{body}: {v}");
+        assert_eq!(v["error"]["description"], description, "{body}: {v}");
+    }
+    // This cluster's own name is a placement every server meets.
+    let ok = raw_create(
+        &c,
+        serde_json::json!({"name": "P5", "num_replicas": 2, "placement": {"cluster": "C1"}}),
+    )
+    .await;
+    assert!(ok["error"].is_null(), "{ok}");
+    assert_eq!(ok["config"]["placement"]["cluster"], "C1", "{ok}");
+}

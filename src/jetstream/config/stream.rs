@@ -147,6 +147,10 @@ pub struct StreamConfig {
     /// User metadata plus the server-owned `_nats.*` keys.
     #[serde(deserialize_with = "null_as_default")]
     pub metadata: BTreeMap<String, String>,
+    /// Where the stream's replicas may be placed (a clustered server honours it or refuses
+    /// the stream: it never ignores it).
+    #[serde(deserialize_with = "null_as_default")]
+    pub placement: Option<Placement>,
     /// The stream this one mirrors (see [`super::source`]).
     pub mirror: Option<StreamSource>,
     /// The streams this one sources from; `null` and `[]` are none.
@@ -201,6 +205,27 @@ pub(crate) fn is_blank(body: &[u8]) -> bool {
     body.iter().all(u8::is_ascii_whitespace)
 }
 
+/// A stream's `placement`: the cluster and the server tags its replicas must run in/with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Placement {
+    /// Cluster name; `""` is unset.
+    #[serde(
+        deserialize_with = "zero_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster: Option<String>,
+    /// Tags every chosen server must carry (`server_tags`).
+    #[serde(
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub tags: Vec<String>,
+    /// A preferred server: meaningful for a leader stepdown only (a create refuses it).
+    #[serde(deserialize_with = "zero_as_none", skip_serializing)]
+    pub preferred: Option<String>,
+}
+
 /// Parses a `STREAM.CREATE`/`STREAM.UPDATE` body. Malformed JSON (or an unknown enum value)
 /// gives `400/10025 invalid JSON: <parser text>`; an empty body gives `400/10003 bad request`
 /// (our choice: there is no configuration to parse).
@@ -253,6 +278,13 @@ impl StreamConfig {
         }
         if self.mirror_direct && self.mirror.is_none() {
             return invalid("stream has no mirror but does have mirror direct");
+        }
+        if self
+            .placement
+            .as_ref()
+            .is_some_and(|p| p.cluster.is_none() && p.tags.is_empty() && p.preferred.is_none())
+        {
+            self.placement = None;
         }
         super::source::check(
             &self.name,
@@ -579,6 +611,8 @@ struct StreamConfigView<'a> {
     #[serde(skip_serializing_if = "is_zero_i64")]
     duplicate_window: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    placement: Option<&'a Placement>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     mirror: Option<&'a StreamSource>,
     #[serde(skip_serializing_if = "<[StreamSource]>::is_empty")]
     sources: &'a [StreamSource],
@@ -632,6 +666,7 @@ impl Serialize for StreamConfig {
             num_replicas: self.num_replicas,
             no_ack: self.no_ack,
             duplicate_window: self.duplicate_window,
+            placement: self.placement.as_ref(),
             mirror: self.mirror.as_ref(),
             sources: &self.sources,
             compression: &self.compression,

@@ -259,6 +259,7 @@ fn create(
         return Err(ApiError::max_streams());
     }
     check_reservation(js, acc, &cfg)?;
+    check_placement(js, &cfg)?;
     if cfg.num_replicas > 1 {
         let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
         return cluster.create_stream(acc, cfg);
@@ -266,6 +267,42 @@ fn create(
     let info = stream_worker::create(js, acc, cfg)?;
     info!(account = %acc.name, stream = %name, "stream created");
     Ok(body(&info))
+}
+
+/// A clustered server honours a stream's `placement` or refuses the stream with
+/// nats-server's answers (spec cluster.md 4.4): `preferred` is for stepdowns only
+/// (`500/10052`); the cluster must be this one and the tags cannot be met yet — `server_tags`
+/// is not read, so no server carries any (`400/10005`). A server without a cluster has
+/// nowhere else to put a stream and takes it as it is.
+fn check_placement(js: &JetStream, cfg: &StreamConfig) -> Result<(), ApiError> {
+    let (Some(p), Some(cluster)) = (&cfg.placement, js.cluster()) else {
+        return Ok(());
+    };
+    if p.preferred.is_some() {
+        return Err(ApiError::new(
+            500,
+            10052,
+            "preferred server not permitted in placement",
+        ));
+    }
+    if p.cluster
+        .as_ref()
+        .is_some_and(|c| c != cluster.cluster_name())
+    {
+        return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+    }
+    if !p.tags.is_empty() {
+        let tags: Vec<String> = p.tags.iter().map(|t| format!("'{t}'")).collect();
+        return Err(ApiError::new(
+            400,
+            10005,
+            &format!(
+                "no suitable peers for placement, tags not matched [{}]",
+                tags.join(" ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a stream whose `max_bytes` cannot fit the account's or the server's storage
@@ -305,6 +342,7 @@ fn update(
     payload: &[u8],
 ) -> Result<Value, ApiError> {
     let cfg = requested_config(name, payload)?;
+    check_placement(js, &cfg)?;
     let cur = acc.streams.get(name);
     let replicated = cur
         .as_ref()

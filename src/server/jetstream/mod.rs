@@ -475,35 +475,24 @@ impl AccountJs {
         }
     }
 
-    /// Whether the entry that got `call` handles it. A call naming a stream is the stream's
-    /// entry's (on this server when it hosts the stream, else on a server that does), except
-    /// the update, delete or peer removal of a replicated stream, which any server sends to
-    /// the meta group from the account's entry; every other call is the account entry's. A
-    /// call naming a stream nobody hosts is answered here (not found).
+    /// Whether the entry that got `call` handles it. A call naming an existing stream (its
+    /// update, delete and peer removal included: a replica sends those to the meta group) is
+    /// the stream's entry's, on this server when it hosts the stream, else on a server that
+    /// does; every other call is the account entry's, as is a call naming a stream nobody
+    /// hosts (answered here: not found).
     fn takes_call(&self, entry: Option<&str>, call: &ApiCall, subject: &[u8]) -> bool {
-        let scoped = call.stream_scoped();
-        let named = scoped.or(match call {
+        let named = call.stream_scoped().or(match call {
             ApiCall::StreamUpdate(n) | ApiCall::StreamDelete(n) | ApiCall::StreamPeerRemove(n) => {
                 Some(n.as_str())
             }
             _ => None,
         });
-        let via_meta = || {
-            scoped.is_none()
-                && named.is_some_and(|n| {
-                    self.js
-                        .upgrade()
-                        .and_then(|js| js.cluster().map(|c| c.is_assigned(&self.name, n)))
-                        .unwrap_or(false)
-                })
-        };
         match (entry, named) {
-            (Some(e), Some(n)) => e == n && !via_meta(),
+            (Some(e), Some(n)) => e == n,
             (Some(_), None) => false,
             (None, None) => true,
             (None, Some(n)) => {
-                via_meta()
-                    || (self.streams.get(n).is_none() && !self.account.served_elsewhere(subject))
+                self.streams.get(n).is_none() && !self.account.served_elsewhere(subject)
             }
         }
     }

@@ -620,13 +620,9 @@ impl ClusterJs {
         }
     }
 
-    /// Whether `account`'s stream `name` is a replicated one (in the meta group's table):
-    /// its creates, updates and deletes go through the meta group from any server.
-    pub(crate) fn is_assigned(&self, account: &str, name: &str) -> bool {
-        self.assignments
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&(account.to_owned(), name.to_owned()))
+    /// The cluster's name (`placement.cluster` must be it).
+    pub(crate) fn cluster_name(&self) -> &str {
+        &self.cluster_name
     }
 
     fn is_peer(&self, account: &str, name: &str) -> bool {
