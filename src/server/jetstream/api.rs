@@ -296,7 +296,7 @@ fn check_placement(js: &JetStream, cfg: &StreamConfig) -> Result<(), ApiError> {
         return Err(ApiError::new(
             400,
             10005,
-            &format!(
+            format!(
                 "no suitable peers for placement, tags not matched [{}]",
                 tags.join(" ")
             ),
