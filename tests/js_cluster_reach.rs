@@ -373,3 +373,55 @@ async fn placement_is_honoured_or_the_stream_is_refused() {
     assert!(ok["error"].is_null(), "{ok}");
     assert_eq!(ok["config"]["placement"]["cluster"], "C1", "{ok}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_go_to_the_servers_carrying_the_placement_tags() {
+    let cl = TestCluster::start_js_each(&[
+        Some("server_tags: [\"disk:ssd\", \"az:1\"]\n"),
+        Some("server_tags: [\"disk:ssd\", \"az:2\"]\n"),
+        Some("server_tags: [\"disk:hdd\", \"az:3\"]\n"),
+    ]);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let c = connect(&cl, 2).await;
+    // Created from n3, which does not carry disk:ssd: the replicas go to n1 and n2.
+    let ok = raw_create(
+        &c,
+        serde_json::json!({"name": "FAST", "subjects": ["fast.>"], "num_replicas": 2,
+            "placement": {"tags": ["disk:ssd"]}}),
+    )
+    .await;
+    assert!(ok["error"].is_null(), "{ok}");
+    assert_eq!(ok["config"]["placement"]["tags"][0], "disk:ssd", "{ok}");
+    let js = jetstream::new(c.clone());
+    let mut holders = replicas(&js, "FAST").await;
+    holders.sort();
+    assert_eq!(holders, ["n1", "n2"]);
+    // Tags are matched whole and all of them: only one server has both.
+    let v = raw_create(
+        &c,
+        serde_json::json!({"name": "AZ", "num_replicas": 2,
+            "placement": {"tags": ["disk:ssd", "az:2"]}}),
+    )
+    .await;
+    assert_eq!(v["error"]["err_code"], 10005, "{v}");
+    // nats-server names the tags in no fixed order (sealstream sorts them).
+    let text = v["error"]["description"].as_str().unwrap();
+    assert!(
+        [
+            "no suitable peers for placement, tags not matched ['az:2', 'disk:ssd']",
+            "no suitable peers for placement, tags not matched ['disk:ssd', 'az:2']",
+        ]
+        .contains(&text),
+        "{v}"
+    );
+    // Three replicas on disk:ssd: only two servers carry it.
+    let v = raw_create(
+        &c,
+        serde_json::json!({"name": "WIDE", "num_replicas": 3, "placement": {"tags": ["disk:ssd"]}}),
+    )
+    .await;
+    assert_eq!(v["error"]["err_code"], 10005, "{v}");
+    // And the stream stays usable from the server that holds no replica.
+    let seq = publish_acked(&js, "fast.1", "fast-msg-1").await;
+    assert_eq!(seq, 1);
+}

@@ -41,6 +41,9 @@ pub struct ServerOptions {
     pub port: i32,
     /// Server name (no spaces); `None` means the server id.
     pub server_name: Option<String>,
+    /// `server_tags`: what this server offers to stream placement (`placement.tags`),
+    /// lowercased as nats-server compares them.
+    pub server_tags: Vec<String>,
     /// URL advertised to clients in cluster INFO.
     pub client_advertise: Option<String>,
     /// Monitoring host (from `http: host:port`).
@@ -148,6 +151,7 @@ impl Default for ServerOptions {
             host: "0.0.0.0".to_string(),
             port: 4222,
             server_name: None,
+            server_tags: Vec::new(),
             client_advertise: None,
             http_host: "0.0.0.0".to_string(),
             http_port: None,
@@ -362,7 +366,6 @@ const IGNORED_TOP_LEVEL: &[&str] = &[
     "leafnodes",
     "leaf",
     "mqtt",
-    "server_tags",
     "server_metadata",
     "feature_flags",
     "max_closed_clients",
@@ -430,6 +433,13 @@ pub(super) fn map_document(value: &Value, check_files: bool) -> Result<ServerOpt
             }
             "host" | "net" => o.host = field::string(e)?,
             "port" => o.port = field::int32(e)?,
+            "server_tags" => {
+                o.server_tags = field::string_list(e)?
+                    .into_iter()
+                    .map(|t| t.trim().to_lowercase())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+            }
             "server_name" => {
                 let name = field::string(e)?;
                 if name.contains(' ') {

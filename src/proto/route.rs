@@ -559,6 +559,9 @@ pub struct RouteInfo {
     /// node never claims `jetstream` to it, spec cluster.md 2.14).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sealstream_raft: Option<u16>,
+    /// This server's `server_tags` (sealstream's own field, for stream placement).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sealstream_tags: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -607,6 +610,9 @@ pub struct PeerInfo {
     /// The port of its Raft transport (a sealstream peer running replicated JetStream).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sealstream_raft: Option<u16>,
+    /// Its `server_tags`, for stream placement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealstream_tags: Vec<String>,
 }
 
 /// The route CONNECT body: what we send and what we check from a dialing peer.

@@ -250,6 +250,9 @@ impl Shared {
         if let (Some(c), Some(sys)) = (&cluster, &system) {
             let _ = c.system_account.set(sys.account.name.clone());
         }
+        if let Some(c) = &cluster {
+            let _ = c.server_tags.set(opts.server_tags.clone());
+        }
         Ok(Shared {
             headers_supported: !opts.no_header_support,
             server_id,

@@ -93,6 +93,12 @@ impl TestCluster {
     /// As [`TestCluster::start_js`], every node also reading the config body `conf`
     /// (accounts, a system account).
     pub fn start_js_conf(n: usize, conf: Option<&str>) -> Self {
+        Self::start_js_each(&vec![conf; n])
+    }
+
+    /// As [`TestCluster::start_js`], node `i` reading the config body `confs[i]`.
+    pub fn start_js_each(confs: &[Option<&str>]) -> Self {
+        let n = confs.len();
         let mut c = TestCluster {
             nodes: Vec::new(),
             name: "C1".to_owned(),
@@ -106,6 +112,7 @@ impl TestCluster {
             let name = format!("n{}", i + 1);
             let place = Place::loopback();
             let store = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
+            let conf = confs[i];
             let server = spawn_node_with(
                 Kind::UnderTest,
                 &name,

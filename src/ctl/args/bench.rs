@@ -60,8 +60,10 @@ pub struct BenchArgs {
     /// PID of the server process, to report its CPU time per message (read from /proc).
     #[arg(long)]
     pub server_pid: Option<u32>,
-    /// Core scenarios: connect the subscribers to this server instead (another cluster
-    /// member), so every message crosses a route.
+    /// Connect the subscribers (core scenarios), or the publishers and the consumer
+    /// (JetStream scenarios: the stream is created through `--server`, so it lives there),
+    /// to this server instead — another cluster member — so every message, PubAck and
+    /// delivery crosses a route.
     #[arg(long, value_name = "URL")]
     pub sub_server: Option<String>,
     /// PID of the `--sub-server` process: its CPU time is added to `--server-pid`'s.

@@ -271,9 +271,11 @@ fn create(
 
 /// A clustered server honours a stream's `placement` or refuses the stream with
 /// nats-server's answers (spec cluster.md 4.4): `preferred` is for stepdowns only
-/// (`500/10052`); the cluster must be this one and the tags cannot be met yet — `server_tags`
-/// is not read, so no server carries any (`400/10005`). A server without a cluster has
-/// nowhere else to put a stream and takes it as it is.
+/// (`500/10052`); the cluster must be this one (`400/10005`); the tags must be carried by
+/// every replica's server (`server_tags`): a replicated stream's are chosen among the servers
+/// that carry them, an R1 stream stays on this server, which must (`400/10005 … tags not
+/// matched`). A server without a cluster has nowhere else to put a stream and takes it as
+/// it is.
 fn check_placement(js: &JetStream, cfg: &StreamConfig) -> Result<(), ApiError> {
     let (Some(p), Some(cluster)) = (&cfg.placement, js.cluster()) else {
         return Ok(());
@@ -291,16 +293,8 @@ fn check_placement(js: &JetStream, cfg: &StreamConfig) -> Result<(), ApiError> {
     {
         return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
     }
-    if !p.tags.is_empty() {
-        let tags: Vec<String> = p.tags.iter().map(|t| format!("'{t}'")).collect();
-        return Err(ApiError::new(
-            400,
-            10005,
-            format!(
-                "no suitable peers for placement, tags not matched [{}]",
-                tags.join(" ")
-            ),
-        ));
+    if cfg.num_replicas <= 1 && !cluster.fits(&js.server_name, cfg) {
+        return Err(super::cluster::no_suitable_peers(cfg));
     }
     Ok(())
 }

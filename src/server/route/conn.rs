@@ -137,6 +137,7 @@ pub(crate) fn our_info(
             .name()
             .to_owned(),
         sealstream_raft: cluster.raft_port.get().copied(),
+        sealstream_tags: cluster.server_tags.get().cloned().unwrap_or_default(),
     };
     let mut line = b"INFO ".to_vec();
     line.extend_from_slice(

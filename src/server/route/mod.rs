@@ -169,6 +169,8 @@ pub(crate) struct Cluster {
     /// The port of this node's Raft transport, when it runs replicated JetStream (told to
     /// peers in route INFO).
     pub(crate) raft_port: std::sync::OnceLock<u16>,
+    /// This server's `server_tags`, told to peers in route INFO (stream placement).
+    pub(crate) server_tags: std::sync::OnceLock<Vec<String>>,
     /// Server ids and addresses being dialed because of gossip (no second dial while one runs).
     pub(crate) dialing: Mutex<std::collections::HashSet<String>>,
     /// This server's id and name.
@@ -234,6 +236,7 @@ impl Cluster {
             routes: RwLock::new(HashMap::new()),
             listen: std::sync::OnceLock::new(),
             raft_port: std::sync::OnceLock::new(),
+            server_tags: std::sync::OnceLock::new(),
             dialing: Mutex::new(std::collections::HashSet::new()),
             filling: Mutex::new(std::collections::HashSet::new()),
             server_id: server_id.to_owned(),
@@ -483,6 +486,19 @@ impl Cluster {
         }
         out.sort();
         out.dedup_by(|a, b| a.0 == b.0);
+        out
+    }
+
+    /// The `server_tags` of every peer that runs replicated JetStream, by server name.
+    pub(crate) fn peer_tags(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for conns in self.read_routes().values() {
+            let Some(r) = conns.first() else { continue };
+            let info = r.lock_info();
+            if info.sealstream_raft.is_some() {
+                out.push((info.server_name.clone(), info.sealstream_tags.clone()));
+            }
+        }
         out
     }
 

@@ -475,6 +475,25 @@ async fn js_publisher(
     .await
 }
 
+/// Where the JetStream scenarios' publishers and consumer connect instead of `--server`:
+/// `--sub-server` when given (another cluster member), once it reaches the stream.
+async fn traffic_dial(a: &BenchArgs) -> anyhow::Result<Option<Dial>> {
+    let Some(url) = &a.sub_server else {
+        return Ok(None);
+    };
+    let via = Dial::new(url, a)?;
+    let mut admin = Admin::connect(&via).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let info = format!("$JS.API.STREAM.INFO.{}", a.stream);
+    while let Err(e) = admin.api_ok(&info, &Value::Null).await {
+        if Instant::now() > deadline {
+            bail!("{url} does not reach stream {}: {e}", a.stream);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Some(via))
+}
+
 async fn js_pub(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchReport> {
     let sync = a.scenario == BenchScenario::JsPubSync;
     let window = if sync { 1 } else { a.window.max(1) };
@@ -485,11 +504,12 @@ async fn js_pub(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<BenchRe
     admin
         .recreate_stream(&a.stream, &js_stream_config(a))
         .await?;
+    let via = traffic_dial(a).await?;
     let mut flows = Vec::with_capacity(pubs);
     for i in 0..pubs {
         flows.push(
             js_publisher(
-                dial,
+                via.as_ref().unwrap_or(dial),
                 a,
                 &format!("bench-js-pub-{i}"),
                 format!("bench.js.p{i}"),
@@ -554,6 +574,8 @@ async fn js_consume(dial: &Dial, a: &BenchArgs, m: &Meter) -> anyhow::Result<Ben
     admin
         .recreate_stream(&a.stream, &js_stream_config(a))
         .await?;
+    let via = traffic_dial(a).await?;
+    let dial = via.as_ref().unwrap_or(dial);
     let preload = js_publisher(
         dial,
         a,

@@ -122,6 +122,9 @@ pub(crate) struct ClusterJs {
     names: PeerNames,
     /// Peers' Raft addresses as their routes told them.
     peers: Mutex<BTreeMap<NodeId, (String, SocketAddr)>>,
+    /// Every server's `server_tags` by name (this one's from its options, peers' from their
+    /// route INFO), for placement by tags.
+    tags: Mutex<BTreeMap<String, Vec<String>>>,
     assignments: Mutex<BTreeMap<(String, String), Assignment>>,
     /// Servers removed from the meta group (by name), never added back.
     removed: Mutex<BTreeSet<String>>,
@@ -412,6 +415,10 @@ pub(crate) async fn start(
         cluster_name,
         names,
         peers: Mutex::new(BTreeMap::new()),
+        tags: Mutex::new(BTreeMap::from([(
+            js.server_name.clone(),
+            cluster.server_tags.get().cloned().unwrap_or_default(),
+        )])),
         assignments: Mutex::new(BTreeMap::new()),
         removed: Mutex::new(BTreeSet::new()),
         moving: Mutex::new(BTreeSet::new()),
@@ -481,6 +488,10 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
             return;
         }
         let seen = cluster.raft_peers();
+        cj.tags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(cluster.peer_tags());
         {
             let mut peers = cj.peers.lock().unwrap_or_else(|p| p.into_inner());
             let mut names = cj.names.write().unwrap_or_else(|p| p.into_inner());
@@ -623,6 +634,18 @@ impl ClusterJs {
     /// The cluster's name (`placement.cluster` must be it).
     pub(crate) fn cluster_name(&self) -> &str {
         &self.cluster_name
+    }
+
+    /// Whether server `name` carries every tag `cfg`'s placement asks for.
+    pub(crate) fn fits(&self, name: &str, cfg: &StreamConfig) -> bool {
+        let Some(want) = cfg.placement.as_ref().filter(|p| !p.tags.is_empty()) else {
+            return true;
+        };
+        let tags = self.tags.lock().unwrap_or_else(|p| p.into_inner());
+        let has = tags.get(name).map(Vec::as_slice).unwrap_or_default();
+        want.tags
+            .iter()
+            .all(|t| has.iter().any(|h| h.eq_ignore_ascii_case(t)))
     }
 
     fn is_peer(&self, account: &str, name: &str) -> bool {
@@ -827,7 +850,7 @@ impl ClusterJs {
         }
         let n = usize::try_from(cfg.num_replicas).unwrap_or(usize::MAX);
         if status.voters.len() < n {
-            return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+            return Err(no_suitable_peers(&cfg));
         }
         // This node first when it is a member (its clients' streams answer here), then the
         // others in an order that spreads streams' first peers around.
@@ -836,9 +859,10 @@ impl ClusterJs {
             .voters
             .iter()
             .filter_map(|(id, _)| names.get(id).cloned())
+            .filter(|name| self.fits(name, &cfg))
             .collect();
         if candidates.len() < n {
-            return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+            return Err(no_suitable_peers(&cfg));
         }
         let spin = crate::consensus::node_id(&cfg.name) as usize % candidates.len();
         candidates.rotate_left(spin);
@@ -951,6 +975,26 @@ fn local_info(acc: &AccountJs, name: &str) -> Result<Value, ApiError> {
         .map_err(|_| ApiError::new(500, 10049, "stream did not answer"))?;
     info_for_reply(&mut info, false);
     Ok(body(&info))
+}
+
+/// nats-server's answer when too few servers meet a stream's placement (spec cluster.md 4.3):
+/// the tags asked for are named, sorted, when there were any.
+pub(crate) fn no_suitable_peers(cfg: &StreamConfig) -> ApiError {
+    match cfg.placement.as_ref().filter(|p| !p.tags.is_empty()) {
+        Some(p) => {
+            let mut tags: Vec<String> = p.tags.iter().map(|t| format!("'{t}'")).collect();
+            tags.sort();
+            ApiError::new(
+                400,
+                10005,
+                format!(
+                    "no suitable peers for placement, tags not matched [{}]",
+                    tags.join(", ")
+                ),
+            )
+        }
+        None => ApiError::new(400, 10005, "no suitable peers for placement"),
+    }
 }
 
 fn unavailable() -> ApiError {

@@ -134,7 +134,8 @@ impl ClusterJs {
 
     /// Meta members that could take a replica: not among `peers`, not removed, this order
     /// rotated by the stream's name (as placement spreads streams).
-    fn spare_servers(&self, name: &str, peers: &[String]) -> Vec<String> {
+    fn spare_servers(&self, cfg: &StreamConfig, peers: &[String]) -> Vec<String> {
+        let name = &cfg.name;
         let status = self.node.status(META).unwrap_or_default();
         let names = self.names.read().unwrap_or_else(|p| p.into_inner()).clone();
         let removed = self
@@ -146,7 +147,7 @@ impl ClusterJs {
             .voters
             .iter()
             .filter_map(|(id, _)| names.get(id).cloned())
-            .filter(|n| !peers.contains(n) && !removed.contains(n))
+            .filter(|n| !peers.contains(n) && !removed.contains(n) && self.fits(n, cfg))
             .collect();
         if !spare.is_empty() {
             let spin = node_id(name) as usize % spare.len();
@@ -188,10 +189,10 @@ impl ClusterJs {
         let Some(at) = peers.iter().position(|p| p == peer || peer_id(p) == peer) else {
             return Err(ApiError::new(400, 10040, "peer not a member"));
         };
-        let Some(replacement) = self.spare_servers(name, &peers).into_iter().next() else {
+        let config = self.current_config(acc, name)?;
+        let Some(replacement) = self.spare_servers(&config, &peers).into_iter().next() else {
             return Err(ApiError::new(503, 10075, "peer remap failed"));
         };
-        let config = self.current_config(acc, name)?;
         let mut moved = peers;
         moved[at] = replacement;
         self.propose_meta(&MetaCmd::Replace {
@@ -221,7 +222,7 @@ impl ClusterJs {
         let n = usize::try_from(cfg.num_replicas).unwrap_or(usize::MAX);
         let mut next = peers.clone();
         if n > peers.len() {
-            let spare = self.spare_servers(&name, &peers);
+            let spare = self.spare_servers(&cfg, &peers);
             if spare.len() < n - peers.len() {
                 return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
             }
