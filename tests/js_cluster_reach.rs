@@ -425,3 +425,30 @@ async fn replicas_go_to_the_servers_carrying_the_placement_tags() {
     let seq = publish_acked(&js, "fast.1", "fast-msg-1").await;
     assert_eq!(seq, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_tag_spreads_replicas_over_its_values() {
+    let conf = |az: &str| format!("server_tags: [\"az:{az}\"]\njetstream {{ unique_tag: az }}\n");
+    let (a, b, c3) = (conf("1"), conf("1"), conf("2"));
+    let cl = TestCluster::start_js_each(&[Some(&a), Some(&b), Some(&c3)]);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let c = connect(&cl, 0).await;
+    let ok = raw_create(
+        &c,
+        serde_json::json!({"name": "SPREAD", "subjects": ["spread.>"], "num_replicas": 2}),
+    )
+    .await;
+    assert!(ok["error"].is_null(), "{ok}");
+    let js = jetstream::new(c.clone());
+    let holders = replicas(&js, "SPREAD").await;
+    // One replica in az:1 (n1 or n2), the other in az:2 (n3).
+    assert!(holders.contains(&"n3".to_owned()), "{holders:?}");
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    // Two values of az: three replicas cannot all differ.
+    let v = raw_create(
+        &c,
+        serde_json::json!({"name": "TOO_WIDE", "num_replicas": 3}),
+    )
+    .await;
+    assert_eq!(v["error"]["err_code"], 10005, "{v}");
+}

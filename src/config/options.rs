@@ -233,6 +233,9 @@ pub struct JetStreamOptions {
     /// Store threads serving the streams (`store_threads`, 1–256; sealstream addition,
     /// nats-server rejects this key). `None`: one per core, at least two.
     pub store_threads: Option<usize>,
+    /// `unique_tag`: a tag prefix (`az` for `az:1`, `az:2`, ...); the replicas of one stream
+    /// go to servers with different values of it. Lowercased.
+    pub unique_tag: Option<String>,
 }
 
 impl Default for JetStreamOptions {
@@ -250,6 +253,7 @@ impl Default for JetStreamOptions {
             cipher: None,
             strict: true,
             store_threads: None,
+            unique_tag: None,
         }
     }
 }
@@ -722,6 +726,10 @@ fn jetstream(
                         js.cipher = Some(normalized.to_string());
                     }
                     "strict" => js.strict = field::boolean(item)?,
+                    "unique_tag" => {
+                        let t = field::string(item)?.trim().to_lowercase();
+                        js.unique_tag = (!t.is_empty()).then_some(t);
+                    }
                     "store_threads" => {
                         let n = field::int(item)?;
                         if !(1..=256).contains(&n) {
@@ -760,8 +768,7 @@ fn jetstream(
                         }
                         c.ignore("jetstream.max_concurrent_io");
                     }
-                    "unique_tag"
-                    | "max_outstanding_catchup"
+                    "max_outstanding_catchup"
                     | "max_buffered_size"
                     | "max_buffered_msgs"
                     | "request_queue_limit"

@@ -363,7 +363,7 @@ fn unsupported_keys_are_parsed_and_listed_as_ignored() {
     let o = opts(
         "cluster { name: c, listen: 0.0.0.0:6222, routes: [nats://a:6222] }\n\
          gateway {}\nleafnodes {}\nmqtt {}\nmappings { \"a.*\": \"b.$1\" }\n\
-         jetstream { unique_tag: az, limits: { max_ack_pending: 1 }, max_concurrent_io: 16 }",
+         jetstream { limits: { max_ack_pending: 1 }, max_concurrent_io: 16 }",
     );
     assert_eq!(o.cluster.port, 6222);
     assert_eq!(o.cluster.name.as_deref(), Some("c"));
@@ -373,7 +373,6 @@ fn unsupported_keys_are_parsed_and_listed_as_ignored() {
         "leafnodes",
         "mqtt",
         "mappings",
-        "jetstream.unique_tag",
         "jetstream.limits",
         "jetstream.max_concurrent_io",
     ] {

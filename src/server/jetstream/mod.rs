@@ -105,6 +105,9 @@ pub(crate) struct JetStream {
     /// The JetStream domain (`jetstream { domain }`): the API is also served under
     /// `$JS.<domain>.API.>`, as clients address a domain.
     pub(crate) domain: Option<String>,
+    /// `jetstream.unique_tag`: one stream's replicas go to servers with different values of
+    /// this tag prefix.
+    pub(crate) unique_tag: Option<String>,
     /// Accounts with JetStream state, by name.
     accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
     /// Storage used by every stream of the server (server-wide quota checks).
@@ -616,6 +619,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
             _ => None,
         },
         domain: opts.jetstream.domain.clone().filter(|d| !d.is_empty()),
+        unique_tag: opts.jetstream.unique_tag.clone(),
         accounts: Mutex::new(HashMap::new()),
         used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),

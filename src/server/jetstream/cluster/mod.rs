@@ -636,6 +636,47 @@ impl ClusterJs {
         &self.cluster_name
     }
 
+    /// Up to `n` of `ordered` (in order) whose values of the `unique_tag` prefix differ from
+    /// each other and from those of `taken`; servers without such a tag are left out. Without
+    /// a `unique_tag`, simply the first `n`.
+    pub(crate) fn pick_unique(
+        &self,
+        ordered: Vec<String>,
+        taken: &[String],
+        n: usize,
+    ) -> Vec<String> {
+        let Some(prefix) = self.js.upgrade().and_then(|js| js.unique_tag.clone()) else {
+            return ordered.into_iter().take(n).collect();
+        };
+        let prefix = format!("{prefix}:");
+        let tags = self.tags.lock().unwrap_or_else(|p| p.into_inner());
+        let value = |name: &str| {
+            tags.get(name).and_then(|t| {
+                t.iter()
+                    .find(|t| {
+                        t.len() > prefix.len()
+                            && t.get(..prefix.len())
+                                .is_some_and(|h| h.eq_ignore_ascii_case(&prefix))
+                    })
+                    .map(|t| t.to_lowercase())
+            })
+        };
+        let mut used: Vec<String> = taken.iter().filter_map(|p| value(p)).collect();
+        let mut out = Vec::new();
+        for name in ordered {
+            if out.len() == n {
+                break;
+            }
+            if let Some(v) = value(&name) {
+                if !used.contains(&v) {
+                    used.push(v);
+                    out.push(name);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether server `name` carries every tag `cfg`'s placement asks for.
     pub(crate) fn fits(&self, name: &str, cfg: &StreamConfig) -> bool {
         let Some(want) = cfg.placement.as_ref().filter(|p| !p.tags.is_empty()) else {
@@ -870,7 +911,10 @@ impl ClusterJs {
             let me = candidates.remove(i);
             candidates.insert(0, me);
         }
-        candidates.truncate(n);
+        let candidates = self.pick_unique(candidates, &[], n);
+        if candidates.len() < n {
+            return Err(no_suitable_peers(&cfg));
+        }
         let mut group = 0;
         while group == META || group == u64::MAX {
             let mut b = [0u8; 8];

@@ -190,7 +190,9 @@ impl ClusterJs {
             return Err(ApiError::new(400, 10040, "peer not a member"));
         };
         let config = self.current_config(acc, name)?;
-        let Some(replacement) = self.spare_servers(&config, &peers).into_iter().next() else {
+        let staying: Vec<String> = peers.iter().filter(|p| *p != &peers[at]).cloned().collect();
+        let spare = self.spare_servers(&config, &peers);
+        let Some(replacement) = self.pick_unique(spare, &staying, 1).into_iter().next() else {
             return Err(ApiError::new(503, 10075, "peer remap failed"));
         };
         let mut moved = peers;
@@ -223,10 +225,11 @@ impl ClusterJs {
         let mut next = peers.clone();
         if n > peers.len() {
             let spare = self.spare_servers(&cfg, &peers);
+            let spare = self.pick_unique(spare, &peers, n - peers.len());
             if spare.len() < n - peers.len() {
-                return Err(ApiError::new(400, 10005, "no suitable peers for placement"));
+                return Err(super::no_suitable_peers(&cfg));
             }
-            next.extend(spare.into_iter().take(n - peers.len()));
+            next.extend(spare);
         } else {
             let group = self
                 .assignments
