@@ -147,16 +147,33 @@ async fn use_from_elsewhere(js: &jetstream::Context, name: &str, prefix: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_on_a_server_without_the_stream_uses_it_fully() {
+/// A three-server JetStream cluster, a client on each server and its JetStream context.
+async fn three_servers() -> (
+    TestCluster,
+    Vec<async_nats::Client>,
+    Vec<jetstream::Context>,
+) {
     let cl = TestCluster::start_js(3);
     cl.wait_full_mesh(Duration::from_secs(10));
-    let clients = [
-        connect(&cl, 0).await,
-        connect(&cl, 1).await,
-        connect(&cl, 2).await,
-    ];
-    let js: Vec<jetstream::Context> = clients.iter().map(|c| jetstream::new(c.clone())).collect();
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(connect(&cl, i).await);
+    }
+    let js = clients.iter().map(|c| jetstream::new(c.clone())).collect();
+    (cl, clients, js)
+}
+
+/// The index of a server that is not among `holders`.
+fn outside(cl: &TestCluster, holders: &[String]) -> usize {
+    cl.nodes
+        .iter()
+        .position(|n| !holders.contains(&n.name))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_a_server_without_the_stream_uses_it_fully() {
+    let (cl, clients, js) = three_servers().await;
 
     // Core subscribers on every server watch both streams' subjects all along: a message
     // that crosses a route to one of them must not be stored again by a replica there.
@@ -182,11 +199,7 @@ async fn a_client_on_a_server_without_the_stream_uses_it_fully() {
     .await;
     let holders = replicas(&js[0], "REP").await;
     assert_eq!(holders.len(), 2, "{holders:?}");
-    let outside = cl
-        .nodes
-        .iter()
-        .position(|n| !holders.contains(&n.name))
-        .unwrap();
+    let outside = outside(&cl, &holders);
     use_from_elsewhere(&js[outside], "REP", "rep").await;
 
     // R1 on n1, used from n2.
@@ -227,14 +240,7 @@ async fn a_client_on_a_server_without_the_stream_uses_it_fully() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_value_bucket_works_from_a_server_without_a_replica() {
-    let cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
-    let clients = [
-        connect(&cl, 0).await,
-        connect(&cl, 1).await,
-        connect(&cl, 2).await,
-    ];
-    let js: Vec<jetstream::Context> = clients.iter().map(|c| jetstream::new(c.clone())).collect();
+    let (cl, _clients, js) = three_servers().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = js[0]
@@ -254,11 +260,7 @@ async fn a_key_value_bucket_works_from_a_server_without_a_replica() {
         }
     }
     let holders = replicas(&js[0], "KV_CFG").await;
-    let outside = cl
-        .nodes
-        .iter()
-        .position(|n| !holders.contains(&n.name))
-        .unwrap();
+    let outside = outside(&cl, &holders);
     let kv = js[outside].get_key_value("CFG").await.unwrap();
     let mut watch = kv.watch("app.>").await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

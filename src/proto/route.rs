@@ -447,6 +447,11 @@ pub fn encode_msg_line(
             out.put_u8(b' ');
         }
     }
+    put_sizes(out, header_len, total);
+}
+
+/// Ends a message control line: the header size (header forms only), the total, CRLF.
+fn put_sizes(out: &mut BytesMut, header_len: Option<usize>, total: usize) {
     if let Some(h) = header_len {
         put_num(out, h);
         out.put_u8(b' ');
@@ -476,12 +481,7 @@ pub fn encode_delivery_line(
         out.put_slice(w);
         out.put_u8(b' ');
     }
-    if let Some(h) = header_len {
-        put_num(out, h);
-        out.put_u8(b' ');
-    }
-    put_num(out, total);
-    out.put_slice(b"\r\n");
+    put_sizes(out, header_len, total);
 }
 
 /// Estimated length of the control line [`encode_msg_line`] writes.
