@@ -42,7 +42,12 @@ pub(crate) struct RouterSink {
     /// Where deliveries go besides this server's subscribers: `Some(skip)` to the other
     /// servers' (sealstream peers', as `JMSG`) except those named, `None` nowhere else.
     remote: Option<Vec<String>>,
+    /// Decides `remote` at the first delivery (see [`RouterSink::set_remote_with`]).
+    decide: Option<RemoteRule>,
 }
+
+/// Works out where deliveries go besides this server (asked once, at the first delivery).
+pub(crate) type RemoteRule = Box<dyn FnOnce() -> Option<Vec<String>> + Send>;
 
 impl RouterSink {
     /// A sink whose deliveries reach subscribers on every server.
@@ -51,6 +56,7 @@ impl RouterSink {
             account,
             ctx: RouteCtx::new(seed),
             remote: Some(Vec::new()),
+            decide: None,
         }
     }
 
@@ -59,6 +65,13 @@ impl RouterSink {
     /// subscribers, and by the leader alone to the servers that keep no replica.
     pub(crate) fn set_remote(&mut self, remote: Option<Vec<String>>) {
         self.remote = remote;
+        self.decide = None;
+    }
+
+    /// As [`RouterSink::set_remote`], the answer worked out by `rule` only if a delivery comes
+    /// (a round without one — every publish-only round — never asks).
+    pub(crate) fn set_remote_with(&mut self, rule: RemoteRule) {
+        self.decide = Some(rule);
     }
 
     /// Routes every effect recorded in `fx` (leaving it empty), in order, then wakes the
@@ -113,6 +126,9 @@ impl RouterSink {
         headers: Option<&Bytes>,
         payload: &Bytes,
     ) -> usize {
+        if let Some(rule) = self.decide.take() {
+            self.remote = rule();
+        }
         router::deliver_as(
             &mut self.ctx,
             &self.account,

@@ -624,7 +624,9 @@ impl Worker {
                         .collect();
                     // Every replica delivers a committed round to its own subscribers; the
                     // leader also to servers without a replica (clients connected there).
-                    self.sink.set_remote(replica.view.members_if_leader());
+                    let view = Arc::clone(&replica.view);
+                    self.sink
+                        .set_remote_with(Box::new(move || view.members_if_leader()));
                     let stopped = self.run(st, cmds, round.now, Mode::Applied);
                     self.sink.set_remote(Some(Vec::new()));
                     self.routes = true;
