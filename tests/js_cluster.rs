@@ -2,7 +2,9 @@
 //! created on one node and used from every node, a leader killed with SIGKILL while a
 //! publisher keeps going, the killed node restarted and rebuilt from its group's log,
 //! durable consumers continuing from their acked state, quorum loss answered with an error,
-//! and no plaintext in any node's store, the Raft log included. Each history check is the
+//! a leader cut off from its peers by a network partition (hosts of their own: network
+//! namespaces) acknowledging nothing while the majority goes on, and no plaintext in any
+//! node's store, the Raft log included. Each history check is the
 //! issue's: every acknowledged message present exactly once, in order, no sequence reused.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
@@ -1164,4 +1166,129 @@ async fn a_removed_server_leaves_the_meta_group_for_good_and_streams_keep_writin
         ..Default::default()
     };
     js.create_stream(cfg).await.unwrap();
+}
+
+/// Whether node `j`'s view of `stream` has a leader other than node `not`.
+async fn led_without(cl: &TestCluster, j: &jetstream::Context, stream: &str, not: usize) -> bool {
+    let Ok(mut s) = j.get_stream(stream).await else {
+        return false;
+    };
+    let Ok(info) = s.info().await else {
+        return false;
+    };
+    info.cluster
+        .as_ref()
+        .and_then(|c| c.leader.as_deref())
+        .is_some_and(|l| l != cl.nodes[not].name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_acknowledges_nothing_and_the_healed_cluster_keeps_every_acked_message(
+) {
+    let Some(hosts) = support::netns::Hosts::new(3) else {
+        eprintln!("skipping: network namespaces need root and `ip`");
+        return;
+    };
+    // Routes notice a cut peer after two unanswered 1 s pings.
+    let conf = "cluster { ping_interval: \"1s\", ping_max: 2 }";
+    let cl = TestCluster::start_js_on(&hosts, 3, Some(conf));
+    cl.wait_full_mesh(Duration::from_secs(20));
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    create_r3(&js[0], "PARTITIONED", "partitioned.>").await;
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    let mut record = |seq: u64, p: String| {
+        if let Some(old) = acked.insert(seq, p.clone()) {
+            assert_eq!(old, p, "sequence {seq} reused");
+        }
+    };
+    for n in 0..20 {
+        let p = order(n);
+        record(
+            publish_until_acked(&js, n, &format!("partitioned.{n}"), p.clone()).await,
+            p,
+        );
+    }
+
+    // The stream's leader is cut off from both other hosts (the test still reaches it).
+    let l = leader_node(&cl, &js[0], "PARTITIONED").await;
+    let majority: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    for m in &majority {
+        hosts.cut(l, *m);
+    }
+    let cut_at = Instant::now();
+    // Publishes through the isolated leader's server: answered with an error, never an ack.
+    let isolated = js[l].clone();
+    let minority = tokio::spawn(async move {
+        let mut answers = Vec::new();
+        for k in 0..4 {
+            let p = format!("minority-{k}");
+            let ack = isolated
+                .publish(format!("partitioned.m{k}"), Bytes::from(p.clone()))
+                .await
+                .unwrap();
+            let answer = match tokio::time::timeout(Duration::from_secs(5), ack).await {
+                Ok(Ok(a)) => format!("acknowledged as {}", a.sequence),
+                Ok(Err(_)) => continue,
+                Err(_) => "no answer within 5 s".to_owned(),
+            };
+            answers.push((p, answer));
+        }
+        answers
+    });
+    // The majority side elects a leader of its own and keeps acknowledging.
+    let js_majority = contexts(&cl, &majority).await;
+    for n in 20..60 {
+        let p = order(n);
+        record(
+            publish_until_acked(&js_majority, n, &format!("partitioned.{n}"), p.clone()).await,
+            p,
+        );
+        if n == 20 {
+            assert!(
+                cut_at.elapsed() < Duration::from_secs(10),
+                "the majority took {:?} to acknowledge again",
+                cut_at.elapsed()
+            );
+        }
+    }
+    assert!(
+        led_without(&cl, &js_majority[0], "PARTITIONED", l).await,
+        "the majority side is led by the isolated server"
+    );
+    let not_refused = minority.await.unwrap();
+    assert!(
+        not_refused.is_empty(),
+        "publishes through the isolated leader: {not_refused:?}"
+    );
+
+    // Healed: the isolated server drops what it could not commit, catches up, and every
+    // server's copy holds each acknowledged message once, in order, and nothing else.
+    for m in &majority {
+        hosts.heal(l, *m);
+    }
+    cl.wait_full_mesh(Duration::from_secs(20));
+    for n in 60..80 {
+        let p = order(n);
+        record(
+            publish_until_acked(&js, n, &format!("partitioned.{n}"), p.clone()).await,
+            p,
+        );
+    }
+    let last = *acked.keys().last().unwrap();
+    assert_eq!(
+        acked.keys().copied().collect::<Vec<_>>(),
+        (1..=last).collect::<Vec<_>>(),
+        "acknowledged sequences have a gap"
+    );
+    for (i, j) in js.iter().enumerate() {
+        wait_messages(j, "PARTITIONED", last).await;
+        let h = settled_history(j, "PARTITIONED", &acked).await;
+        assert_eq!(
+            h,
+            acked,
+            "n{}'s copy differs from what was acknowledged",
+            i + 1
+        );
+    }
+    assert_every_store_sealed(&cl, &[&order(33), "PARTITIONED"]);
 }

@@ -98,19 +98,37 @@ impl TestCluster {
 
     /// As [`TestCluster::start_js`], node `i` reading the config body `confs[i]`.
     pub fn start_js_each(confs: &[Option<&str>]) -> Self {
+        let places = vec![Place::loopback(); confs.len()];
+        Self::start_js_at(confs, places)
+    }
+
+    /// As [`TestCluster::start_js`], node `i` on host `i` of `hosts` (a network namespace
+    /// each), so that a test can cut nodes off from each other.
+    pub fn start_js_on(hosts: &super::netns::Hosts, n: usize, conf: Option<&str>) -> Self {
+        let places = (0..n)
+            .map(|i| Place {
+                netns: Some(hosts.ns(i)),
+                host: hosts.addr(i),
+            })
+            .collect();
+        Self::start_js_at(&vec![conf; n], places)
+    }
+
+    fn start_js_at(confs: &[Option<&str>], places: Vec<Place>) -> Self {
         let n = confs.len();
         let mut c = TestCluster {
             nodes: Vec::new(),
             name: "C1".to_owned(),
         };
         let ports: Vec<u16> = (0..n).map(|_| super::reserved_port()).collect();
-        for i in 0..n {
-            let seeds: Vec<String> = ports
-                .iter()
-                .map(|p| format!("nats-route://127.0.0.1:{p}"))
-                .collect();
+        let seeds: Vec<String> = ports
+            .iter()
+            .zip(&places)
+            .map(|(p, place)| format!("nats-route://{}:{p}", place.host))
+            .collect();
+        for (i, place) in places.into_iter().enumerate() {
+            let seeds = seeds.clone();
             let name = format!("n{}", i + 1);
-            let place = Place::loopback();
             let store = std::sync::Arc::new(tempfile::tempdir().expect("tempdir"));
             let conf = confs[i];
             let server = spawn_node_with(
