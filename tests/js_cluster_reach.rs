@@ -454,3 +454,91 @@ async fn a_unique_tag_spreads_replicas_over_its_values() {
     .await;
     assert_eq!(v["error"]["err_code"], 10005, "{v}");
 }
+
+/// A JetStream API call's answer as JSON (no answer: `null`).
+async fn api_call(c: &async_nats::Client, subject: &str, body: &str) -> serde_json::Value {
+    match c
+        .request(subject.to_owned(), Bytes::from(body.to_owned()))
+        .await
+    {
+        Ok(r) => serde_json::from_slice(&r.payload).unwrap(),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
+/// `STREAM.NAMES` on the server of `c`, with an optional subject filter, once it equals
+/// `want` (the meta table reaches every server a moment after a change), or the last answer.
+async fn names_on(c: &async_nats::Client, subject: Option<&str>, want: &[&str]) -> Vec<String> {
+    let body = subject.map_or(String::new(), |s| {
+        serde_json::json!({ "subject": s }).to_string()
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = api_call(c, "$JS.API.STREAM.NAMES", &body).await;
+        let names: Vec<String> = v["streams"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if names == want || Instant::now() > deadline {
+            return names;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_r1_stream_name_and_its_subjects_are_the_clusters() {
+    let (_cl, clients, _js) = three_servers().await;
+    // An R1 stream, created through the first server.
+    let created = raw_create(
+        &clients[0],
+        serde_json::json!({"name": "SOLO", "subjects": ["solo.>"]}),
+    )
+    .await;
+    assert!(created["error"].is_null(), "{created}");
+    for c in &clients {
+        // Every server names it, and finds it by subject (how clients look a stream up).
+        assert_eq!(names_on(c, None, &["SOLO"]).await, ["SOLO"]);
+        assert_eq!(names_on(c, Some("solo.x"), &["SOLO"]).await, ["SOLO"]);
+        assert_eq!(
+            names_on(c, Some("other.x"), &[]).await,
+            Vec::<String>::new()
+        );
+        let info = api_call(c, "$JS.API.INFO", "").await;
+        assert_eq!(info["streams"], 1, "{info}");
+    }
+    // The same name with another config, or another name on the same subjects, is refused
+    // through any server.
+    for c in &clients[1..] {
+        let again = api_call(
+            c,
+            "$JS.API.STREAM.CREATE.SOLO",
+            r#"{"name":"SOLO","subjects":["elsewhere.>"]}"#,
+        )
+        .await;
+        assert_eq!(again["error"]["err_code"], 10058, "{again}");
+        let overlap = api_call(
+            c,
+            "$JS.API.STREAM.CREATE.SOLO2",
+            r#"{"name":"SOLO2","subjects":["solo.x"]}"#,
+        )
+        .await;
+        assert_eq!(overlap["error"]["err_code"], 10065, "{overlap}");
+    }
+    // Deleted (through another server): the name is free again everywhere.
+    let deleted = api_call(&clients[2], "$JS.API.STREAM.DELETE.SOLO", "").await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    for c in &clients {
+        assert_eq!(names_on(c, None, &[]).await, Vec::<String>::new());
+    }
+    let reused = raw_create(
+        &clients[1],
+        serde_json::json!({"name": "SOLO", "subjects": ["elsewhere.>"]}),
+    )
+    .await;
+    assert!(reused["error"].is_null(), "{reused}");
+}

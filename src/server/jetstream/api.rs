@@ -139,7 +139,7 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
             )),
         },
         ApiCall::StreamNames | ApiCall::StreamList => {
-            names_or_list(acc, &m.payload, matches!(call, ApiCall::StreamList))
+            names_or_list(js, acc, &m.payload, matches!(call, ApiCall::StreamList))
         }
         _ => Err(ApiError::bad_request()),
     };
@@ -187,7 +187,7 @@ pub(crate) fn account_info(js: &JetStream, acc: &AccountJs) -> Value {
         "storage": storage,
         "reserved_memory": reserved_memory,
         "reserved_storage": reserved_storage,
-        "streams": streams.len(),
+        "streams": cluster_names(js, acc, None).len().max(streams.len()),
         "consumers": consumers,
         "limits": {
             "max_memory": lim(l.max_memory),
@@ -254,7 +254,8 @@ fn create(
         return Err(ApiError::subjects_overlap());
     }
     let l = acc.limits().unwrap_or_default();
-    let count = acc.streams.len();
+    // In a cluster the account's streams on every server count.
+    let count = cluster_names(js, acc, None).len().max(acc.streams.len());
     if l.max_streams > 0 && count as i64 >= l.max_streams {
         return Err(ApiError::max_streams());
     }
@@ -264,7 +265,20 @@ fn create(
         let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
         return cluster.create_stream(acc, cfg);
     }
-    let info = stream_worker::create(js, acc, cfg)?;
+    // In a cluster, the name and subjects are claimed in the meta group first.
+    let cluster = js.cluster();
+    if let Some(c) = &cluster {
+        c.claim(&acc.name, &cfg)?;
+    }
+    let info = match stream_worker::create(js, acc, cfg) {
+        Ok(info) => info,
+        Err(e) => {
+            if let Some(c) = &cluster {
+                let _ = c.release(&acc.name, name);
+            }
+            return Err(e);
+        }
+    };
     info!(account = %acc.name, stream = %name, "stream created");
     Ok(body(&info))
 }
@@ -345,6 +359,9 @@ fn update(
         if cfg.num_replicas > 1 {
             return Err(ApiError::replicas_not_supported());
         }
+        if let (Some(c), true) = (js.cluster(), cur.is_some()) {
+            c.claim(&acc.name, &cfg)?;
+        }
         return lifecycle::update(acc, name, cfg);
     }
     let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
@@ -374,17 +391,55 @@ fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value
         .streams
         .get(name)
         .ok_or_else(ApiError::stream_not_found)?;
-    if s.cfg.num_replicas > 1 {
-        if let Some(cluster) = js.cluster() {
+    if let Some(cluster) = js.cluster() {
+        if s.cfg.num_replicas > 1 {
             return cluster.delete_stream(acc, name);
         }
+        // The name is released in the cluster first: without a quorum, nothing is deleted.
+        cluster.release(&acc.name, name)?;
     }
     lifecycle::delete(js, acc, name)
 }
 
-fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, ApiError> {
+/// The names of every stream of the account in the cluster: this server's, and those the
+/// meta table knows (replicated streams, other servers' R1 streams).
+fn cluster_names(js: &JetStream, acc: &AccountJs, subject: Option<&str>) -> Vec<String> {
+    let takes = |cfg: &StreamConfig| {
+        subject.is_none_or(|f| cfg.subjects.iter().any(|x| subjects_collide(x, f)))
+    };
+    let mut names: std::collections::BTreeSet<String> = acc
+        .streams
+        .all()
+        .into_iter()
+        .filter(|s| takes(&s.cfg))
+        .map(|s| s.cfg.name.clone())
+        .collect();
+    if let Some(c) = js.cluster() {
+        names.extend(
+            c.known_streams(&acc.name)
+                .into_iter()
+                .filter(|cfg| takes(cfg))
+                .map(|cfg| cfg.name),
+        );
+    }
+    names.into_iter().collect()
+}
+
+fn names_or_list(
+    js: &JetStream,
+    acc: &AccountJs,
+    payload: &[u8],
+    list: bool,
+) -> Result<Value, ApiError> {
     let body = optional_body(payload)?;
     let (offset, subject) = paging(body.as_ref());
+    if !list {
+        let names = cluster_names(js, acc, subject.as_deref());
+        let total = names.len();
+        let limit = 1024;
+        let v: Vec<String> = names.into_iter().skip(offset).take(limit).collect();
+        return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
+    }
     let mut names: Vec<Arc<super::StreamRef>> = acc
         .streams
         .all()
@@ -397,12 +452,8 @@ fn names_or_list(acc: &AccountJs, payload: &[u8], list: bool) -> Result<Value, A
         .collect();
     names.sort_by(|a, b| a.cfg.name.cmp(&b.cfg.name));
     let total = names.len();
-    let limit = if list { 256 } else { 1024 };
+    let limit = 256;
     let page = names.into_iter().skip(offset).take(limit);
-    if !list {
-        let v: Vec<String> = page.map(|s| s.cfg.name.clone()).collect();
-        return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
-    }
     // Ask every stream of the page first, then collect: the streams answer from their own
     // store threads at once, so the page waits for its slowest stream rather than the sum of
     // all their rounds (one of which may be another stream's fsync).

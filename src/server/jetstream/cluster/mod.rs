@@ -52,6 +52,7 @@ use super::replica::{self, PeerNames, Replica, ReplicaView, StreamApplier};
 use super::{lifecycle, stream_worker, AccountJs, JetStream};
 use crate::server::route::Cluster;
 
+mod claims;
 mod moves;
 
 /// The meta group's id.
@@ -98,6 +99,18 @@ enum MetaCmd {
         config: Box<StreamConfig>,
         peers: Vec<String>,
     },
+    /// An R1 stream's name and subjects are `server`'s (see [`claims`]).
+    Claim {
+        account: String,
+        config: Box<StreamConfig>,
+        server: String,
+    },
+    /// `server`'s R1 stream is deleted: its claim goes.
+    Release {
+        account: String,
+        name: String,
+        server: String,
+    },
 }
 
 /// Where a replicated stream lives.
@@ -105,6 +118,8 @@ enum MetaCmd {
 struct Assignment {
     group: GroupId,
     peers: Vec<String>,
+    /// The stream's config as last proposed (subjects for overlap checks and names).
+    config: StreamConfig,
 }
 
 /// Replicated JetStream on this node.
@@ -126,6 +141,12 @@ pub(crate) struct ClusterJs {
     /// route INFO), for placement by tags.
     tags: Mutex<BTreeMap<String, Vec<String>>>,
     assignments: Mutex<BTreeMap<(String, String), Assignment>>,
+    /// R1 streams' claims by (account, name) ([`claims`]).
+    claims: Mutex<BTreeMap<(String, String), claims::Claim>>,
+    /// This server's streams whose claim was refused (reported once).
+    refused: Mutex<BTreeSet<(String, String)>>,
+    /// Claims of this server whose stream was missing here on the last tick.
+    unheld: Mutex<BTreeSet<(String, String)>>,
     /// Servers removed from the meta group (by name), never added back.
     removed: Mutex<BTreeSet<String>>,
     /// Stream groups whose membership this node is changing now (one change at a time).
@@ -420,6 +441,9 @@ pub(crate) async fn start(
             cluster.server_tags.get().cloned().unwrap_or_default(),
         )])),
         assignments: Mutex::new(BTreeMap::new()),
+        claims: Mutex::new(BTreeMap::new()),
+        refused: Mutex::new(BTreeSet::new()),
+        unheld: Mutex::new(BTreeSet::new()),
         removed: Mutex::new(BTreeSet::new()),
         moving: Mutex::new(BTreeSet::new()),
         js: Arc::downgrade(js),
@@ -522,6 +546,9 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
             info!(members = status.voters.len(), "JetStream meta group joined");
         }
         cj.reconcile_groups();
+        if status.leader.is_some() {
+            cj.reconcile_claims().await;
+        }
         if status.is_leader {
             let removed = cj.removed.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let missing = seen.iter().find(|(n, _)| {
@@ -574,14 +601,25 @@ impl ClusterJs {
                 group,
                 peers,
             } => {
+                let key = (account.clone(), config.name.clone());
+                if self
+                    .claims
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(&key)
+                {
+                    warn!(account = %account, stream = %config.name, "a replicated stream's create was refused: an R1 stream holds the name");
+                    return;
+                }
                 self.assignments
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(
-                        (account.clone(), config.name.clone()),
+                        key,
                         Assignment {
                             group,
                             peers: peers.clone(),
+                            config: (*config).clone(),
                         },
                     );
                 if peers.contains(&self.name) {
@@ -590,6 +628,14 @@ impl ClusterJs {
                 }
             }
             MetaCmd::Update { account, config } => {
+                if let Some(a) = self
+                    .assignments
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&(account.clone(), config.name.clone()))
+                {
+                    a.config = (*config).clone();
+                }
                 if self.is_peer(&account, &config.name) {
                     self.update_replica(account, *config).await;
                 }
@@ -610,6 +656,16 @@ impl ClusterJs {
                 config,
                 peers,
             } => self.apply_replace(account, config, peers).await,
+            MetaCmd::Claim {
+                account,
+                config,
+                server,
+            } => self.apply_claim(account, *config, server),
+            MetaCmd::Release {
+                account,
+                name,
+                server,
+            } => self.apply_release(account, name, &server),
             MetaCmd::RemoveServer { name } => {
                 info!(server = %name, "server removed from the JetStream meta group");
                 self.removed
@@ -884,6 +940,9 @@ impl ClusterJs {
             .contains_key(&(acc.name.clone(), cfg.name.clone()))
         {
             return Err(ApiError::stream_name_in_use());
+        }
+        if let Some(e) = self.conflict(&acc.name, &cfg, None) {
+            return Err(e);
         }
         let status = self.node.status(META).unwrap_or_default();
         if status.leader.is_none() {

@@ -45,6 +45,7 @@ impl ClusterJs {
             let Some(a) = assignments.get_mut(&key) else {
                 return;
             };
+            a.config = (*config).clone();
             (std::mem::replace(&mut a.peers, peers.clone()), a.group)
         };
         match (old.contains(&self.name), peers.contains(&self.name)) {
