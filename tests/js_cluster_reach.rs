@@ -455,7 +455,8 @@ async fn a_unique_tag_spreads_replicas_over_its_values() {
     assert_eq!(v["error"]["err_code"], 10005, "{v}");
 }
 
-/// A JetStream API call's answer as JSON (no answer: `null`).
+/// A request's answer as JSON (no answer: `null`): a JetStream API call, or a publish to a
+/// stream (its PubAck).
 async fn api_call(c: &async_nats::Client, subject: &str, body: &str) -> serde_json::Value {
     match c
         .request(subject.to_owned(), Bytes::from(body.to_owned()))
@@ -510,6 +511,18 @@ async fn an_r1_stream_name_and_its_subjects_are_the_clusters() {
         );
         let info = api_call(c, "$JS.API.INFO", "").await;
         assert_eq!(info["streams"], 1, "{info}");
+    }
+    // Every server lists it with its state, gathered from the server that holds it.
+    for k in 0..2 {
+        let ack = api_call(&clients[k], &format!("solo.{k}"), "x").await;
+        assert_eq!(ack["stream"], "SOLO", "{ack}");
+    }
+    for c in &clients {
+        let list = api_call(c, "$JS.API.STREAM.LIST", "").await;
+        assert_eq!(list["total"], 1, "{list}");
+        assert_eq!(list["streams"][0]["config"]["name"], "SOLO", "{list}");
+        assert_eq!(list["streams"][0]["state"]["messages"], 2, "{list}");
+        assert!(list["missing"].is_null(), "{list}");
     }
     // The same name with another config, or another name on the same subjects, is refused
     // through any server.

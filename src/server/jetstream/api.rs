@@ -425,9 +425,12 @@ fn cluster_names(js: &JetStream, acc: &AccountJs, subject: Option<&str>) -> Vec<
     names.into_iter().collect()
 }
 
+/// How long `STREAM.LIST` waits for the infos of streams other servers host.
+const REMOTE_INFO_WAIT: Duration = Duration::from_secs(2);
+
 fn names_or_list(
     js: &JetStream,
-    acc: &AccountJs,
+    acc: &Arc<AccountJs>,
     payload: &[u8],
     list: bool,
 ) -> Result<Value, ApiError> {
@@ -440,38 +443,67 @@ fn names_or_list(
         let v: Vec<String> = names.into_iter().skip(offset).take(limit).collect();
         return Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": v}));
     }
-    let mut names: Vec<Arc<super::StreamRef>> = acc
-        .streams
-        .all()
-        .into_iter()
-        .filter(|s| {
-            subject
-                .as_deref()
-                .is_none_or(|f| s.cfg.subjects.iter().any(|x| subjects_collide(x, f)))
-        })
-        .collect();
-    names.sort_by(|a, b| a.cfg.name.cmp(&b.cfg.name));
+    let names = cluster_names(js, acc, subject.as_deref());
     let total = names.len();
     let limit = 256;
-    let page = names.into_iter().skip(offset).take(limit);
-    // Ask every stream of the page first, then collect: the streams answer from their own
-    // store threads at once, so the page waits for its slowest stream rather than the sum of
-    // all their rounds (one of which may be another stream's fsync).
+    let page: Vec<String> = names.into_iter().skip(offset).take(limit).collect();
+    // Ask every stream of the page first, then collect: the streams here answer from their
+    // own store threads at once, so the page waits for its slowest stream rather than the
+    // sum of all their rounds (one of which may be another stream's fsync); the streams
+    // other servers host are asked over routes meanwhile.
     let asked: Vec<_> = page
-        .map(|s| {
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let _ = s.tx.send(Cmd::Info(tx));
-            rx
+        .iter()
+        .map(|name| {
+            acc.streams.get(name).map(|s| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let _ = s.tx.send(Cmd::Info(tx));
+                rx
+            })
         })
         .collect();
+    let remote: Vec<(String, Bytes)> = page
+        .iter()
+        .zip(&asked)
+        .filter(|(_, here)| here.is_none())
+        .map(|(name, _)| (format!("$JS.API.STREAM.INFO.{name}"), Bytes::new()))
+        .collect();
+    let mut answers = acc
+        .gather(&js.server_name, js.next_seed(), &remote, REMOTE_INFO_WAIT)
+        .into_iter();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut infos = Vec::new();
-    for rx in asked {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if let Ok(mut v) = rx.recv_timeout(left) {
-            info_for_reply(&mut v, false);
-            infos.push(v);
+    let mut missing = Vec::new();
+    for (name, here) in page.into_iter().zip(asked) {
+        match here {
+            Some(rx) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if let Ok(mut v) = rx.recv_timeout(left) {
+                    info_for_reply(&mut v, false);
+                    infos.push(serde_json::to_value(&v).unwrap_or_default());
+                }
+            }
+            None => {
+                let info = answers
+                    .next()
+                    .flatten()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .filter(|v| v.get("error").is_none());
+                match info {
+                    Some(mut v) => {
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("type");
+                        }
+                        infos.push(v);
+                    }
+                    None => missing.push(name),
+                }
+            }
         }
     }
-    Ok(json!({"total": total, "offset": offset, "limit": limit, "streams": infos}))
+    let mut v = json!({"total": total, "offset": offset, "limit": limit, "streams": infos});
+    if !missing.is_empty() {
+        // nats-server's field for streams whose info did not arrive in time.
+        v["missing"] = json!(missing);
+    }
+    Ok(v)
 }

@@ -25,6 +25,7 @@
 mod api;
 mod cluster;
 mod cmd;
+mod gather;
 mod lifecycle;
 mod replica;
 mod round;
@@ -582,7 +583,7 @@ impl JetStream {
         make_reserve(&self.reserve);
     }
 
-    fn next_seed(&self) -> u64 {
+    pub(crate) fn next_seed(&self) -> u64 {
         self.seed
             .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
     }

@@ -146,6 +146,26 @@ impl RouterSink {
         self.send(to, to, None, Some(&headers), &Bytes::new())
     }
 
+    /// A request: `payload` published on `to` with `reply` as its reply subject, routed as
+    /// a client's publish (to this server's subscribers and over routes).
+    pub(crate) fn request(&mut self, to: &str, reply: &str, payload: &Bytes) {
+        let from = router::Publisher {
+            cid: u64::MAX,
+            echo: true,
+            no_responders: false,
+            crossed: false,
+        };
+        router::publish(
+            &mut self.ctx,
+            &self.account,
+            from,
+            to.as_bytes(),
+            Some(reply.as_bytes()),
+            None,
+            payload,
+        );
+    }
+
     /// A reply, routed as a publish: it may cross accounts (a requester behind a service
     /// import).
     pub(crate) fn reply(&mut self, to: &str, payload: Bytes) {
