@@ -513,8 +513,8 @@ async fn an_r1_stream_name_and_its_subjects_are_the_clusters() {
         assert_eq!(info["streams"], 1, "{info}");
     }
     // Every server lists it with its state, gathered from the server that holds it.
-    for k in 0..2 {
-        let ack = api_call(&clients[k], &format!("solo.{k}"), "x").await;
+    for (k, c) in clients.iter().take(2).enumerate() {
+        let ack = api_call(c, &format!("solo.{k}"), "x").await;
         assert_eq!(ack["stream"], "SOLO", "{ack}");
     }
     for c in &clients {
