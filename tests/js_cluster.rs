@@ -423,9 +423,66 @@ fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
     segment
 }
 
+/// Cuts the newest Raft log segment under `store` (a stopped node's) exactly on a record
+/// boundary, halfway through its records: to the log alone this looks like a clean end.
+fn cut_the_raft_log_on_a_record_boundary(store: &std::path::Path) {
+    let raft = store.join("jetstream").join("raft");
+    let segment = std::fs::read_dir(&raft)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rlog"))
+        .max()
+        .expect("a Raft log segment");
+    let bytes = std::fs::read(&segment).unwrap();
+    // Records are `len u32 | len bytes`.
+    let mut bounds = vec![0usize];
+    let mut at = 0usize;
+    while at + 4 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += 4 + len;
+        if at <= bytes.len() {
+            bounds.push(at);
+        }
+    }
+    assert!(bounds.len() > 4, "the segment holds the stream's records");
+    let cut = bounds[bounds.len() / 2];
+    std::fs::write(&segment, &bytes[..cut]).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledged_message_is_lost()
 {
+    a_damaged_minority_node_is_repaired(|store| {
+        flip_a_bit_in_the_raft_log(store);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_node_whose_raft_log_was_cut_on_a_record_boundary_is_repaired() {
+    a_damaged_minority_node_is_repaired(|store| {
+        cut_the_raft_log_on_a_record_boundary(store);
+        // The audit of the stopped node's store finds it too.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+            .arg("audit")
+            .arg(store.join("jetstream"))
+            .arg("--key-file")
+            .arg(store.join("jetstream.key"))
+            .env_remove("SEALSTREAM_STORE_KEY")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains("acknowledged as written"), "{text}");
+    })
+    .await;
+}
+
+/// A follower's Raft log is damaged by `damage` while it is down; it comes back, finds the
+/// damage, is repaired from its peers, and then its vote and log carry the stream through
+/// the leader's loss with every acknowledged message.
+async fn a_damaged_minority_node_is_repaired(damage: fn(&std::path::Path)) {
     let ledger = |n: usize| format!("ledger-payload-{n:04}");
     let (mut cl, js) = three_nodes().await;
     create_r3(&js[0], "LEDGER", "ledger.>").await;
@@ -437,10 +494,10 @@ async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledge
     let leader = leader_node(&cl, &js[0], "LEDGER").await;
     let victim = (0..3).find(|i| *i != leader).unwrap();
 
-    // The follower's disk flips a bit while it is down; it comes back.
+    // The follower's disk is damaged while it is down; it comes back.
     cl.stop(victim, false);
     let store = cl.nodes[victim].server.store_dir().unwrap();
-    flip_a_bit_in_the_raft_log(&store);
+    damage(&store);
     cl.restart(victim);
 
     // It detects the damage, sets the log aside (still sealed), and is rebuilt by the leader;

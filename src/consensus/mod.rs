@@ -17,6 +17,8 @@
 //! - [`sealed_log`]: the node's one Raft log for all its groups: records sealed with each
 //!   group's key under an opaque pseudonym, one `fdatasync` per write window whatever the number
 //!   of groups, torn tails cut, anything else that fails authentication reported as corrupt.
+//! - [`extent`]: how long each log segment was at its last acknowledged flush, so a log cut
+//!   on a record boundary is found at open rather than taken for a clean one.
 //! - [`timing`]: election and heartbeat settings, chosen so that one failure fits inside a
 //!   client's 5 s timeout (spec cluster.md 7.3).
 //!
@@ -28,6 +30,7 @@
 //! stream state (logs are kept whole and replayed at start), the needs-repair state.
 
 pub mod codec;
+pub mod extent;
 pub mod handover;
 pub mod machine;
 pub mod memory;

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use tokio::sync::{oneshot, Semaphore};
 
+use super::extent::{self, Extent, ExtentFile, EXTENT_FILE};
 use super::{codec, GroupId, NodeId, TypeConfig};
 use crate::crypto::seal::{NONCE_LEN, OVERHEAD};
 use crate::crypto::{Key32, SealKey};
@@ -221,8 +222,13 @@ fn aad(segment: u64, offset: u64, pseudonym: &[u8; 8]) -> Vec<u8> {
     aad
 }
 
+/// The file name of segment `segment`.
+pub fn segment_file(segment: u64) -> String {
+    format!("{segment:016x}.rlog")
+}
+
 fn segment_path(dir: &Path, segment: u64) -> PathBuf {
-    dir.join(format!("{segment:016x}.rlog"))
+    dir.join(segment_file(segment))
 }
 
 fn io_err(path: &Path, source: io::Error) -> LogError {
@@ -270,6 +276,32 @@ impl SealedLog {
             }
         }
         segments.sort_unstable();
+        let extent_path = dir.join(EXTENT_FILE);
+        let acknowledged = match extent::read(dir, &name_key)
+            .map_err(|e| io_err(&extent_path, e))?
+        {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                if !segments.is_empty() {
+                    tracing::warn!(dir = %dir.display(), "the Raft log has no extent file: a log cut on a record boundary cannot be told from a clean one this time");
+                }
+                Extent::new()
+            }
+            Err(extent::Unreadable(why)) => {
+                return Err(LogError::Corrupt {
+                    path: extent_path,
+                    offset: 0,
+                    why,
+                })
+            }
+        };
+        if let Some(missing) = acknowledged.keys().find(|s| !segments.contains(s)) {
+            return Err(LogError::Corrupt {
+                path: segment_path(dir, *missing),
+                offset: 0,
+                why: "a segment holding acknowledged writes is missing",
+            });
+        }
         let mut inner = Inner {
             dir: dir.to_path_buf(),
             groups: HashMap::new(),
@@ -289,9 +321,19 @@ impl SealedLog {
         };
         inner.segment_refs.entry(inner.segment).or_default();
         inner.written_segment = segments.last().copied().unwrap_or(0);
+        let mut lengths = Extent::new();
         for (i, &segment) in segments.iter().enumerate() {
             let newest = i + 1 == segments.len();
-            let end = replay(&mut inner, &by_pseudonym, segment, newest)?;
+            let acked = acknowledged.get(&segment).copied().unwrap_or(0);
+            let end = replay(&mut inner, &by_pseudonym, segment, newest, acked)?;
+            if end < acked {
+                return Err(LogError::Corrupt {
+                    path: segment_path(dir, segment),
+                    offset: end,
+                    why: "the segment ends before writes it acknowledged",
+                });
+            }
+            lengths.insert(segment, end);
             if newest {
                 inner.end = end;
             }
@@ -307,7 +349,7 @@ impl SealedLog {
         let writer_shared = shared.clone();
         std::thread::Builder::new()
             .name("raft-log".into())
-            .spawn(move || run_writer(writer_shared))
+            .spawn(move || run_writer(writer_shared, lengths))
             .map_err(|e| io_err(dir, e))?;
         Ok(SealedLog {
             _writer: Arc::new(WriterGuard {
@@ -382,7 +424,7 @@ impl SealedLog {
             if entry
                 .file_name()
                 .to_str()
-                .is_some_and(|n| n.ends_with(".rlog"))
+                .is_some_and(|n| n.ends_with(".rlog") || n == EXTENT_FILE)
             {
                 fs::rename(entry.path(), damaged.join(entry.file_name()))
                     .map_err(|e| io_err(&entry.path(), e))?;
@@ -631,12 +673,15 @@ fn roll_over(inner: &mut Inner) {
     });
 }
 
-/// Replays one segment into `inner`; returns where its valid records end.
+/// Replays one segment into `inner`; returns where its valid records end. `acked`: how long
+/// the segment was at its last acknowledged flush ([`extent`]); a "torn" record before that is
+/// damage, not a crash's unfinished write.
 fn replay(
     inner: &mut Inner,
     by_pseudonym: &HashMap<[u8; 8], GroupId>,
     segment: u64,
     newest: bool,
+    acked: u64,
 ) -> Result<u64, LogError> {
     let path = segment_path(&inner.dir, segment);
     let data = fs::read(&path).map_err(|e| io_err(&path, e))?;
@@ -652,6 +697,9 @@ fn replay(
         let torn = rest.len() < 4
             || (u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize) > rest.len() - 4;
         if torn {
+            if (at as u64) < acked {
+                return Err(corrupt(at, "a record acknowledged as written is cut short"));
+            }
             if newest {
                 // A crash cut the last write short; it was never acknowledged.
                 let file = OpenOptions::new()
@@ -703,8 +751,9 @@ fn replay(
 
 /// The writer thread: takes everything pending, writes it, one `fdatasync` per segment
 /// touched, then completes every flush it covered.
-fn run_writer(shared: Arc<Shared>) {
+fn run_writer(shared: Arc<Shared>, mut lengths: Extent) {
     let mut files: BTreeMap<u64, File> = BTreeMap::new();
+    let mut extent_file: Option<ExtentFile> = None;
     loop {
         let (batch, bytes_freed, dir) = {
             let mut inner = lock(&shared);
@@ -725,7 +774,11 @@ fn run_writer(shared: Arc<Shared>) {
             shared
                 .syncs
                 .fetch_add(segments.len() as u64, Ordering::Relaxed);
+            for pending in &batch {
+                *lengths.entry(pending.segment).or_default() += pending.bytes.len() as u64;
+            }
         }
+        let mut dead = Vec::new();
         let mut flushed = Vec::new();
         let mut durable = Vec::new();
         {
@@ -755,7 +808,17 @@ fn run_writer(shared: Arc<Shared>) {
             } else {
                 let newest = batch.iter().map(|p| p.segment).max().unwrap_or(0);
                 inner.written_segment = inner.written_segment.max(newest);
-                delete_dead_segments(inner, &mut files);
+                dead = dead_segments(inner, &mut files);
+            }
+        }
+        if result.is_ok() {
+            // The extent first (durably when segments go), then the dead segments' files.
+            for segment in &dead {
+                lengths.remove(segment);
+            }
+            record_extent(&shared, &dir, &mut extent_file, &lengths, !dead.is_empty());
+            for segment in dead {
+                let _ = fs::remove_file(segment_path(&dir, segment));
             }
         }
         for pending in batch {
@@ -831,16 +894,44 @@ fn write_batch(dir: &Path, files: &mut BTreeMap<u64, File>, batch: &[Pending]) -
     Ok(())
 }
 
-/// Deletes the oldest segments while none of their entries is live and a newer segment's
-/// checkpoint is durable (never the current one).
-fn delete_dead_segments(inner: &mut Inner, files: &mut BTreeMap<u64, File>) {
+/// Takes the oldest segments out of use while none of their entries is live and a newer
+/// segment's checkpoint is durable (never the current one); returns them, for the caller to
+/// delete once the extent no longer names them.
+fn dead_segments(inner: &mut Inner, files: &mut BTreeMap<u64, File>) -> Vec<u64> {
+    let mut dead = Vec::new();
     while let Some((&segment, &refs)) = inner.segment_refs.iter().next() {
         if refs > 0 || segment >= inner.segment || segment >= inner.written_segment {
             break;
         }
         inner.segment_refs.remove(&segment);
         files.remove(&segment);
-        let _ = fs::remove_file(segment_path(&inner.dir, segment));
+        dead.push(segment);
+    }
+    dead
+}
+
+/// Rewrites the extent file after a flush ([`extent`]). A failure is reported and leaves the
+/// last extent in place (older, so the check at open is only narrower).
+fn record_extent(
+    shared: &Shared,
+    dir: &Path,
+    file: &mut Option<ExtentFile>,
+    lengths: &Extent,
+    sync: bool,
+) {
+    if file.is_none() {
+        match ExtentFile::open(dir) {
+            Ok(f) => *file = Some(f),
+            Err(e) => {
+                tracing::warn!(error = %e, "the Raft log's extent file cannot be opened");
+                return;
+            }
+        }
+    }
+    if let Some(f) = file {
+        if let Err(e) = f.write(&shared.name_key, lengths, sync) {
+            tracing::warn!(error = %e, "the Raft log's extent file cannot be written");
+        }
     }
 }
 
@@ -1289,6 +1380,64 @@ mod tests {
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("an edited record opened"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_log_cut_before_writes_it_acknowledged_is_corrupt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), 1);
+        let after_one = {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _g = log.group(1, key(1));
+            durable(&log, 1, Record::Entries(vec![entry(1, 1, b"one")])).await;
+            let after_one = fs::metadata(&path).expect("segment").len();
+            durable(&log, 1, Record::Entries(vec![entry(1, 2, b"two")])).await;
+            after_one
+        };
+        let whole = fs::read(&path).expect("read");
+        let reopen = || SealedLog::open(dir.path(), name_key(), vec![(1, key(1))]);
+        let why = |r: Result<SealedLog, LogError>| match r {
+            Err(LogError::Corrupt { why, .. }) => why,
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("a cut log opened"),
+        };
+        // Cut exactly on the record boundary: the log alone would look clean.
+        fs::write(&path, &whole[..usize::try_from(after_one).expect("small")]).expect("cut");
+        assert_eq!(
+            why(reopen()),
+            "the segment ends before writes it acknowledged"
+        );
+        // The last record's length made to run past the end: a torn write to the log alone,
+        // but it was acknowledged.
+        let mut longer = whole.clone();
+        let at = usize::try_from(after_one).expect("small");
+        longer[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        fs::write(&path, &longer).expect("write");
+        assert_eq!(
+            why(reopen()),
+            "a record acknowledged as written is cut short"
+        );
+        // The segment gone altogether.
+        fs::remove_file(&path).expect("remove");
+        assert_eq!(
+            why(reopen()),
+            "a segment holding acknowledged writes is missing"
+        );
+        // Put back whole: it opens, and a crash's torn write after it is still cut off.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&200u32.to_le_bytes());
+        fs::write(&path, &torn).expect("write");
+        {
+            let log = reopen().expect("reopen");
+            let mut g = log.existing_group(1).expect("group");
+            assert_eq!(g.try_get_log_entries(0..10).await.expect("read").len(), 2);
+        }
+        // Without its extent file the log opens as before (the check needs the file).
+        fs::write(&path, &whole[..at]).expect("cut");
+        fs::remove_file(dir.path().join(EXTENT_FILE)).expect("remove extent");
+        let log = reopen().expect("opens without an extent");
+        let mut g = log.existing_group(1).expect("group");
+        assert_eq!(g.try_get_log_entries(0..10).await.expect("read").len(), 1);
     }
 
     #[tokio::test]

@@ -9,7 +9,9 @@
 //! s/<stream_id>/c/<consumer_id:32 hex>.st
 //! tmp/<anything>                   (a finding only on a cleanly stopped store)
 //! raft/<segment:16 hex>.rlog | raft/groups   (a clustered node's Raft log, sealed)
-//! raft/damaged/<segment:16 hex>.rlog        (a log that failed authentication, set aside)
+//! raft/extent                               (segment lengths at the last flush, under a MAC)
+//! raft/damaged/<segment:16 hex>.rlog | raft/damaged/extent
+//!                                           (a log that failed authentication, set aside)
 //! ```
 
 use std::os::unix::fs::MetadataExt;
@@ -55,6 +57,8 @@ pub enum FileKind {
     RaftDamaged(u64),
     /// The sealed list of the Raft groups the node keeps.
     RaftDirectory,
+    /// The Raft log's acknowledged extent (segment ids and lengths under a MAC; no names).
+    RaftExtent,
     /// A directory of the layout.
     Dir,
 }
@@ -96,6 +100,7 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
         (["LOCK"], false) => Some(FileKind::Lock),
         (["keyring" | "catalog" | "s" | "tmp" | "raft"], true) => Some(FileKind::Dir),
         (["raft", "groups"], false) => Some(FileKind::RaftDirectory),
+        (["raft", "extent"] | ["raft", "damaged", "extent"], false) => Some(FileKind::RaftExtent),
         (["raft", "damaged"], true) => Some(FileKind::Dir),
         (["raft", "damaged", f], false) => raft_segment(f).map(FileKind::RaftDamaged),
         (["raft", f], false) => raft_segment(f).map(FileKind::RaftSegment),

@@ -374,6 +374,7 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
             return;
         }
     };
+    raft_extent(root, &meta, report);
     let io: Arc<dyn crate::store::io::SegmentIo> = Arc::new(OsIo);
     let pb = phase_bar(o, None, "decrypt");
     for account in meta.list_accounts() {
@@ -487,6 +488,51 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
         }
     }
     pb.finish_and_clear();
+}
+
+/// A clustered node's Raft log against its acknowledged extent (`consensus/extent.rs`): every
+/// segment it names must be there and at least as long as it was when its last write was
+/// acknowledged (a log cut on a record boundary looks clean to the log itself).
+fn raft_extent(root: &Path, meta: &MetaStore, report: &mut Report) {
+    use crate::consensus::{extent, sealed_log};
+    let dir = root.join(crate::store::meta::RAFT_DIR);
+    if !dir.is_dir() {
+        return;
+    }
+    let (names, _) = meta.raft_secrets();
+    let mut finding = |path: String, detail: String| {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path,
+            offset: None,
+            detail,
+        });
+    };
+    let acknowledged = match extent::read(&dir, &names) {
+        Ok(Ok(Some(x))) => x,
+        Ok(Ok(None)) => return,
+        Ok(Err(extent::Unreadable(why))) => {
+            return finding(format!("raft/{}", extent::EXTENT_FILE), why.to_owned());
+        }
+        Err(e) => return finding(format!("raft/{}", extent::EXTENT_FILE), e.to_string()),
+    };
+    for (segment, len) in acknowledged {
+        let name = sealed_log::segment_file(segment);
+        match std::fs::metadata(dir.join(&name)) {
+            Ok(m) if m.len() >= len => {}
+            Ok(m) => finding(
+                format!("raft/{name}"),
+                format!(
+                    "{} bytes, shorter than the {len} bytes acknowledged as written",
+                    m.len()
+                ),
+            ),
+            Err(_) => finding(
+                format!("raft/{name}"),
+                "a segment holding acknowledged writes is missing".into(),
+            ),
+        }
+    }
 }
 
 /// Prints the human summary.
