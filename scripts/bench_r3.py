@@ -15,9 +15,13 @@ measured is the time from the kill to the first PubAck after it, then the node i
 and must be back in the stream's group (the leader sees it current) before the next try.
 With --catchup MIB: node 3 is stopped, MIB of 1 KiB messages are published, node 3 is started
 again, and the time until its own /jsz shows every message is the catch-up (MB/s).
+With --idle N: N more R3 streams are created (one message each), the cluster is left alone
+for 10 s, then each node's CPU time over --idle-secs and its RSS are read from /proc: the idle
+cost of N replicated streams per node.
 
     .venv/bin/python scripts/bench_r3.py [--size 1024] [--sync 1000] [--msgs 20000] [--window 256]
     .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --failover 20 --catchup 32
+    .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --idle 300
 """
 import argparse
 import asyncio
@@ -222,6 +226,51 @@ async def catchup(cl, args):
     return {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
 
 
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def idle(cl, args):
+    """N idle R3 streams: each node's CPU over --idle-secs and RSS, after 10 s of quiet."""
+    base = [rss_kib(p.pid) for p in cl.procs]
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=20)
+    started = time.perf_counter()
+    for k in range(args.idle):
+        deadline = time.time() + 30
+        while True:
+            try:
+                await js.add_stream(name=f"I{k}", subjects=[f"idle.{k}"], num_replicas=3)
+                break
+            except Exception as e:
+                if time.time() > deadline:
+                    raise RuntimeError(f"stream I{k}: {e}")
+                await asyncio.sleep(0.2)
+        await js.publish(f"idle.{k}", b"x")
+    created = time.perf_counter() - started
+    await nc.close()
+    await asyncio.sleep(10)
+    cpu0 = [cpu_seconds(p.pid) for p in cl.procs]
+    await asyncio.sleep(args.idle_secs)
+    cpu = [(cpu_seconds(p.pid) - c) / args.idle_secs * 100 for p, c in zip(cl.procs, cpu0)]
+    rss = [rss_kib(p.pid) for p in cl.procs]
+    return {
+        "create_s": created,
+        "idle_cpu_pct_node_max": max(cpu),
+        "idle_cpu_pct_nodes_sum": sum(cpu),
+        "rss_mib_node_max": max(rss) / 1024,
+        "rss_kib_per_stream_node_max": max((r - b) / args.idle for r, b in zip(rss, base)),
+    }
+
+
 async def measure(port, args, cl):
     nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5, max_reconnect_attempts=20)
     js = nc.jetstream(timeout=10)
@@ -236,6 +285,8 @@ async def measure(port, args, cl):
             out.update(await failover(cl, args))
         if args.catchup:
             out.update(await catchup(cl, args))
+        if args.idle:
+            out.update(await idle(cl, args))
         return out
     lat = []
     for _ in range(args.sync):
@@ -285,6 +336,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--failover", type=int, default=0)
     ap.add_argument("--catchup", type=int, default=0, help="MiB")
+    ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
+    ap.add_argument("--idle-secs", type=float, default=10.0)
     args = ap.parse_args()
     rows = []
     for r in range(args.rounds):

@@ -509,6 +509,7 @@ async fn a_damaged_minority_node_is_repaired(damage: fn(&std::path::Path)) {
     let log = cl.nodes[victim].server.log_text();
     assert!(healthy, "the damaged node never became healthy: {log}");
     assert!(log.contains("needs repair"), "{log}");
+    assert!(log.contains("last votes were kept"), "{log}");
     let damaged = store.join("jetstream").join("raft").join("damaged");
     assert!(
         std::fs::read_dir(&damaged).unwrap().count() > 0,

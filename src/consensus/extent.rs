@@ -16,7 +16,13 @@
 //! segments are deleted, so that a deleted segment is never missed as if cut away. Deleting
 //! the file disables the check (reported at open); forging it needs the node's name key.
 //!
-//! Layout: `count u32 | (segment u64, length u64) × count | HMAC-SHA256 [32]`, little-endian.
+//! It also keeps each group's last vote (under the group's pseudonym, as in the log): a node
+//! whose log failed authentication sets the log aside and starts empty, and without its
+//! votes it would no longer know the newest term it took part in — a deposed leader reaching
+//! it before the current one could then have appends acknowledged. Seeded from here
+//! ([`super::sealed_log::SealedLog::seed_votes`]), it refuses them.
+//!
+//! Layout: `length u32 | body | HMAC-SHA256 [32]`, the body postcard of [`Recorded`].
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -25,8 +31,11 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use hmac::{Hmac, Mac};
+use openraft::Vote;
+use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use super::NodeId;
 use crate::crypto::Key32;
 
 /// The file's name in the log's directory.
@@ -36,6 +45,18 @@ const MAC_LEN: usize = 32;
 
 /// Segment id → its length when its last write was acknowledged.
 pub type Extent = BTreeMap<u64, u64>;
+
+/// Group pseudonym → its last vote.
+pub type Votes = BTreeMap<[u8; 8], Vote<NodeId>>;
+
+/// What the file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recorded {
+    /// The segments' acknowledged lengths.
+    pub extent: Extent,
+    /// The groups' last votes.
+    pub votes: Votes,
+}
 
 fn mac(name_key: &Key32, body: &[u8]) -> [u8; MAC_LEN] {
     let mut m = match <Hmac<Sha256> as Mac>::new_from_slice(name_key.expose()) {
@@ -49,15 +70,13 @@ fn mac(name_key: &Key32, body: &[u8]) -> [u8; MAC_LEN] {
     out
 }
 
-/// The file's bytes for `extent`.
-pub fn encode(name_key: &Key32, extent: &Extent) -> Vec<u8> {
-    let count = u32::try_from(extent.len()).unwrap_or(u32::MAX);
-    let mut b = Vec::with_capacity(4 + 16 * extent.len() + MAC_LEN);
-    b.extend_from_slice(&count.to_le_bytes());
-    for (segment, len) in extent.iter().take(count as usize) {
-        b.extend_from_slice(&segment.to_le_bytes());
-        b.extend_from_slice(&len.to_le_bytes());
-    }
+/// The file's bytes for `recorded`.
+pub fn encode(name_key: &Key32, recorded: &Recorded) -> Vec<u8> {
+    let body = postcard::to_stdvec(recorded).unwrap_or_default();
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    let mut b = Vec::with_capacity(4 + body.len() + MAC_LEN);
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&body);
     let tag = mac(name_key, &b);
     b.extend_from_slice(&tag);
     b
@@ -72,7 +91,7 @@ pub struct Unreadable(pub &'static str);
 ///
 /// # Errors
 /// [`Unreadable`] when the file is short or fails its MAC (damaged or forged).
-pub fn read(dir: &Path, name_key: &Key32) -> io::Result<Result<Option<Extent>, Unreadable>> {
+pub fn read(dir: &Path, name_key: &Key32) -> io::Result<Result<Option<Recorded>, Unreadable>> {
     let data = match std::fs::read(dir.join(EXTENT_FILE)) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
@@ -81,22 +100,18 @@ pub fn read(dir: &Path, name_key: &Key32) -> io::Result<Result<Option<Extent>, U
     Ok(decode(name_key, &data).map(Some))
 }
 
-fn decode(name_key: &Key32, data: &[u8]) -> Result<Extent, Unreadable> {
-    let count = data
+fn decode(name_key: &Key32, data: &[u8]) -> Result<Recorded, Unreadable> {
+    let len = data
         .get(..4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .ok_or(Unreadable("the extent file is cut short"))?;
-    let body_len = count
-        .checked_mul(16)
-        .and_then(|n| n.checked_add(4))
-        .ok_or(Unreadable("the extent file's count is impossible"))?;
-    let (body, tag) = (
-        data.get(..body_len)
-            .ok_or(Unreadable("the extent file is cut short"))?,
-        data.get(body_len..body_len + MAC_LEN)
-            .ok_or(Unreadable("the extent file is cut short"))?,
-    );
-    let want = mac(name_key, body);
+    let signed = data
+        .get(..4 + len)
+        .ok_or(Unreadable("the extent file is cut short"))?;
+    let tag = data
+        .get(4 + len..4 + len + MAC_LEN)
+        .ok_or(Unreadable("the extent file is cut short"))?;
+    let want = mac(name_key, signed);
     let same = tag
         .iter()
         .zip(want.iter())
@@ -105,19 +120,11 @@ fn decode(name_key: &Key32, data: &[u8]) -> Result<Extent, Unreadable> {
     if !same {
         return Err(Unreadable("the extent file does not authenticate"));
     }
-    let mut extent = Extent::new();
-    for pair in body[4..].chunks_exact(16) {
-        let mut s = [0u8; 8];
-        let mut l = [0u8; 8];
-        s.copy_from_slice(&pair[..8]);
-        l.copy_from_slice(&pair[8..]);
-        extent.insert(u64::from_le_bytes(s), u64::from_le_bytes(l));
-    }
-    Ok(extent)
+    postcard::from_bytes(&signed[4..]).map_err(|_| Unreadable("the extent file does not decode"))
 }
 
-/// The writer's handle on the file: rewritten in place (one `pwrite`; the count says how
-/// much of it is current, so a shorter extent needs no truncation).
+/// The writer's handle on the file: rewritten in place (one `pwrite`; the length says how
+/// much of it is current, so a shorter record needs no truncation).
 pub struct ExtentFile {
     file: File,
 }
@@ -136,12 +143,12 @@ impl ExtentFile {
         Ok(ExtentFile { file })
     }
 
-    /// Records `extent`; with `sync`, durably (before segments are deleted).
+    /// Records `recorded`; with `sync`, durably (before segments are deleted).
     ///
     /// # Errors
     /// The file system refused.
-    pub fn write(&self, name_key: &Key32, extent: &Extent, sync: bool) -> io::Result<()> {
-        self.file.write_all_at(&encode(name_key, extent), 0)?;
+    pub fn write(&self, name_key: &Key32, recorded: &Recorded, sync: bool) -> io::Result<()> {
+        self.file.write_all_at(&encode(name_key, recorded), 0)?;
         if sync {
             self.file.sync_data()?;
         }
@@ -162,21 +169,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read(dir.path(), &key(1)).unwrap(), Ok(None));
         let f = ExtentFile::open(dir.path()).unwrap();
-        let long = Extent::from([(1, 100), (2, 4096), (3, 7)]);
+        let long = Recorded {
+            extent: Extent::from([(1, 100), (2, 4096), (3, 7)]),
+            votes: Votes::from([([9; 8], Vote::new(4, 2))]),
+        };
         f.write(&key(1), &long, false).unwrap();
-        // A shorter extent written over a longer one: the count says where it ends.
-        let short = Extent::from([(3, 9)]);
+        // A shorter record written over a longer one: the length says where it ends.
+        let short = Recorded {
+            extent: Extent::from([(3, 9)]),
+            votes: Votes::new(),
+        };
         f.write(&key(1), &short, true).unwrap();
         assert_eq!(read(dir.path(), &key(1)).unwrap(), Ok(Some(short.clone())));
+        f.write(&key(1), &long, false).unwrap();
+        assert_eq!(read(dir.path(), &key(1)).unwrap(), Ok(Some(long.clone())));
         assert!(read(dir.path(), &key(2)).unwrap().is_err(), "another key");
         let mut bytes = encode(&key(1), &short);
-        bytes[12] ^= 1;
+        bytes[6] ^= 1;
         std::fs::write(dir.path().join(EXTENT_FILE), &bytes).unwrap();
         assert_eq!(
             read(dir.path(), &key(1)).unwrap(),
             Err(Unreadable("the extent file does not authenticate"))
         );
-        std::fs::write(dir.path().join(EXTENT_FILE), &bytes[..10]).unwrap();
+        std::fs::write(dir.path().join(EXTENT_FILE), &bytes[..5]).unwrap();
         assert!(read(dir.path(), &key(1)).unwrap().is_err());
     }
 }

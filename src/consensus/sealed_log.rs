@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use tokio::sync::{oneshot, Semaphore};
 
-use super::extent::{self, Extent, ExtentFile, EXTENT_FILE};
+use super::extent::{self, Extent, ExtentFile, Recorded, Votes, EXTENT_FILE};
 use super::{codec, GroupId, NodeId, TypeConfig};
 use crate::crypto::seal::{NONCE_LEN, OVERHEAD};
 use crate::crypto::{Key32, SealKey};
@@ -166,6 +166,8 @@ struct Inner {
     recent_bytes: usize,
     /// [`CACHED_BYTES`] (a test lowers it).
     cached_cap: usize,
+    /// A group's vote changed since the writer last recorded the votes ([`extent`]).
+    votes_changed: bool,
 }
 
 struct Shared {
@@ -280,7 +282,7 @@ impl SealedLog {
         let acknowledged = match extent::read(dir, &name_key)
             .map_err(|e| io_err(&extent_path, e))?
         {
-            Ok(Some(x)) => x,
+            Ok(Some(x)) => x.extent,
             Ok(None) => {
                 if !segments.is_empty() {
                     tracing::warn!(dir = %dir.display(), "the Raft log has no extent file: a log cut on a record boundary cannot be told from a clean one this time");
@@ -318,6 +320,7 @@ impl SealedLog {
             recent: VecDeque::new(),
             recent_bytes: 0,
             cached_cap: CACHED_BYTES,
+            votes_changed: true,
         };
         inner.segment_refs.entry(inner.segment).or_default();
         inner.written_segment = segments.last().copied().unwrap_or(0);
@@ -437,6 +440,56 @@ impl SealedLog {
                 .map_err(|e| io_err(d, e))?;
         }
         Ok(moved)
+    }
+
+    /// The groups' last votes as the extent file in `dir` recorded them (empty when it is
+    /// missing or does not authenticate). Read before [`SealedLog::set_aside_damaged`].
+    pub fn recorded_votes(dir: &Path, name_key: &Key32) -> Votes {
+        match extent::read(dir, name_key) {
+            Ok(Ok(Some(r))) => r.votes,
+            _ => Votes::new(),
+        }
+    }
+
+    /// Gives every group whose key this log holds the vote `votes` recorded for it, where
+    /// that is newer than what the log holds, durably (a log set aside under repair starts
+    /// empty: this way the node still knows the newest term each group reached and refuses a
+    /// deposed leader's appends).
+    ///
+    /// # Errors
+    /// The write failed.
+    pub async fn seed_votes(&self, votes: &Votes) -> Result<(), StorageError<NodeId>> {
+        let wanted: Vec<(GroupId, Vote<NodeId>)> = {
+            let inner = lock(&self.shared);
+            inner
+                .keys
+                .iter()
+                .filter_map(|(g, k)| {
+                    // Never as committed: a node whose log starts empty must not take itself
+                    // for a leader of that term; the term alone refuses older leaders.
+                    let seeded = Vote {
+                        leader_id: votes.get(&k.pseudonym)?.leader_id,
+                        committed: false,
+                    };
+                    let held = inner.groups.get(g).and_then(|s| s.vote);
+                    held.is_none_or(|h| h < seeded).then_some((*g, seeded))
+                })
+                .collect()
+        };
+        for (group, vote) in wanted {
+            let (tx, rx) = oneshot::channel();
+            self.submit(
+                group,
+                &Record::Vote(vote),
+                Vec::new(),
+                Completion::Durable(tx),
+            )
+            .await?;
+            rx.await
+                .map_err(|e| StorageIOError::write_vote(&io::Error::other(e)))?
+                .map_err(|e| StorageIOError::write_vote(&e))?;
+        }
+        Ok(())
     }
 
     /// The segment files on disk now (oldest first).
@@ -583,6 +636,7 @@ fn apply(
     let Inner {
         groups,
         segment_refs,
+        votes_changed,
         ..
     } = inner;
     let state = groups.entry(group).or_default();
@@ -602,6 +656,7 @@ fn apply(
         }
         Record::Vote(vote) => {
             state.vote = Some(*vote);
+            *votes_changed = true;
             Vec::new()
         }
         Record::Truncate(from) => {
@@ -626,6 +681,7 @@ fn apply(
         Record::Checkpoint { vote, purged } => {
             if vote.is_some() {
                 state.vote = *vote;
+                *votes_changed = true;
             }
             if purged.is_some() {
                 state.purged = *purged;
@@ -751,7 +807,11 @@ fn replay(
 
 /// The writer thread: takes everything pending, writes it, one `fdatasync` per segment
 /// touched, then completes every flush it covered.
-fn run_writer(shared: Arc<Shared>, mut lengths: Extent) {
+fn run_writer(shared: Arc<Shared>, lengths: Extent) {
+    let mut recorded = Recorded {
+        extent: lengths,
+        votes: Votes::new(),
+    };
     let mut files: BTreeMap<u64, File> = BTreeMap::new();
     let mut extent_file: Option<ExtentFile> = None;
     loop {
@@ -775,7 +835,7 @@ fn run_writer(shared: Arc<Shared>, mut lengths: Extent) {
                 .syncs
                 .fetch_add(segments.len() as u64, Ordering::Relaxed);
             for pending in &batch {
-                *lengths.entry(pending.segment).or_default() += pending.bytes.len() as u64;
+                *recorded.extent.entry(pending.segment).or_default() += pending.bytes.len() as u64;
             }
         }
         let mut dead = Vec::new();
@@ -809,14 +869,17 @@ fn run_writer(shared: Arc<Shared>, mut lengths: Extent) {
                 let newest = batch.iter().map(|p| p.segment).max().unwrap_or(0);
                 inner.written_segment = inner.written_segment.max(newest);
                 dead = dead_segments(inner, &mut files);
+                if std::mem::take(&mut inner.votes_changed) {
+                    recorded.votes = current_votes(inner);
+                }
             }
         }
         if result.is_ok() {
             // The extent first (durably when segments go), then the dead segments' files.
             for segment in &dead {
-                lengths.remove(segment);
+                recorded.extent.remove(segment);
             }
-            record_extent(&shared, &dir, &mut extent_file, &lengths, !dead.is_empty());
+            record_extent(&shared, &dir, &mut extent_file, &recorded, !dead.is_empty());
             for segment in dead {
                 let _ = fs::remove_file(segment_path(&dir, segment));
             }
@@ -894,6 +957,15 @@ fn write_batch(dir: &Path, files: &mut BTreeMap<u64, File>, batch: &[Pending]) -
     Ok(())
 }
 
+/// Every group's vote, by pseudonym.
+fn current_votes(inner: &Inner) -> Votes {
+    inner
+        .groups
+        .iter()
+        .filter_map(|(g, state)| Some((inner.keys.get(g)?.pseudonym, state.vote?)))
+        .collect()
+}
+
 /// Takes the oldest segments out of use while none of their entries is live and a newer
 /// segment's checkpoint is durable (never the current one); returns them, for the caller to
 /// delete once the extent no longer names them.
@@ -916,7 +988,7 @@ fn record_extent(
     shared: &Shared,
     dir: &Path,
     file: &mut Option<ExtentFile>,
-    lengths: &Extent,
+    recorded: &Recorded,
     sync: bool,
 ) {
     if file.is_none() {
@@ -929,7 +1001,7 @@ fn record_extent(
         }
     }
     if let Some(f) = file {
-        if let Err(e) = f.write(&shared.name_key, lengths, sync) {
+        if let Err(e) = f.write(&shared.name_key, recorded, sync) {
             tracing::warn!(error = %e, "the Raft log's extent file cannot be written");
         }
     }
@@ -1438,6 +1510,46 @@ mod tests {
         let log = reopen().expect("opens without an extent");
         let mut g = log.existing_group(1).expect("group");
         assert_eq!(g.try_get_log_entries(0..10).await.expect("read").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_log_set_aside_under_repair_keeps_each_groups_term() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _g1 = log.group(1, key(1));
+            let _g2 = log.group(2, key(2));
+            let mut committed = Vote::new(7, 3);
+            committed.commit();
+            durable(&log, 1, Record::Vote(committed)).await;
+            durable(&log, 2, Record::Vote(Vote::new(4, 9))).await;
+            durable(&log, 1, Record::Entries(vec![entry(7, 1, b"one")])).await;
+        }
+        // The log is damaged; the votes recorded beside it are read, the log set aside.
+        let path = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&path).expect("read");
+        bytes[HEADER + 30] ^= 0x01;
+        fs::write(&path, &bytes).expect("write");
+        let groups = || vec![(1, key(1)), (2, key(2))];
+        assert!(SealedLog::open(dir.path(), name_key(), groups()).is_err());
+        let votes = SealedLog::recorded_votes(dir.path(), &name_key());
+        assert_eq!(votes.len(), 2, "{votes:?}");
+        SealedLog::set_aside_damaged(dir.path()).expect("set aside");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), groups()).expect("empty log");
+            log.seed_votes(&votes).await.expect("seeded");
+        }
+        // Reopened: each group starts at its term, never as a committed leader.
+        let log = SealedLog::open(dir.path(), name_key(), groups()).expect("reopen");
+        let mut g1 = log.existing_group(1).expect("group 1");
+        let mut g2 = log.existing_group(2).expect("group 2");
+        assert_eq!(g1.read_vote().await.expect("vote"), Some(Vote::new(7, 3)));
+        assert_eq!(g2.read_vote().await.expect("vote"), Some(Vote::new(4, 9)));
+        assert!(g1
+            .try_get_log_entries(0..10)
+            .await
+            .expect("read")
+            .is_empty());
     }
 
     #[tokio::test]

@@ -509,7 +509,7 @@ fn raft_extent(root: &Path, meta: &MetaStore, report: &mut Report) {
         });
     };
     let acknowledged = match extent::read(&dir, &names) {
-        Ok(Ok(Some(x))) => x,
+        Ok(Ok(Some(x))) => x.extent,
         Ok(Ok(None)) => return,
         Ok(Err(extent::Unreadable(why))) => {
             return finding(format!("raft/{}", extent::EXTENT_FILE), why.to_owned());

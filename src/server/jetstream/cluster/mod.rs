@@ -386,13 +386,24 @@ pub(crate) async fn start(
             return None;
         }
     };
-    let (log, damaged) = match open_log(&dir, &names_key, &group_root, &directory) {
+    let (log, seeds) = match open_log(&dir, &names_key, &group_root, &directory) {
         Ok(opened) => opened,
         Err(e) => {
             error!(error = %e, "replicated JetStream is off: the Raft log does not open");
             return None;
         }
     };
+    let damaged = seeds.is_some();
+    if let Some(votes) = seeds {
+        if let Err(e) = log.seed_votes(&votes).await {
+            error!(error = %e, "replicated JetStream is off: the groups' votes could not be written to the new Raft log");
+            return None;
+        }
+        info!(
+            groups = votes.len(),
+            "the groups' last votes were kept: the repaired log starts at their terms"
+        );
+    }
     let me = node_id(&js.server_name);
     let host: std::net::IpAddr = cluster
         .listen
@@ -478,7 +489,7 @@ fn open_log(
     names_key: &Key32,
     group_root: &Key32,
     directory: &Directory,
-) -> Result<(SealedLog, bool), LogError> {
+) -> Result<(SealedLog, Option<crate::consensus::extent::Votes>), LogError> {
     let keys = || -> Vec<(GroupId, SealKey)> {
         directory
             .groups
@@ -489,14 +500,15 @@ fn open_log(
             .collect()
     };
     match SealedLog::open(dir, Key32::new(*names_key.expose()), keys()) {
-        Ok(log) => Ok((log, false)),
+        Ok(log) => Ok((log, None)),
         Err(e @ LogError::Corrupt { .. }) => {
             error!(error = %e, "the Raft log failed authentication: this node needs repair. Its log is set aside (raft/damaged/, still sealed) and rebuilt from its peers; until each group has caught up with its leader it casts no vote");
+            // The groups' last votes, kept beside the log: the new log starts with their
+            // terms, so a deposed leader's appends are refused.
+            let votes = SealedLog::recorded_votes(dir, names_key);
             SealedLog::set_aside_damaged(dir)?;
-            Ok((
-                SealedLog::open(dir, Key32::new(*names_key.expose()), keys())?,
-                true,
-            ))
+            let log = SealedLog::open(dir, Key32::new(*names_key.expose()), keys())?;
+            Ok((log, Some(votes)))
         }
         Err(e) => Err(e),
     }
