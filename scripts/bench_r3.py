@@ -38,7 +38,7 @@ import nats
 from bench_compare import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEALSTREAM = os.path.join(ROOT, "target/release/sealstream-server")
+SEALSTREAM = os.environ.get("SEALSTREAM_BIN", os.path.join(ROOT, "target/release/sealstream-server"))
 NATS_SERVER = os.path.join(ROOT, ".venv/bin/nats-server")
 
 
@@ -248,13 +248,23 @@ async def idle(cl, args):
         deadline = time.time() + 30
         while True:
             try:
-                await js.add_stream(name=f"I{k}", subjects=[f"idle.{k}"], num_replicas=3)
+                await js.add_stream(
+                    name=f"I{k}", subjects=[f"idle.{k}"], num_replicas=args.idle_replicas
+                )
                 break
             except Exception as e:
                 if time.time() > deadline:
                     raise RuntimeError(f"stream I{k}: {e}")
                 await asyncio.sleep(0.2)
-        await js.publish(f"idle.{k}", b"x")
+        # A stream just created may not answer yet (nats-server: no responders at first).
+        while True:
+            try:
+                await js.publish(f"idle.{k}", b"x")
+                break
+            except Exception:
+                if time.time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
     created = time.perf_counter() - started
     await nc.close()
     await asyncio.sleep(10)
@@ -338,14 +348,19 @@ def main():
     ap.add_argument("--catchup", type=int, default=0, help="MiB")
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
     ap.add_argument("--idle-secs", type=float, default=10.0)
+    ap.add_argument("--idle-replicas", type=int, default=3)
+    ap.add_argument("--servers", default="sealstream,default,always",
+                    help="which of sealstream, default (nats-server), always (nats-server)")
     args = ap.parse_args()
     rows = []
     for r in range(args.rounds):
-        for name, binary, always in [
-            ("sealstream", SEALSTREAM, False),
-            ("nats-server default", NATS_SERVER, False),
-            ("nats-server always", NATS_SERVER, True),
+        for key, name, binary, always in [
+            ("sealstream", "sealstream", SEALSTREAM, False),
+            ("default", "nats-server default", NATS_SERVER, False),
+            ("always", "nats-server always", NATS_SERVER, True),
         ]:
+            if key not in args.servers.split(","):
+                continue
             m = run(name, binary, always, args)
             rows.append((r, name, m))
             if "p50_us" in m:

@@ -13,7 +13,9 @@ use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 const NAME: &str = "sealstream-server";
 
-/// mimalloc instead of glibc malloc: see `Cargo.toml` and docs/PERFORMANCE.md.
+/// mimalloc instead of glibc malloc: see `Cargo.toml` and docs/PERFORMANCE.md (the
+/// `system-alloc` feature leaves it out for heap profiling).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
