@@ -404,15 +404,21 @@ async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
     wait_messages(&contexts(&cl, &[others[1]]).await[0], "Q", seq).await;
 }
 
-/// Flips one bit in the middle of the largest Raft log segment under `store` (a stopped
-/// node's), as a failing disk would. Returns the segment.
-fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
-    let raft = store.join("jetstream").join("raft");
-    let segment = std::fs::read_dir(&raft)
+/// The Raft log segments under `store` (a node's).
+fn raft_segments(store: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(store.join("jetstream").join("raft"))
         .unwrap()
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "rlog"))
+        .collect()
+}
+
+/// Flips one bit in the middle of the largest Raft log segment under `store` (a stopped
+/// node's), as a failing disk would. Returns the segment.
+fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
+    let segment = raft_segments(store)
+        .into_iter()
         .max_by_key(|p| std::fs::metadata(p).unwrap().len())
         .expect("a Raft log segment");
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -426,12 +432,8 @@ fn flip_a_bit_in_the_raft_log(store: &std::path::Path) -> std::path::PathBuf {
 /// Cuts the newest Raft log segment under `store` (a stopped node's) exactly on a record
 /// boundary, halfway through its records: to the log alone this looks like a clean end.
 fn cut_the_raft_log_on_a_record_boundary(store: &std::path::Path) {
-    let raft = store.join("jetstream").join("raft");
-    let segment = std::fs::read_dir(&raft)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rlog"))
+    let segment = raft_segments(store)
+        .into_iter()
         .max()
         .expect("a Raft log segment");
     let bytes = std::fs::read(&segment).unwrap();
@@ -464,16 +466,8 @@ async fn a_minority_node_whose_raft_log_was_cut_on_a_record_boundary_is_repaired
     a_damaged_minority_node_is_repaired(|store| {
         cut_the_raft_log_on_a_record_boundary(store);
         // The audit of the stopped node's store finds it too.
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
-            .arg("audit")
-            .arg(store.join("jetstream"))
-            .arg("--key-file")
-            .arg(store.join("jetstream.key"))
-            .env_remove("SEALSTREAM_STORE_KEY")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{text}");
+        let (code, text) = support::audit_store(store);
+        assert_eq!(code, 1, "{text}");
         assert!(text.contains("acknowledged as written"), "{text}");
     })
     .await;

@@ -10,27 +10,11 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use support::js::{api, create_stream, publish_ack};
 use support::TestServer;
 
-fn audit(store: &Path) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
-        .arg("audit")
-        .arg(store.join("jetstream"))
-        .arg("--key-file")
-        .arg(store.join("jetstream.key"))
-        .env_remove("SEALSTREAM_STORE_KEY")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
+use support::audit_store as audit;
 
 /// Every file under the store's stream directories, with `in_consumer_dir` telling state
 /// files from segments.

@@ -24,6 +24,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `sealctl audit` of the stopped server store under `store` (its `jetstream` directory, keyed
+/// by the `jetstream.key` file beside it): the exit code and what it printed.
+pub fn audit_store(store: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .arg("audit")
+        .arg(store.join("jetstream"))
+        .arg("--key-file")
+        .arg(store.join("jetstream.key"))
+        .env_remove("SEALSTREAM_STORE_KEY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// A running server process.
 pub struct TestServer {
     child: Option<Child>,

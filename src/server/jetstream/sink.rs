@@ -149,26 +149,16 @@ impl RouterSink {
     /// A request: `payload` published on `to` with `reply` as its reply subject, routed as
     /// a client's publish (to this server's subscribers and over routes).
     pub(crate) fn request(&mut self, to: &str, reply: &str, payload: &Bytes) {
-        let from = router::Publisher {
-            cid: u64::MAX,
-            echo: true,
-            no_responders: false,
-            crossed: false,
-        };
-        router::publish(
-            &mut self.ctx,
-            &self.account,
-            from,
-            to.as_bytes(),
-            Some(reply.as_bytes()),
-            None,
-            payload,
-        );
+        self.publish(to, Some(reply), payload);
     }
 
     /// A reply, routed as a publish: it may cross accounts (a requester behind a service
     /// import).
     pub(crate) fn reply(&mut self, to: &str, payload: Bytes) {
+        self.publish(to, None, &payload);
+    }
+
+    fn publish(&mut self, to: &str, reply: Option<&str>, payload: &Bytes) {
         let from = router::Publisher {
             cid: u64::MAX,
             echo: true,
@@ -180,9 +170,9 @@ impl RouterSink {
             &self.account,
             from,
             to.as_bytes(),
+            reply.map(str::as_bytes),
             None,
-            None,
-            &payload,
+            payload,
         );
     }
 }
