@@ -108,6 +108,10 @@ enum Record {
         vote: Option<Vote<NodeId>>,
         purged: Option<LogId<NodeId>>,
     },
+    /// The group was erased here: its entries, vote and purge point before this are gone
+    /// (written by [`SealedLog::erase_group`], so that a group that later comes back to this
+    /// node does not replay its earlier incarnation's log).
+    Reset,
 }
 
 /// Where a record sits.
@@ -391,6 +395,25 @@ impl SealedLog {
     /// Forgets a group and its key: its records are dead and will not open again.
     pub fn erase_group(&self, group: GroupId) {
         let mut inner = lock(&self.shared);
+        // Said in the log too, under the group's key while it is still here: if the group
+        // comes back to this node, replaying the log must not hand it these entries and this
+        // vote (the records stay on disk until their segments go). Not awaited: it is written
+        // with the next flush; it is too small to count against the pending bound.
+        if inner.failed.is_none() {
+            if let Ok(body) = codec::encode(&Record::Reset) {
+                if enqueue(
+                    &mut inner,
+                    group,
+                    &Record::Reset,
+                    &body,
+                    Vec::new(),
+                    Completion::None,
+                ) {
+                    self.shared.records.fetch_add(1, Ordering::Relaxed);
+                    self.shared.wake.notify_one();
+                }
+            }
+        }
         if let Some(state) = inner.groups.remove(&group) {
             for (_, (_, loc)) in state.entries {
                 unref(&mut inner.segment_refs, loc.segment);
@@ -550,60 +573,12 @@ impl SealedLog {
             self.shared.room.add_permits(size.min(PENDING_BYTES));
             return Err(StorageIOError::write_logs(&io::Error::other(why)).into());
         }
-        if inner.end >= inner.segment_bytes {
-            roll_over(&mut inner);
-        }
-        let Some(keys) = inner.keys.get(&group) else {
+        if !enqueue(&mut inner, group, record, &body, entries, completion) {
             drop(inner);
             self.shared.room.add_permits(size.min(PENDING_BYTES));
             return Err(
                 StorageIOError::write_logs(&io::Error::other("raft group has no key")).into(),
             );
-        };
-        let (segment, offset) = (inner.segment, inner.end);
-        let aad = aad(segment, offset, &keys.pseudonym);
-        let pseudonym = keys.pseudonym;
-        let record_len = HEADER + OVERHEAD + body.len();
-        let loc = Loc {
-            segment,
-            offset,
-            len: u32::try_from(record_len).unwrap_or(u32::MAX),
-        };
-        inner.end += record_len as u64;
-        let written = apply(&mut inner, group, record, entries, loc);
-        if inner.pending.last().is_none_or(|p| p.segment != segment) {
-            inner.pending.push(Pending {
-                segment,
-                bytes: Vec::new(),
-                written: Vec::new(),
-                flushed: Vec::new(),
-                durable: Vec::new(),
-            });
-        }
-        let Inner { keys, pending, .. } = &mut *inner;
-        let (Some(keys), Some(pending)) = (keys.get(&group), pending.last_mut()) else {
-            unreachable!("the group's key was found above and a pending batch was just made");
-        };
-        let key = &keys.key;
-        // Sealed where it will be written from: the body is copied once.
-        let start = pending.bytes.len();
-        let len = u32::try_from(record_len - 4).unwrap_or(u32::MAX);
-        pending.bytes.reserve(record_len);
-        pending.bytes.extend_from_slice(&len.to_le_bytes());
-        pending.bytes.extend_from_slice(&pseudonym);
-        pending.bytes.extend_from_slice(&[0; NONCE_LEN]);
-        pending.bytes.extend_from_slice(&body);
-        let sealed = start + HEADER;
-        let (nonce, tag) = key.seal_in_place(&aad, &mut pending.bytes[sealed + NONCE_LEN..]);
-        pending.bytes[sealed..sealed + NONCE_LEN].copy_from_slice(&nonce);
-        pending.bytes.extend_from_slice(&tag);
-        if !written.is_empty() {
-            pending.written.push((group, loc, written));
-        }
-        match completion {
-            Completion::Flushed(cb) => pending.flushed.push(cb),
-            Completion::Durable(tx) => pending.durable.push(tx),
-            Completion::None => {}
         }
         inner.pending_bytes += size;
         drop(inner);
@@ -611,6 +586,70 @@ impl SealedLog {
         self.shared.wake.notify_one();
         Ok(())
     }
+}
+
+/// Seals `record` (encoded as `body`) of `group` into the pending batch, at the log's current
+/// end, and applies it to the in-memory state. False when the group has no key here.
+fn enqueue(
+    inner: &mut Inner,
+    group: GroupId,
+    record: &Record,
+    body: &[u8],
+    entries: Vec<Entry<TypeConfig>>,
+    completion: Completion,
+) -> bool {
+    if inner.end >= inner.segment_bytes {
+        roll_over(inner);
+    }
+    let Some(keys) = inner.keys.get(&group) else {
+        return false;
+    };
+    let (segment, offset) = (inner.segment, inner.end);
+    let aad = aad(segment, offset, &keys.pseudonym);
+    let pseudonym = keys.pseudonym;
+    let record_len = HEADER + OVERHEAD + body.len();
+    let loc = Loc {
+        segment,
+        offset,
+        len: u32::try_from(record_len).unwrap_or(u32::MAX),
+    };
+    inner.end += record_len as u64;
+    let written = apply(inner, group, record, entries, loc);
+    if inner.pending.last().is_none_or(|p| p.segment != segment) {
+        inner.pending.push(Pending {
+            segment,
+            bytes: Vec::new(),
+            written: Vec::new(),
+            flushed: Vec::new(),
+            durable: Vec::new(),
+        });
+    }
+    let Inner { keys, pending, .. } = inner;
+    let (Some(keys), Some(pending)) = (keys.get(&group), pending.last_mut()) else {
+        unreachable!("the group's key was found above and a pending batch was just made");
+    };
+    let key = &keys.key;
+    // Sealed where it will be written from: the body is copied once.
+    let start = pending.bytes.len();
+    let len = u32::try_from(record_len - 4).unwrap_or(u32::MAX);
+    pending.bytes.reserve(record_len);
+    pending.bytes.extend_from_slice(&len.to_le_bytes());
+    pending.bytes.extend_from_slice(&pseudonym);
+    pending.bytes.extend_from_slice(&[0; NONCE_LEN]);
+    pending.bytes.extend_from_slice(body);
+    let sealed = start + HEADER;
+    let (nonce, tag) = key.seal_in_place(&aad, &mut pending.bytes[sealed + NONCE_LEN..]);
+    pending.bytes[sealed..sealed + NONCE_LEN].copy_from_slice(&nonce);
+    pending.bytes.extend_from_slice(&tag);
+    if !written.is_empty() {
+        pending.written.push((group, loc, written));
+    }
+    match completion {
+        Completion::Flushed(cb) => pending.flushed.push(cb),
+        Completion::Durable(tx) => pending.durable.push(tx),
+        Completion::None => {}
+    }
+    true
 }
 
 enum Completion {
@@ -676,6 +715,16 @@ fn apply(
             if state.purged.is_none_or(|p| p.index < upto.index) {
                 state.purged = Some(*upto);
             }
+            Vec::new()
+        }
+        Record::Reset => {
+            for (_, (_, old)) in std::mem::take(&mut state.entries) {
+                unref(segment_refs, old.segment);
+            }
+            state.cached.clear();
+            state.vote = None;
+            state.purged = None;
+            *votes_changed = true;
             Vec::new()
         }
         Record::Checkpoint { vote, purged } => {
@@ -1550,6 +1599,38 @@ mod tests {
             .await
             .expect("read")
             .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_group_that_comes_back_does_not_replay_its_earlier_incarnation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let groups = || vec![(1, key(1)), (2, key(2))];
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _g1 = log.group(1, key(1));
+            let _g2 = log.group(2, key(2));
+            durable(&log, 1, Record::Vote(Vote::new(9, 1))).await;
+            let old: Vec<_> = (1..=5).map(|i| entry(9, i, b"old")).collect();
+            durable(&log, 1, Record::Entries(old)).await;
+            durable(&log, 2, Record::Entries(vec![entry(1, 1, b"other")])).await;
+            // The replica moves away, then back (a replica count lowered, then raised).
+            log.erase_group(1);
+            let _again = log.group(1, key(1));
+            let new: Vec<_> = (1..=2).map(|i| entry(1, i, b"new")).collect();
+            durable(&log, 1, Record::Entries(new)).await;
+        }
+        let log = SealedLog::open(dir.path(), name_key(), groups()).expect("reopen");
+        let mut g1 = log.existing_group(1).expect("group 1");
+        let entries = g1.try_get_log_entries(0..10).await.expect("read");
+        assert_eq!(
+            entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            vec![1, 2],
+            "only the new incarnation's entries"
+        );
+        assert!(entries.iter().all(|e| e.log_id.leader_id.term == 1));
+        assert_eq!(g1.read_vote().await.expect("vote"), None, "no earlier vote");
+        let mut g2 = log.existing_group(2).expect("group 2");
+        assert_eq!(g2.try_get_log_entries(0..10).await.expect("read").len(), 1);
     }
 
     #[tokio::test]
