@@ -317,6 +317,41 @@ const DIRECTORY_AAD: &[u8] = b"sealstream raft directory v1";
 struct Directory {
     groups: BTreeSet<GroupId>,
     port: u16,
+    /// Each stream group's own random key, from its first day on this node (groups kept by
+    /// earlier builds have none and use one derived from the node's key). It leaves with the
+    /// group: the group's records, still on disk until their segments go, then open for
+    /// nobody, whoever holds the node's key — a deleted stream's replicated history is
+    /// crypto-erased on every node that kept it.
+    #[serde(default)]
+    keys: BTreeMap<GroupId, [u8; 32]>,
+}
+
+impl Directory {
+    /// Where `group`'s records are in the node's log: the log's id for them and their key.
+    /// A group with a key of its own is kept under an id derived from that key, so a group
+    /// that comes back to this node with a new key never meets its earlier records (sealed
+    /// under the old key) under the same pseudonym.
+    fn slot(&self, root: &Key32, group: GroupId) -> (GroupId, SealKey) {
+        match self.keys.get(&group) {
+            Some(key) => {
+                use sha2::Digest;
+                let mut h = Sha256::new();
+                h.update(b"sealstream raft slot v1");
+                h.update(group.to_le_bytes());
+                h.update(key);
+                let d = h.finalize();
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&d[..8]);
+                // Never META nor the directory's own key's id.
+                let id = u64::from_le_bytes(id).clamp(1, u64::MAX - 1);
+                (
+                    id,
+                    SealKey::new(crate::crypto::Secret::from_fn(|k| k.copy_from_slice(key))),
+                )
+            }
+            None => (group, group_key(root, group)),
+        }
+    }
 }
 
 fn read_directory(dir: &Path, root: &Key32) -> Result<Directory, String> {
@@ -494,9 +529,8 @@ fn open_log(
         directory
             .groups
             .iter()
-            .copied()
-            .chain([META])
-            .map(|g| (g, group_key(group_root, g)))
+            .map(|g| directory.slot(group_root, *g))
+            .chain([(META, group_key(group_root, META))])
             .collect()
     };
     match SealedLog::open(dir, Key32::new(*names_key.expose()), keys()) {
@@ -765,18 +799,33 @@ impl ClusterJs {
             .is_some_and(|a| a.peers.contains(&self.name))
     }
 
-    fn keep_group(&self, group: GroupId) {
+    /// Keeps `group` on this node (a new one with a random key of its own, written to the
+    /// directory before any record is sealed with it); returns where its records go.
+    fn keep_group(&self, group: GroupId) -> (GroupId, SealKey) {
         let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
         if d.groups.insert(group) {
+            let mut key = [0u8; 32];
+            crate::crypto::random_bytes(&mut key);
+            d.keys.insert(group, key);
             if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
                 error!(error = %e, "could not write the Raft group directory");
             }
         }
+        d.slot(&self.group_root, group)
     }
 
+    /// Where `group`'s records are in the node's log.
+    fn group_slot(&self, group: GroupId) -> GroupId {
+        let d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
+        d.slot(&self.group_root, group).0
+    }
+
+    /// Stops keeping `group`: its key leaves the directory (durably), so its records open
+    /// for nobody.
     fn forget_group(&self, group: GroupId) {
         let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
-        if d.groups.remove(&group) {
+        let keyed = d.keys.remove(&group).is_some();
+        if d.groups.remove(&group) || keyed {
             if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
                 error!(error = %e, "could not write the Raft group directory");
             }
@@ -811,7 +860,7 @@ impl ClusterJs {
             .await;
         }
         self.node.remove_group(group).await;
-        self.log.erase_group(group);
+        self.log.erase_group(self.group_slot(group));
         self.forget_group(group);
     }
 
@@ -868,8 +917,8 @@ impl ClusterJs {
             }
             Err(_) => return,
         }
-        self.keep_group(group);
-        let log = self.log.group(group, group_key(&self.group_root, group));
+        let (slot, key) = self.keep_group(group);
+        let log = self.log.group(slot, key);
         let machine = ReplicatedMachine::new(Arc::new(StreamApplier {
             tx: Arc::clone(&tx),
         }));
@@ -1114,4 +1163,53 @@ pub(crate) fn no_suitable_peers(cfg: &StreamConfig) -> ApiError {
 
 fn unavailable() -> ApiError {
     ApiError::new(503, 10008, "JetStream system temporarily unavailable")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> Key32 {
+        crate::crypto::Secret::new([5u8; 32])
+    }
+
+    #[test]
+    fn a_group_keeps_its_own_key_in_the_directory_and_loses_it_when_forgotten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut d = Directory {
+            port: 7,
+            ..Directory::default()
+        };
+        // A group of an earlier build: no key of its own, its id and the derived key.
+        d.groups.insert(41);
+        let (legacy_slot, legacy_key) = d.slot(&root(), 41);
+        assert_eq!(legacy_slot, 41);
+        // A new group: a random key, kept under an id of its own.
+        d.groups.insert(42);
+        d.keys.insert(42, [9u8; 32]);
+        let (slot, key) = d.slot(&root(), 42);
+        assert_ne!(slot, 42);
+        let sealed = key.seal(b"aad", b"record");
+        assert!(group_key(&root(), 42).open(b"aad", &sealed).is_err());
+        // The directory keeps it across a restart (sealed, so its bytes hold no key).
+        write_directory(dir.path(), &root(), &d).expect("write");
+        let raw = std::fs::read(dir.path().join(DIRECTORY)).expect("read");
+        assert!(!raw.windows(32).any(|w| w == [9u8; 32]));
+        let back = read_directory(dir.path(), &root()).expect("read back");
+        assert_eq!(back.port, 7);
+        let (slot2, key2) = back.slot(&root(), 42);
+        assert_eq!(slot2, slot);
+        assert_eq!(key2.open(b"aad", &sealed).expect("opens"), b"record");
+        assert_eq!(back.slot(&root(), 41).0, legacy_slot);
+        let legacy = legacy_key.seal(b"aad", b"old");
+        assert!(back.slot(&root(), 41).1.open(b"aad", &legacy).is_ok());
+        // Forgotten: nothing left opens the group's records, whoever holds the node's key.
+        let mut gone = back.clone();
+        gone.groups.remove(&42);
+        gone.keys.remove(&42);
+        write_directory(dir.path(), &root(), &gone).expect("write");
+        let after = read_directory(dir.path(), &root()).expect("read");
+        assert!(after.keys.is_empty());
+        assert!(after.slot(&root(), 42).1.open(b"aad", &sealed).is_err());
+    }
 }
