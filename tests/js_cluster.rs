@@ -1344,3 +1344,74 @@ async fn a_partitioned_leader_acknowledges_nothing_and_the_healed_cluster_keeps_
     }
     assert_every_store_sealed(&cl, &[&order(33), "PARTITIONED"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purging_a_tenant_erases_its_streams_on_every_server_and_they_stay_gone() {
+    let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    cl.wait_full_mesh(Duration::from_secs(10));
+    wait_meta_leader(&cl).await;
+    let apps = [
+        app_client(&cl, 0).await,
+        app_client(&cl, 1).await,
+        app_client(&cl, 2).await,
+    ];
+    let js: Vec<_> = apps.iter().map(|c| jetstream::new(c.clone())).collect();
+    create_r3(&js[0], "TENANT", "tenant.>").await;
+    publish_until_acked(&js, 0, "tenant.1", "tenant-secret-0001".into()).await;
+    // An R1 stream on another server too.
+    js[1]
+        .create_stream(stream::Config {
+            name: "TENANT1".into(),
+            subjects: vec!["solo.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    js[1]
+        .publish("solo.1", Bytes::from_static(b"tenant-secret-0002"))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let answers = gather(
+        &cl,
+        2,
+        "sys",
+        "$JS.API.ACCOUNT.PURGE.APP",
+        "",
+        Duration::from_millis(500),
+    )
+    .await;
+    assert!(
+        answers.iter().any(|a| a["initiated"] == true),
+        "{answers:?}"
+    );
+    // Every server: no stream of the tenant left.
+    let names = |c: async_nats::Client| async move {
+        let r = c
+            .request("$JS.API.STREAM.NAMES", Bytes::new())
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+        v["streams"].as_array().cloned().unwrap_or_default()
+    };
+    for c in &apps {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = names(c.clone()).await;
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still listed: {left:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // Restarted, a server does not bring the replicated stream back from its logs.
+    cl.restart(0);
+    cl.wait_full_mesh(Duration::from_secs(10));
+    let c0 = app_client(&cl, 0).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(names(c0).await.is_empty(), "a purged stream came back");
+    assert_every_store_sealed(&cl, &["tenant-secret-0001", "tenant-secret-0002"]);
+}

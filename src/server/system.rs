@@ -44,6 +44,7 @@ const INTERNAL_MAX_PENDING: usize = 64 * 1024 * 1024;
 /// or on a server without a cluster, nobody answers it).
 const META_STEPDOWN: &str = "$JS.API.META.LEADER.STEPDOWN";
 /// The stepdown's answer type.
+const PURGE_TYPE: &str = "io.nats.jetstream.api.v1.account_purge_response";
 const META_STEPDOWN_TYPE: &str = "io.nats.jetstream.api.v1.meta_leader_stepdown_response";
 /// A server's removal from the meta group, likewise a system-account request of the meta
 /// leader.
@@ -214,6 +215,21 @@ impl System {
         }
     }
 
+    /// `$JS.API.ACCOUNT.PURGE.<account>`'s answer (tenant erasure).
+    fn purge_answer(shared: &Shared, account: &str) -> Value {
+        match shared.jetstream.get() {
+            None => {
+                json!({"type": PURGE_TYPE, "error": {"code": 503, "err_code": 10076, "description": "JetStream not enabled"}})
+            }
+            Some(js) => match super::jetstream::purge_account(js, account) {
+                Ok(_) => json!({"type": PURGE_TYPE, "initiated": true}),
+                Err(e) => {
+                    json!({"type": PURGE_TYPE, "error": {"code": 500, "err_code": 10011, "description": e}})
+                }
+            },
+        }
+    }
+
     /// Requests that wait on something (the meta group, stream workers) are answered by a
     /// task of their own, so the service keeps serving meanwhile: the meta leader stepdown
     /// and the monitoring documents of `$SYS.REQ.SERVER.PING.<KIND>`. Returns whether the
@@ -253,6 +269,21 @@ impl System {
                     Ok(()) => json!({ "type": kind, "success": true }),
                     Err(e) => json!({ "type": kind, "error": e.to_json() }),
                 };
+                me.publish(&reply, &answer);
+            });
+            return true;
+        }
+        if let Some(account) = subject.strip_prefix("$JS.API.ACCOUNT.PURGE.") {
+            // Waits on stream workers and, clustered, on the meta group: on a blocking thread.
+            let account = account.to_owned();
+            tokio::spawn(async move {
+                let sh = Arc::clone(&shared);
+                let answer =
+                    tokio::task::spawn_blocking(move || Self::purge_answer(&sh, &account))
+                        .await
+                        .unwrap_or_else(|_| {
+                            json!({"type": PURGE_TYPE, "error": {"code": 500, "err_code": 10011, "description": "purge failed"}})
+                        });
                 me.publish(&reply, &answer);
             });
             return true;
@@ -299,20 +330,6 @@ impl System {
                     None => {
                         json!({ "server": server, "error": { "account": id, "code": 404, "description": "account not found" } })
                     }
-                }
-            }
-            ["$JS", "API", "ACCOUNT", "PURGE", account] => {
-                let kind = "io.nats.jetstream.api.v1.account_purge_response";
-                match shared.jetstream.get() {
-                    None => {
-                        json!({"type": kind, "error": {"code": 503, "err_code": 10076, "description": "JetStream not enabled"}})
-                    }
-                    Some(js) => match super::jetstream::purge_account(js, account) {
-                        Ok(_) => json!({"type": kind, "initiated": true}),
-                        Err(e) => {
-                            json!({"type": kind, "error": {"code": 500, "err_code": 10011, "description": e}})
-                        }
-                    },
                 }
             }
             ["$SYS", "REQ", "SERVER", "PING", "IDZ"] => {

@@ -825,6 +825,13 @@ pub(crate) fn set_limits(acc: &AccountJs, limits: Option<AccountJetStream>) {
 /// # Errors
 /// The store's error text when the erase could not be committed.
 pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String> {
+    // Clustered, the account's replicated streams go through the meta group first (every
+    // replica erases its copy and its group's key); without a meta quorum nothing is purged.
+    if let Some(cluster) = js.cluster() {
+        cluster
+            .purge_replicated(name)
+            .map_err(|e| e.to_json().to_string())?;
+    }
     if let Some(acc) = js.account(name) {
         for s in acc.streams.drain() {
             acc.unsubscribe_stream(&s.subs);

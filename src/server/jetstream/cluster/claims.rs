@@ -231,6 +231,35 @@ impl ClusterJs {
         }
     }
 
+    /// Deletes `account`'s replicated streams through the meta group, as a tenant purge's
+    /// first step: every replica erases its copy and forgets its group's key. (Its R1
+    /// streams are erased by each server's own purge; their claims go with them, released
+    /// on the membership tick.) Nothing to do before the meta group forms. Blocks: call it
+    /// off the runtime's threads.
+    ///
+    /// # Errors
+    /// 10008 without a meta quorum.
+    pub(crate) fn purge_replicated(&self, account: &str) -> Result<(), ApiError> {
+        if !self.meta_formed() {
+            return Ok(());
+        }
+        let names: Vec<String> = self
+            .assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|(acc, _)| acc == account)
+            .map(|(_, name)| name.clone())
+            .collect();
+        for name in names {
+            self.propose_meta(&MetaCmd::Delete {
+                account: account.to_owned(),
+                name,
+            })?;
+        }
+        Ok(())
+    }
+
     /// The account's streams the meta table knows, with their configs: replicated streams
     /// and other servers' R1 streams alike (this server's own are in its table too).
     pub(crate) fn known_streams(&self, account: &str) -> Vec<StreamConfig> {
