@@ -297,14 +297,24 @@ async fn an_r3_stream_loses_no_acknowledged_message_when_its_leader_is_killed() 
         );
     }
 
-    // The durable consumer continues after its acked state, from any node.
-    let c = all[dead]
-        .get_stream("ORDERS")
-        .await
-        .unwrap()
-        .get_consumer::<consumer::pull::Config>("C1")
-        .await
-        .unwrap();
+    // The durable consumer continues after its acked state, from any node. The restarted
+    // node's replica answers from its own state once it exists again, and it may still be
+    // re-applying its log (the consumer's create among it): ask until it has it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let c = loop {
+        let found = match all[dead].get_stream("ORDERS").await {
+            Ok(s) => s.get_consumer::<consumer::pull::Config>("C1").await.ok(),
+            Err(_) => None,
+        };
+        if let Some(c) = found {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the durable consumer never reappeared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let mut batch = c.fetch().max_messages(5).messages().await.unwrap();
     let mut next = Vec::new();
     while let Some(m) = futures::StreamExt::next(&mut batch).await {
