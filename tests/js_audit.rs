@@ -8,22 +8,13 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use futures::StreamExt;
 use support::TestServer;
 
 fn audit(store: &Path) -> (i32, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
-        .arg("audit")
-        .arg(store.join("jetstream"))
-        .arg("--key-file")
-        .arg(store.join("jetstream.key"))
-        .arg("--json")
-        .env_remove("SEALSTREAM_STORE_KEY")
-        .output()
-        .unwrap();
+    let out = support::sealctl_audit(store, &["--json"]);
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     (out.status.code().unwrap_or(-1), v)
 }

@@ -24,17 +24,23 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// `sealctl audit` of the stopped server store under `store` (its `jetstream` directory, keyed
-/// by the `jetstream.key` file beside it): the exit code and what it printed.
-pub fn audit_store(store: &Path) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+/// Runs `sealctl audit` (with `extra` arguments) on the stopped server store under `store`:
+/// its `jetstream` directory, keyed by the `jetstream.key` file beside it.
+pub fn sealctl_audit(store: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sealctl"))
         .arg("audit")
         .arg(store.join("jetstream"))
         .arg("--key-file")
         .arg(store.join("jetstream.key"))
+        .args(extra)
         .env_remove("SEALSTREAM_STORE_KEY")
         .output()
-        .unwrap();
+        .expect("run sealctl audit")
+}
+
+/// [`sealctl_audit`]: the exit code and what it printed.
+pub fn audit_store(store: &Path) -> (i32, String) {
+    let out = sealctl_audit(store, &[]);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -309,19 +315,11 @@ impl TestServer {
             return;
         }
         let Some(sd) = self.store_dir() else { return };
-        let key = sd.join("jetstream.key");
-        if !key.exists() || !sd.join("jetstream").join("STORE").exists() {
+        if !sd.join("jetstream.key").exists() || !sd.join("jetstream").join("STORE").exists() {
             return;
         }
         self.stop(true);
-        let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
-            .arg("audit")
-            .arg(sd.join("jetstream"))
-            .arg("--key-file")
-            .arg(&key)
-            .env_remove("SEALSTREAM_STORE_KEY")
-            .output()
-            .expect("run sealctl audit");
+        let out = sealctl_audit(&sd, &[]);
         assert!(
             out.status.success(),
             "sealctl audit of the test's store failed ({}):\n{}{}",
