@@ -134,6 +134,35 @@ impl<T> Default for Batches<T> {
     }
 }
 
+impl<T: Clone> Batches<T> {
+    /// Every open batch: id, staged messages, their bytes, last activity (a snapshot's image).
+    pub fn export(&self) -> Vec<(String, Vec<T>, usize, i64)> {
+        self.open
+            .iter()
+            .map(|(id, s)| (id.clone(), s.msgs.clone(), s.bytes, s.last_active))
+            .collect()
+    }
+
+    /// The batches [`Batches::export`] gave.
+    pub fn import(batches: Vec<(String, Vec<T>, usize, i64)>) -> Self {
+        Batches {
+            open: batches
+                .into_iter()
+                .map(|(id, msgs, bytes, last_active)| {
+                    (
+                        id,
+                        Staged {
+                            msgs,
+                            bytes,
+                            last_active,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 impl<T> Batches<T> {
     /// Stages message `seq` of batch `id` (`size`: its bytes). The first message must be 1
     /// and each next one the one after; anything else abandons the batch.

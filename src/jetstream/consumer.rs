@@ -93,7 +93,7 @@ struct Pending {
 }
 
 /// A pull request waiting for messages.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Waiting {
     reply: String,
     batch_left: u64,
@@ -118,7 +118,7 @@ struct Waiting {
 }
 
 /// The client a `pinned_client` group delivers to (ADR-42).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Pin {
     /// The id sent in `Nats-Pin-Id`; the client's pulls carry it back.
     id: String,
@@ -129,7 +129,7 @@ struct Pin {
 }
 
 /// Push delivery state.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct PushState {
     /// Whether the last attempt found a subscriber.
     bound: bool,
@@ -172,12 +172,14 @@ pub enum AckEffect {
     Done(Vec<u64>),
 }
 
-/// A consumer of one stream.
-#[derive(Debug)]
+/// A consumer of one stream. Its serde form is a snapshot's image of it, whole (see
+/// [`super::image`]); what a single server persists is [`SavedState`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Consumer {
     /// Its name.
     pub name: String,
     /// Its configuration (normalised).
+    #[serde(with = "super::image::json_text")]
     pub cfg: ConsumerConfig,
     /// Creation time (unix nanos).
     pub created: i64,
@@ -188,6 +190,7 @@ pub struct Consumer {
     /// The ack floor when nothing is pending.
     floor_cseq: u64,
     floor_sseq: u64,
+    #[serde(with = "pending_with_deadlines")]
     pending: BTreeMap<u64, Pending>,
     /// Stream sequences due for redelivery, oldest first.
     redeliver: BTreeSet<u64>,
@@ -214,6 +217,36 @@ pub struct Consumer {
     replay_anchor: Option<(i64, i64)>,
     /// `cfg.pause_until` in unix nanos: nothing is delivered before it.
     pause_at: Option<i64>,
+}
+
+/// Pending deliveries with their redelivery deadlines (which [`SavedState`] leaves out: a
+/// restarted server sets them anew; a snapshot's replica must keep the leader's).
+mod pending_with_deadlines {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Pending;
+
+    pub(super) fn serialize<S: Serializer>(
+        p: &BTreeMap<u64, Pending>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let v: Vec<(u64, Pending, i64)> = p.iter().map(|(k, v)| (*k, *v, v.deadline)).collect();
+        v.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<u64, Pending>, D::Error> {
+        let v = Vec::<(u64, Pending, i64)>::deserialize(d)?;
+        Ok(v.into_iter()
+            .map(|(k, mut p, deadline)| {
+                p.deadline = deadline;
+                (k, p)
+            })
+            .collect())
+    }
 }
 
 fn matches_any(filters: &[String], subject: &str) -> bool {

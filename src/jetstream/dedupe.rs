@@ -73,6 +73,14 @@ impl Dedupe {
         }
     }
 
+    /// Every id held, oldest first: `(time, id, sequence)` (a snapshot's image of the window).
+    pub(crate) fn entries(&self) -> Vec<(i64, String, u64)> {
+        self.order
+            .iter()
+            .filter_map(|(ts, id)| self.ids.get(id).map(|seq| (*ts, id.clone(), *seq)))
+            .collect()
+    }
+
     /// Records in timestamp order (startup rebuild walks backwards; it collects then calls
     /// this oldest first).
     pub(crate) fn clear(&mut self) {

@@ -694,3 +694,108 @@ fn a_push_consumer_without_a_subscriber_checks_again_soon_then_less_often() {
     h.tick(next);
     assert_eq!(h.out.delivered("late").len(), 1);
 }
+
+impl Harness {
+    /// A second stream started from this one's image (encoded and decoded, as a snapshot
+    /// travels), over a memory store on the same clock.
+    fn from_image(&self) -> Harness {
+        let bytes = self.st.image().unwrap().encode();
+        let image = super::image::StreamImage::decode(&bytes).unwrap();
+        let clock = Arc::new(AtomicI64::new(self.clock.load(Ordering::Relaxed)));
+        let read = Arc::clone(&clock);
+        let store: Box<dyn StreamStore> = Box::new(MemStore::with_clock(
+            store_limits(&self.st.cfg),
+            Arc::new(move || read.load(Ordering::Relaxed)),
+        ));
+        let now = clock.load(Ordering::Relaxed);
+        Harness {
+            st: Stream::from_image(image, store, "test", now).unwrap(),
+            out: Recorder::default(),
+            clock,
+        }
+    }
+
+    /// Stream and consumer info as JSON, for comparing two streams.
+    fn infos(&self, now: i64) -> Value {
+        let info = self
+            .st
+            .info(&super::api::types::StreamInfoRequest::default(), now);
+        let consumers: Vec<Value> = self
+            .st
+            .consumers
+            .keys()
+            .map(|c| serde_json::to_value(self.st.consumer_info(c, now).unwrap()).unwrap())
+            .collect();
+        json!({"stream": serde_json::to_value(info).unwrap(), "consumers": consumers})
+    }
+}
+
+/// What two replicas said, as comparable text.
+fn said(r: &mut Recorder) -> Vec<String> {
+    std::mem::take(r.sent())
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .collect()
+}
+
+#[test]
+fn a_stream_started_from_its_image_runs_the_next_rounds_exactly_as_the_original() {
+    let mut a = Harness::new(json!({"name": "S", "subjects": ["s.>"],
+        "duplicate_window": 120 * SEC, "allow_msg_ttl": true}));
+    a.consumer(
+        "c",
+        json!({"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC}),
+        T0,
+    );
+    a.publish("s.1", &[("Nats-Msg-Id", "a")], T0);
+    a.publish("s.2", &[], T0);
+    a.publish("s.3", &[("Nats-TTL", "5s")], T0);
+    a.publish("s.4", &[], T0);
+    // A gap in the middle and a deleted newest message.
+    a.st.msg_delete(Some(&json!({"seq": 2}))).unwrap();
+    a.st.msg_delete(Some(&json!({"seq": 4}))).unwrap();
+    // One delivery pending, one pull request still waiting for two more.
+    assert_eq!(a.pull("c", long_pull(1), "in.1", T0 + MS).len(), 1);
+    assert_eq!(a.pull("c", long_pull(3), "in.wait", T0 + 2 * MS).len(), 1);
+    said(&mut a.out);
+
+    let mut b = a.from_image();
+    assert_eq!(b.st.store().state(), a.st.store().state());
+    assert_eq!(b.infos(T0 + 3 * MS), a.infos(T0 + 3 * MS));
+
+    // The same rounds on both: a duplicate (the window came along), a new message for the
+    // waiting pull, redeliveries at the original deadlines, the TTL expiring, an ack.
+    for h in [&mut a, &mut b] {
+        let dup = h.publish("s.5", &[("Nats-Msg-Id", "a")], T0 + 10 * MS);
+        assert_eq!(dup["duplicate"], json!(true));
+        assert_eq!(dup["seq"], json!(1));
+        h.publish("s.6", &[], T0 + 20 * MS);
+        h.tick(T0 + SEC + 5 * MS);
+        h.tick(T0 + 6 * SEC);
+    }
+    assert_eq!(said(&mut b.out), said(&mut a.out));
+    assert_eq!(b.infos(T0 + 6 * SEC), a.infos(T0 + 6 * SEC));
+    assert_eq!(b.st.store().state(), a.st.store().state());
+    assert_eq!(
+        b.st.store().state().last_seq,
+        5,
+        "s.6 took sequence 5 on both"
+    );
+}
+
+#[test]
+fn an_image_of_an_emptied_stream_keeps_its_sequences() {
+    let mut a = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    for i in 0..5 {
+        a.publish(&format!("s.{i}"), &[], T0);
+    }
+    a.st.purge(None).unwrap();
+    let mut b = a.from_image();
+    assert_eq!(b.st.store().state(), a.st.store().state());
+    assert_eq!(b.publish("s.x", &[], T0 + MS)["seq"], json!(6));
+}
+
+#[test]
+fn bytes_that_are_not_an_image_are_refused() {
+    assert!(super::image::StreamImage::decode(b"\xff\xff\xff not an image").is_err());
+}

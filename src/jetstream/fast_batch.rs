@@ -122,8 +122,8 @@ pub fn parse_reply(reply: &str) -> Option<Result<FastReply, ApiError>> {
 }
 
 /// An open batch.
-#[derive(Debug)]
-struct Open {
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Open {
     /// Ack interval granted.
     msgs: u64,
     gap_fail: bool,
@@ -189,6 +189,24 @@ pub struct FastBatches {
 }
 
 impl FastBatches {
+    /// Every open batch by id (a snapshot's image).
+    pub fn export(&self) -> Vec<(String, Open)> {
+        let mut v: Vec<(String, Open)> = self
+            .open
+            .iter()
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The batches [`FastBatches::export`] gave.
+    pub fn import(open: Vec<(String, Open)>) -> Self {
+        FastBatches {
+            open: open.into_iter().collect(),
+        }
+    }
+
     /// Decides what message `r` of its batch does, and moves the batch on.
     ///
     /// # Errors

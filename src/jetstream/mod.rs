@@ -34,6 +34,7 @@ pub mod effects;
 #[cfg(test)]
 mod engine_tests;
 pub mod fast_batch;
+pub mod image;
 pub mod schedule;
 pub mod source;
 pub mod stream;

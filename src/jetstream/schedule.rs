@@ -467,6 +467,14 @@ impl Armed {
         self.by_subject.contains_key(subject)
     }
 
+    /// Every armed schedule: subject, message sequence, fire time (a snapshot's image).
+    pub fn export(&self) -> Vec<(String, u64, i64)> {
+        self.by_subject
+            .iter()
+            .map(|(s, (seq, at))| (s.clone(), *seq, *at))
+            .collect()
+    }
+
     /// The earliest fire time.
     pub fn next_deadline(&self) -> Option<i64> {
         self.due.iter().next().map(|(t, _)| *t)

@@ -31,6 +31,7 @@ use super::config::{
 use super::consumer::{add_headers, status_block, AckEffect, Consumer};
 use super::dedupe::Dedupe;
 use super::fast_batch::{self, Admit, FastBatches};
+use super::image::{ImageError, ImageIncoming, ImageMsg, StreamImage};
 use super::schedule::{self, Pattern};
 use super::source::{self, SourceBatch, SourceLink};
 use super::Effects;
@@ -444,6 +445,149 @@ impl Stream {
         for (id, seq, ts) in found.into_iter().rev() {
             self.dedupe.insert(id, seq, ts);
         }
+    }
+
+    /// The stream's whole engine state (a replicated stream's snapshot: see [`super::image`]).
+    ///
+    /// # Errors
+    /// A store error while reading its messages.
+    pub fn image(&self) -> Result<StreamImage, StoreError> {
+        let st = self.store.state();
+        let mut messages = Vec::with_capacity(usize::try_from(st.msgs).unwrap_or(0));
+        let mut seq = st.first_seq.max(1);
+        while seq <= st.last_seq {
+            let Some(m) = self.store.next_by_subject(seq, ">")? else {
+                break;
+            };
+            seq = m.seq + 1;
+            messages.push(ImageMsg {
+                seq: m.seq,
+                ts: m.ts,
+                subject: m.subject,
+                headers: m.headers.map(|h| h.to_vec()),
+                payload: m.payload.to_vec(),
+            });
+        }
+        Ok(StreamImage {
+            cfg: self.cfg.clone(),
+            created: self.created,
+            first_seq: st.first_seq,
+            last_seq: st.last_seq,
+            last_ts: st.last_ts,
+            messages,
+            dedupe: self.dedupe.entries(),
+            ttl: self.ttl.iter().copied().collect(),
+            consumers: self.consumers.values().cloned().collect(),
+            batches: self
+                .batches
+                .export()
+                .into_iter()
+                .map(|(id, msgs, bytes, at)| {
+                    (
+                        id,
+                        msgs.into_iter().map(ImageIncoming::from).collect(),
+                        bytes,
+                        at,
+                    )
+                })
+                .collect(),
+            fast: self.fast.export(),
+            schedules: self.schedules.export(),
+            offline: self.offline.clone(),
+        })
+    }
+
+    /// A stream started from `image` over `store`, which must be empty: the image's messages
+    /// at their sequences and times, then its state as it was.
+    ///
+    /// # Errors
+    /// The store refused a message, or came out with other sequences than the image's.
+    pub fn from_image(
+        mut image: StreamImage,
+        store: Box<dyn StreamStore>,
+        server_name: &str,
+        now: i64,
+    ) -> Result<Self, ImageError> {
+        let cfg = image.cfg.clone();
+        let mut s = Stream::new(cfg, image.created, store, server_name, now);
+        if s.store.state().last_seq != 0 {
+            return Err(ImageError::Mismatch("the store is not empty".into()));
+        }
+        const CHUNK: usize = 1024;
+        let msgs = std::mem::take(&mut image.messages);
+        let last_msg = msgs.last().map(|m| m.seq);
+        let mut batch = Vec::with_capacity(CHUNK.min(msgs.len()));
+        for m in msgs {
+            batch.push(NewMsg {
+                subject: m.subject,
+                headers: m.headers.map(Bytes::from),
+                payload: Bytes::from(m.payload),
+                seq: Some(m.seq),
+                ts: Some(m.ts),
+            });
+            if batch.len() == CHUNK {
+                s.restore_batch(&mut batch)?;
+            }
+        }
+        s.restore_batch(&mut batch)?;
+        if image.last_seq > last_msg.unwrap_or(0) {
+            // The newest messages were deleted: the store still counts their sequences. One
+            // placeholder at the last sequence, erased at once, leaves the same state.
+            s.restore_batch(&mut vec![NewMsg {
+                subject: "$SEALSTREAM.image".into(),
+                seq: Some(image.last_seq),
+                ts: Some(image.last_ts),
+                ..NewMsg::default()
+            }])?;
+            s.store.delete(image.last_seq, true)?;
+        }
+        let st = s.store.state();
+        if st.last_seq != image.last_seq || (st.msgs > 0 && st.first_seq != image.first_seq) {
+            return Err(ImageError::Mismatch(format!(
+                "sequences {}..{} where the image has {}..{}",
+                st.first_seq, st.last_seq, image.first_seq, image.last_seq
+            )));
+        }
+        s.dedupe.clear();
+        for (ts, id, seq) in std::mem::take(&mut image.dedupe) {
+            s.dedupe.insert(id, seq, ts);
+        }
+        s.ttl = image.ttl.iter().copied().collect();
+        s.consumers = image.take_consumers();
+        s.batches = Batches::import(
+            std::mem::take(&mut image.batches)
+                .into_iter()
+                .map(|(id, msgs, bytes, at)| {
+                    (
+                        id,
+                        msgs.into_iter().map(Incoming::from).collect(),
+                        bytes,
+                        at,
+                    )
+                })
+                .collect(),
+        );
+        s.fast = FastBatches::import(std::mem::take(&mut image.fast));
+        s.schedules = schedule::Armed::default();
+        for (subject, seq, at) in &image.schedules {
+            s.schedules.arm(subject, *seq, *at);
+        }
+        s.offline = image.offline.take();
+        Ok(s)
+    }
+
+    fn restore_batch(&mut self, batch: &mut Vec<NewMsg>) -> Result<(), ImageError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let results = self.store.append_batch(batch)?;
+        if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+            return Err(ImageError::Mismatch(format!(
+                "a message was refused: {e:?}"
+            )));
+        }
+        batch.clear();
+        Ok(())
     }
 
     /// The store (read-only).

@@ -1,0 +1,159 @@
+//! A stream's whole engine state as one value: what a replicated stream's snapshot holds.
+//!
+//! Why it is whole: the replicas of a replicated stream run the same rounds in the same order,
+//! so their engines agree. A snapshot lets a group drop the log before it, and a replica that
+//! starts from one must then run the next rounds exactly as the others do — so the image
+//! holds everything a round may read, not only what a restart of a single server keeps: the
+//! messages (sequence, time, subject, headers, payload), the stream's first and last
+//! sequence, the dedupe window, TTL timers, staged batches, armed schedules, and every
+//! consumer as it is — pending deliveries with their deadlines, waiting pull requests, pins,
+//! push state.
+//!
+//! Encoded with postcard (compact, no field names); configurations travel as their JSON echo,
+//! which their own parsers read back (their serde forms omit unset options, which a
+//! positional format cannot express). [`Stream::image`](super::stream::Stream::image) makes
+//! one, [`Stream::from_image`](super::stream::Stream::from_image) starts a stream from one.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::config::StreamConfig;
+use super::consumer::Consumer;
+use super::fast_batch;
+use super::stream::Incoming;
+
+/// The image of one stream (see the module docs).
+#[derive(Serialize, Deserialize)]
+pub struct StreamImage {
+    /// Its configuration.
+    #[serde(with = "json_text")]
+    pub cfg: StreamConfig,
+    /// Creation time (unix nanos).
+    pub created: i64,
+    /// The store's first and last sequence, and the last message's time.
+    pub first_seq: u64,
+    /// See `first_seq`.
+    pub last_seq: u64,
+    /// See `first_seq`.
+    pub last_ts: i64,
+    /// Every stored message, in sequence order.
+    pub messages: Vec<ImageMsg>,
+    /// The dedupe window, oldest first: (time, id, sequence).
+    pub dedupe: Vec<(i64, String, u64)>,
+    /// Per-message TTL timers: (expiry, sequence).
+    pub ttl: Vec<(i64, u64)>,
+    /// Every consumer, as it is.
+    pub consumers: Vec<Consumer>,
+    /// Atomic batches being staged: id, messages, bytes, last activity.
+    pub batches: Vec<(String, Vec<ImageIncoming>, usize, i64)>,
+    /// Fast-ingest batches open.
+    pub fast: Vec<(String, fast_batch::Open)>,
+    /// Armed schedules: subject, message sequence, fire time.
+    pub schedules: Vec<(String, u64, i64)>,
+    /// Why the stream is offline, if it is.
+    pub offline: Option<String>,
+}
+
+/// One stored message.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ImageMsg {
+    /// Stream sequence.
+    pub seq: u64,
+    /// Time stored (unix nanos).
+    pub ts: i64,
+    /// Subject.
+    pub subject: String,
+    /// Header block.
+    pub headers: Option<Vec<u8>>,
+    /// Payload.
+    pub payload: Vec<u8>,
+}
+
+/// A staged publish.
+#[derive(Serialize, Deserialize, Clone)]
+pub struct ImageIncoming {
+    subject: String,
+    reply: Option<String>,
+    headers: Option<Vec<u8>>,
+    payload: Vec<u8>,
+}
+
+impl From<Incoming> for ImageIncoming {
+    fn from(m: Incoming) -> Self {
+        ImageIncoming {
+            subject: m.subject,
+            reply: m.reply,
+            headers: m.headers.map(|h| h.to_vec()),
+            payload: m.payload.to_vec(),
+        }
+    }
+}
+
+impl From<ImageIncoming> for Incoming {
+    fn from(m: ImageIncoming) -> Self {
+        Incoming {
+            subject: m.subject,
+            reply: m.reply,
+            headers: m.headers.map(Bytes::from),
+            payload: Bytes::from(m.payload),
+        }
+    }
+}
+
+/// Why an image could not be read or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The bytes are not an image.
+    #[error("stream image does not decode: {0}")]
+    Decode(String),
+    /// The store refused what the image holds.
+    #[error("stream image could not be stored: {0}")]
+    Store(#[from] crate::store::StoreError),
+    /// The store came out different from the image.
+    #[error("stream image restored differently: {0}")]
+    Mismatch(String),
+}
+
+impl StreamImage {
+    /// The image as bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// An image from [`StreamImage::encode`]'s bytes.
+    ///
+    /// # Errors
+    /// [`ImageError::Decode`] for anything else.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ImageError> {
+        postcard::from_bytes(bytes).map_err(|e| ImageError::Decode(e.to_string()))
+    }
+
+    /// The consumers by name.
+    pub(crate) fn take_consumers(&mut self) -> BTreeMap<String, Consumer> {
+        std::mem::take(&mut self.consumers)
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect()
+    }
+}
+
+/// A value kept as its JSON text (configurations: see the module docs).
+pub(crate) mod json_text {
+    use serde::de::{DeserializeOwned, Error as _};
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(crate) fn serialize<T: Serialize, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(v).map_err(S::Error::custom)?;
+        s.serialize_str(&text)
+    }
+
+    pub(crate) fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map_err(D::Error::custom)
+    }
+}
