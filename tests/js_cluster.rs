@@ -1425,3 +1425,114 @@ async fn purging_a_tenant_erases_its_streams_on_every_server_and_they_stay_gone(
     assert!(names(c0).await.is_empty(), "a purged stream came back");
     assert_every_store_sealed(&cl, &["tenant-secret-0001", "tenant-secret-0002"]);
 }
+
+/// The `.snap` files of a node's Raft snapshots.
+fn snapshot_files(store: &std::path::Path) -> usize {
+    std::fs::read_dir(store.join("jetstream").join("raft").join("snapshots"))
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".snap"))
+            })
+            .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Publishes `range` one by one through `js`, each waiting for its PubAck, into `acked`.
+async fn publish_each(
+    js: &[jetstream::Context],
+    range: std::ops::Range<usize>,
+    payload: fn(usize) -> String,
+    acked: &mut BTreeMap<u64, String>,
+) {
+    for n in range {
+        let seq = publish_until_acked(js, 0, &format!("snapshotted.{}", n % 7), payload(n)).await;
+        if let Some(old) = acked.insert(seq, payload(n)) {
+            assert_eq!(old, payload(n), "sequence {seq} reused");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_restarts_from_its_own(
+) {
+    let payload = |n: usize| format!("snap-payload-{n:05}");
+    let (mut cl, js) = three_nodes().await;
+    create_r3(&js[0], "SNAPSHOTTED", "snapshotted.>").await;
+    let leader = leader_node(&cl, &js[0], "SNAPSHOTTED").await;
+    let victim = (0..3).find(|i| *i != leader).unwrap();
+    let ljs = contexts(&cl, &[leader]).await;
+    let stream = ljs[0].get_stream("SNAPSHOTTED").await.unwrap();
+    let c = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("C".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    // Enough rounds (one per acknowledged publish) for the group to snapshot and compact.
+    let mut acked = BTreeMap::new();
+    publish_each(&ljs, 0..1200, payload, &mut acked).await;
+    let mut msgs = c.fetch().max_messages(300).messages().await.unwrap();
+    let mut took = 0;
+    while let Some(m) = futures::StreamExt::next(&mut msgs).await {
+        m.unwrap().double_ack().await.unwrap();
+        took += 1;
+        if took == 300 {
+            break;
+        }
+    }
+    assert_eq!(took, 300);
+
+    // A follower misses more than its leader's log keeps.
+    cl.stop(victim, false);
+    publish_each(&ljs, 1200..2600, payload, &mut acked).await;
+    cl.restart(victim);
+    let vjs = contexts(&cl, &[victim]).await;
+    wait_messages(&vjs[0], "SNAPSHOTTED", 2600).await;
+    assert_eq!(settled_history(&vjs[0], "SNAPSHOTTED", &acked).await, acked);
+    if !cl.is_reference() {
+        let log = cl.nodes[victim].server.log_text();
+        assert!(
+            log.contains("replaced by its leader's snapshot"),
+            "the follower caught up without the snapshot: {log}"
+        );
+        for n in &cl.nodes {
+            assert!(
+                snapshot_files(&n.server.store_dir().unwrap()) >= 1,
+                "{}",
+                n.name
+            );
+        }
+    }
+    // The consumer's acks came along: its next delivery is message 301.
+    let vc: consumer::PullConsumer = vjs[0]
+        .get_stream("SNAPSHOTTED")
+        .await
+        .unwrap()
+        .get_consumer("C")
+        .await
+        .unwrap();
+    let mut next = vc.fetch().max_messages(1).messages().await.unwrap();
+    let m = futures::StreamExt::next(&mut next).await.unwrap().unwrap();
+    assert_eq!(m.info().unwrap().stream_sequence, 301);
+    drop((next, vjs, ljs, c, stream));
+
+    // Every node killed and started again: each from its own snapshot and the log after it.
+    for i in 0..3 {
+        cl.stop(i, false);
+    }
+    for i in 0..3 {
+        cl.restart(i);
+    }
+    let all = contexts(&cl, &[0, 1, 2]).await;
+    for j in &all {
+        wait_messages(j, "SNAPSHOTTED", 2600).await;
+        assert_eq!(settled_history(j, "SNAPSHOTTED", &acked).await, acked);
+    }
+    drop(all);
+    assert_every_store_sealed(&cl, &[&payload(1234), "SNAPSHOTTED", "snapshotted.3"]);
+}

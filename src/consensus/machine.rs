@@ -7,16 +7,19 @@
 //! the last applied log id and the last membership — and hands every committed normal entry's
 //! bytes to the applier, waiting until it says they are applied.
 //!
-//! What is deliberately not here yet: snapshots. Groups run with openraft's snapshot policy
-//! `Never` ([`super::timing::raft_config`]), so logs are never purged and a node that restarts
-//! rebuilds its state by applying its group's log from the start: the applied position is kept
-//! in memory only, so after a restart openraft applies every committed entry again, and the
-//! appliers start from an empty state to match (see `docs/cluster.md`).
+//! Snapshots (`issue 15`): a group whose machine has a [`Snapshots`] place asks openraft for a
+//! snapshot once it has applied [`SNAPSHOT_AFTER_ENTRIES`] entries carrying at least as many
+//! bytes as its last snapshot held (so writing snapshots costs at most as much again as the
+//! log it replaces, whatever the state's size). The applier makes the image of its state in
+//! order with its applies; it is sealed into the group's snapshot file before openraft
+//! purges the log behind it, a follower too far behind is sent it, and a restart starts from
+//! it and applies only the entries after it. Groups without a place (the meta group) keep
+//! their whole log, as before.
 
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -24,10 +27,22 @@ use openraft::{
     StorageError, StorageIOError, StoredMembership,
 };
 
-use super::{Applied, NodeId, TypeConfig};
+use super::mux::MuxNode;
+use super::snapshot_file::SnapshotFile;
+use super::{Applied, GroupId, NodeId, TypeConfig};
 
 /// A future an applier returns.
 pub type ApplyFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Where an applier's image comes: its state's bytes, or why it has none.
+pub type ImageFuture = tokio::sync::oneshot::Receiver<Result<Vec<u8>, String>>;
+
+/// The future of installing an image.
+pub type InstallFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Entries applied since the last snapshot before another is asked for (with at least as
+/// many bytes as that snapshot held).
+pub const SNAPSHOT_AFTER_ENTRIES: u64 = 1024;
 
 /// The application's side of a group: committed commands, in log order, exactly once per
 /// process life (after a restart, from the first entry again).
@@ -35,6 +50,75 @@ pub trait Applier: Send + Sync + 'static {
     /// Applies `commands` (each one committed entry's bytes, in log order; `index` is the
     /// log index of the first). The future resolves once they are applied.
     fn apply(&self, index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture;
+
+    /// The state after every command applied so far, as bytes. The request is made when this
+    /// is called (in order with the applies before and after it); the future brings the bytes.
+    fn image(&self) -> ImageFuture {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = tx.send(Err("this group keeps no snapshots".to_owned()));
+        rx
+    }
+
+    /// Replaces the state with `image` (from [`Applier::image`], possibly another node's).
+    fn install(&self, image: Vec<u8>) -> InstallFuture {
+        drop(image);
+        Box::pin(async { Err("this group keeps no snapshots".to_owned()) })
+    }
+}
+
+/// Where a group's snapshots go, and how to ask its Raft for one.
+pub struct Snapshots {
+    file: Arc<SnapshotFile>,
+    node: Weak<MuxNode>,
+    group: GroupId,
+}
+
+impl Snapshots {
+    /// Snapshots of `group` (hosted by `node`) kept in `file`.
+    pub fn new(file: SnapshotFile, node: Weak<MuxNode>, group: GroupId) -> Self {
+        Snapshots {
+            file: Arc::new(file),
+            node,
+            group,
+        }
+    }
+
+    fn trigger(&self) {
+        let Some(raft) = self.node.upgrade().and_then(|n| n.group(self.group)) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let _ = raft.trigger().snapshot().await;
+        });
+    }
+}
+
+fn storage_err(e: impl std::fmt::Display) -> StorageError<NodeId> {
+    StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())).into()
+}
+
+/// Reads a group's stored snapshot off the async threads.
+async fn read_stored(
+    file: &Arc<SnapshotFile>,
+) -> Result<Option<super::snapshot_file::Stored>, StorageError<NodeId>> {
+    let file = Arc::clone(file);
+    tokio::task::spawn_blocking(move || file.read())
+        .await
+        .map_err(storage_err)?
+        .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+}
+
+/// Writes a group's snapshot off the async threads; gives the bytes back.
+async fn write_stored(
+    file: &Arc<SnapshotFile>,
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+) -> Result<Vec<u8>, StorageError<NodeId>> {
+    let file = Arc::clone(file);
+    tokio::task::spawn_blocking(move || file.write(&meta, &data).map(|()| data))
+        .await
+        .map_err(storage_err)?
+        .map_err(storage_err)
 }
 
 /// openraft's state machine over an [`Applier`].
@@ -43,6 +127,16 @@ pub struct ReplicatedMachine {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
     applied: u64,
+    snapshots: Option<Snapshots>,
+    /// The stored snapshot was looked for (at the first `applied_state`).
+    loaded: bool,
+    /// Entries and bytes applied since the last snapshot, and that snapshot's size.
+    since_entries: u64,
+    since_bytes: u64,
+    last_size: u64,
+    /// Entries since the last snapshot at which to ask for one (again).
+    ask_at: u64,
+    snapshots_taken: u64,
 }
 
 impl ReplicatedMachine {
@@ -53,34 +147,92 @@ impl ReplicatedMachine {
             last_applied: None,
             membership: StoredMembership::default(),
             applied: 0,
+            snapshots: None,
+            loaded: false,
+            since_entries: 0,
+            since_bytes: 0,
+            last_size: 0,
+            ask_at: SNAPSHOT_AFTER_ENTRIES,
+            snapshots_taken: 0,
         }
+    }
+
+    /// The machine takes snapshots into `snapshots` and starts from the one stored there.
+    pub fn with_snapshots(mut self, snapshots: Snapshots) -> Self {
+        self.snapshots = Some(snapshots);
+        self
+    }
+
+    fn count(&mut self, entries: u64, bytes: u64) {
+        let Some(s) = &self.snapshots else { return };
+        self.since_entries += entries;
+        self.since_bytes += bytes;
+        if self.since_entries >= self.ask_at && self.since_bytes >= self.last_size {
+            // Asked again every so many entries until one is built (a request can be
+            // dropped, say while the group is still starting).
+            self.ask_at = self.since_entries + SNAPSHOT_AFTER_ENTRIES;
+            s.trigger();
+        }
+    }
+
+    fn reset_counts(&mut self, size: u64) {
+        self.since_entries = 0;
+        self.since_bytes = 0;
+        self.last_size = size;
+        self.ask_at = SNAPSHOT_AFTER_ENTRIES;
     }
 }
 
-fn no_snapshots() -> StorageError<NodeId> {
-    StorageIOError::read_snapshot(
-        None,
-        &std::io::Error::other("this group keeps no snapshots (policy Never)"),
-    )
-    .into()
+/// Builds one snapshot: the applier's image, asked for when the builder was made.
+pub struct ImageBuilder {
+    image: Option<ImageFuture>,
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    file: Option<Arc<SnapshotFile>>,
 }
 
-/// Snapshots are not built (see the module docs); openraft never asks with policy `Never`.
-pub struct NoSnapshots;
-
-impl RaftSnapshotBuilder<TypeConfig> for NoSnapshots {
+impl RaftSnapshotBuilder<TypeConfig> for ImageBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        Err(no_snapshots())
+        let (Some(image), Some(file)) = (self.image.take(), self.file.as_ref()) else {
+            return Err(storage_err("this group keeps no snapshots"));
+        };
+        let data = image
+            .await
+            .map_err(|_| storage_err("the state machine stopped"))?
+            .map_err(storage_err)?;
+        let data = write_stored(file, self.meta.clone(), data).await?;
+        tracing::debug!(
+            index = self.meta.last_log_id.map(|l| l.index),
+            bytes = data.len(),
+            "a group's snapshot is stored"
+        );
+        Ok(Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Box::new(Cursor::new(data)),
+        })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = ImageBuilder;
 
     async fn applied_state(
         &mut self,
     ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>), StorageError<NodeId>>
     {
+        if !self.loaded {
+            // A start: the stored snapshot (checked when the log opened) is the state to
+            // begin from; openraft then applies what the log holds after it.
+            self.loaded = true;
+            if let Some(s) = &self.snapshots {
+                if let Some((meta, data)) = read_stored(&s.file).await? {
+                    let size = data.len() as u64;
+                    self.applier.install(data).await.map_err(storage_err)?;
+                    self.last_applied = meta.last_log_id;
+                    self.membership = meta.last_membership;
+                    self.reset_counts(size);
+                }
+            }
+        }
         Ok((self.last_applied, self.membership.clone()))
     }
 
@@ -92,13 +244,16 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         let mut answers = Vec::new();
         let mut commands = Vec::new();
         let mut first = None;
+        let (mut entries_seen, mut bytes) = (0u64, 0u64);
         for entry in entries {
             self.last_applied = Some(entry.log_id);
+            entries_seen += 1;
             match entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(c) if c.is_nudge() => {}
                 EntryPayload::Normal(c) => {
                     first.get_or_insert(entry.log_id.index);
+                    bytes += c.0.len() as u64;
                     commands.push(c.0);
                     self.applied += 1;
                 }
@@ -113,30 +268,71 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         if let Some(index) = first {
             self.applier.apply(index, commands).await;
         }
+        self.count(entries_seen, bytes);
         Ok(answers)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots
+        self.snapshots_taken += 1;
+        let meta = SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id: format!(
+                "{}-{}",
+                self.last_applied.map_or(0, |l| l.index),
+                self.snapshots_taken
+            ),
+        };
+        let file = self.snapshots.as_ref().map(|s| Arc::clone(&s.file));
+        // Asked now, so the image is of exactly what was applied up to `last_applied`.
+        let image = file.is_some().then(|| self.applier.image());
+        // The next request waits for as much log again as this snapshot will hold; its
+        // size is not known yet, so the entry count alone rules until the next one.
+        self.reset_counts(self.last_size);
+        ImageBuilder { image, meta, file }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Err(no_snapshots())
+        if self.snapshots.is_none() {
+            return Err(storage_err("this group keeps no snapshots"));
+        }
+        Ok(Box::new(Cursor::new(Vec::new())))
     }
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<NodeId, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
-        Err(no_snapshots())
+        let Some(s) = &self.snapshots else {
+            return Err(storage_err("this group keeps no snapshots"));
+        };
+        // Stored first: once the state is replaced, a restart must find this snapshot.
+        let data = write_stored(&s.file, meta.clone(), snapshot.into_inner()).await?;
+        let size = data.len() as u64;
+        self.applier.install(data).await.map_err(storage_err)?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.reset_counts(size);
+        tracing::info!(
+            index = meta.last_log_id.map(|l| l.index),
+            bytes = size,
+            "a group's state was replaced by its leader's snapshot"
+        );
+        Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        Ok(None)
+        let Some(s) = &self.snapshots else {
+            return Ok(None);
+        };
+        Ok(read_stored(&s.file).await?.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
     }
 }

@@ -37,6 +37,7 @@ pub mod memory;
 pub mod mux;
 pub(crate) mod repair;
 pub mod sealed_log;
+pub mod snapshot_file;
 pub mod timing;
 
 use std::io::Cursor;

@@ -50,6 +50,7 @@ use sha2::Sha256;
 use tokio::sync::{oneshot, Semaphore};
 
 use super::extent::{self, Extent, ExtentFile, Recorded, Votes, EXTENT_FILE};
+use super::snapshot_file::{self, SnapshotFile, SNAPSHOT_DIR};
 use super::{codec, GroupId, NodeId, TypeConfig};
 use crate::crypto::seal::{NONCE_LEN, OVERHEAD};
 use crate::crypto::{Key32, SealKey};
@@ -219,6 +220,40 @@ fn pseudonym(name_key: &Key32, group: GroupId) -> [u8; 8] {
     p
 }
 
+/// Every group whose log was purged must have its snapshot, authentic and reaching at least
+/// the purge point: a snapshot deleted, damaged or put back from an earlier day (rolled back)
+/// leaves entries nobody holds, so the log is reported corrupt and the node repairs.
+fn check_snapshots(inner: &Inner) -> Result<(), LogError> {
+    for (group, keys) in &inner.keys {
+        let purged = inner.groups.get(group).and_then(|s| s.purged);
+        let path = snapshot_file::path_of(&inner.dir, &keys.pseudonym);
+        let corrupt = |why| LogError::Corrupt {
+            path: path.clone(),
+            offset: 0,
+            why,
+        };
+        if !path.exists() {
+            if purged.is_some() {
+                return Err(corrupt("a purged group's snapshot is missing"));
+            }
+            continue;
+        }
+        let file = SnapshotFile::new(&inner.dir, keys.pseudonym, keys.key.duplicate());
+        let stored = file
+            .read()
+            .map_err(|_| corrupt("a snapshot fails authentication"))?;
+        let reaches = stored.and_then(|(m, _)| m.last_log_id);
+        if let Some(p) = purged {
+            if reaches.is_none_or(|r| r.index < p.index) {
+                return Err(corrupt(
+                    "a snapshot is older than the log it replaced (rolled back)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn aad(segment: u64, offset: u64, pseudonym: &[u8; 8]) -> Vec<u8> {
     let mut aad = Vec::with_capacity(AAD_TAG.len() + 24);
     aad.extend_from_slice(AAD_TAG);
@@ -345,6 +380,7 @@ impl SealedLog {
                 inner.end = end;
             }
         }
+        check_snapshots(&inner)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             wake: Condvar::new(),
@@ -377,6 +413,12 @@ impl SealedLog {
             log: self.clone(),
             group,
         }
+    }
+
+    /// `group`'s snapshot file, sealed with `key` (its log key).
+    pub fn snapshot_file(&self, group: GroupId, key: SealKey) -> SnapshotFile {
+        let dir = lock(&self.shared).dir.clone();
+        SnapshotFile::new(&dir, pseudonym(&self.shared.name_key, group), key)
     }
 
     /// Storage for a group whose key was given at [`SealedLog::open`].
@@ -414,6 +456,9 @@ impl SealedLog {
                 }
             }
         }
+        if let Some(keys) = inner.keys.get(&group) {
+            let _ = fs::remove_file(snapshot_file::path_of(&inner.dir, &keys.pseudonym));
+        }
         if let Some(state) = inner.groups.remove(&group) {
             for (_, (_, loc)) in state.entries {
                 unref(&mut inner.segment_refs, loc.segment);
@@ -450,7 +495,7 @@ impl SealedLog {
             if entry
                 .file_name()
                 .to_str()
-                .is_some_and(|n| n.ends_with(".rlog") || n == EXTENT_FILE)
+                .is_some_and(|n| n.ends_with(".rlog") || n == EXTENT_FILE || n == SNAPSHOT_DIR)
             {
                 fs::rename(entry.path(), damaged.join(entry.file_name()))
                     .map_err(|e| io_err(&entry.path(), e))?;
@@ -1650,6 +1695,62 @@ mod tests {
         assert_eq!(a.try_get_log_entries(0..10).await.expect("read").len(), 1);
     }
 
+    /// Group 1's snapshot, up to `index`.
+    fn snapshot_at(log: &SealedLog, index: u64) {
+        let meta = openraft::SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+            last_membership: openraft::StoredMembership::default(),
+            snapshot_id: format!("1-{index}"),
+        };
+        log.snapshot_file(1, key(1))
+            .write(&meta, b"state")
+            .expect("snapshot");
+    }
+
+    #[tokio::test]
+    async fn a_purged_group_whose_snapshot_is_missing_damaged_or_older_opens_as_corrupt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            let _g = log.group(1, key(1));
+            for index in 1..=10 {
+                durable(&log, 1, Record::Entries(vec![entry(1, index, b"e")])).await;
+            }
+            durable(
+                &log,
+                1,
+                Record::Purge(LogId::new(CommittedLeaderId::new(1, 1), 8)),
+            )
+            .await;
+        }
+        let open = || SealedLog::open(dir.path(), name_key(), vec![(1, key(1))]);
+        let why = |r: Result<SealedLog, LogError>| match r {
+            Err(LogError::Corrupt { why, .. }) => why,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("opened"),
+        };
+        assert_eq!(why(open()), "a purged group's snapshot is missing");
+        {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            snapshot_at(&log, 7);
+        }
+        assert!(why(open()).contains("rolled back"));
+        let path = {
+            let log = SealedLog::open(dir.path(), name_key(), Vec::new()).expect("open");
+            snapshot_at(&log, 9);
+            log.snapshot_file(1, key(1)).path().to_path_buf()
+        };
+        open().expect("a snapshot past the purge point opens");
+        let mut raw = fs::read(&path).expect("read");
+        raw[30] ^= 4;
+        fs::write(&path, raw).expect("write");
+        assert_eq!(why(open()), "a snapshot fails authentication");
+        // Set aside with the damaged log, still sealed.
+        SealedLog::set_aside_damaged(dir.path()).expect("set aside");
+        assert!(dir.path().join("damaged").join(SNAPSHOT_DIR).is_dir());
+        open().expect("an empty log opens");
+    }
+
     #[tokio::test]
     async fn old_segments_go_once_their_entries_are_purged_and_state_survives_them() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1672,6 +1773,8 @@ mod tests {
             // One more write lets the writer see the dead segments.
             durable(&log, 1, Record::Entries(vec![entry(1, 21, &payload)])).await;
             assert!(log.segments().len() <= 3, "{:?}", log.segments());
+            // A purge follows a snapshot, which the next open looks for.
+            snapshot_at(&log, 18);
         }
         let log =
             SealedLog::open_sized(dir.path(), name_key(), vec![(1, key(1))], 1024).expect("reopen");

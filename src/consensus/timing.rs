@@ -20,6 +20,12 @@ pub const ELECTION_MAX_MS: u64 = 1_000;
 /// Entries per append request (a catching-up follower gets its log in runs of this many).
 pub const MAX_ENTRIES_PER_APPEND: u64 = 32;
 
+/// Entries already covered by a snapshot that a group's log keeps.
+pub const SNAPSHOT_LOG_KEPT: u64 = 128;
+
+/// How long sending a snapshot's last chunk and installing it may take.
+pub const INSTALL_SNAPSHOT_MS: u64 = 10_000;
+
 /// openraft's configuration with our timing and bounds, validated.
 pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
     let config = openraft::Config {
@@ -27,8 +33,15 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         heartbeat_interval: HEARTBEAT_MS,
         election_timeout_min: ELECTION_MIN_MS,
         election_timeout_max: ELECTION_MAX_MS,
-        // No snapshots yet (consensus/machine.rs): logs are kept whole.
+        // Stream groups ask for their snapshots themselves, by the log's size against the
+        // state's (consensus/machine.rs); the meta group keeps its whole log.
         snapshot_policy: openraft::SnapshotPolicy::Never,
+        // Entries already in a snapshot kept for followers a little behind (more than this
+        // and they are sent the snapshot).
+        max_in_snapshot_log_to_keep: SNAPSHOT_LOG_KEPT,
+        // Installing a snapshot writes the whole stream into a new store: openraft's 200 ms
+        // for the last chunk (sent and installed) would time out and resend it forever.
+        install_snapshot_timeout: INSTALL_SNAPSHOT_MS,
         // A replicated stream's entry is a whole round of publishes (up to a few hundred
         // KiB): openraft's default of 300 per append would make catch-up frames of ~100 MiB,
         // over the transport's frame limit.

@@ -40,6 +40,11 @@ impl SealKey {
         SealKey(key)
     }
 
+    /// A second handle on the same key (each is zeroized when dropped).
+    pub fn duplicate(&self) -> Self {
+        SealKey(Key32::from_fn(|k| k.copy_from_slice(self.0.expose())))
+    }
+
     /// XChaCha20-Poly1305 = ChaCha20-Poly1305 under the subkey HChaCha20(key, nonce[..16])
     /// with the 12-byte nonce `0000 || nonce[16..]` (draft-irtf-cfrg-xchacha §2.3).
     fn cipher(&self, nonce: &[u8; NONCE_LEN]) -> (LessSafeKey, Nonce) {

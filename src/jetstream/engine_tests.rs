@@ -698,7 +698,7 @@ fn a_push_consumer_without_a_subscriber_checks_again_soon_then_less_often() {
 impl Harness {
     /// A second stream started from this one's image (encoded and decoded, as a snapshot
     /// travels), over a memory store on the same clock.
-    fn from_image(&self) -> Harness {
+    fn restarted_from_image(&self) -> Harness {
         let bytes = self.st.image().unwrap().encode();
         let image = super::image::StreamImage::decode(&bytes).unwrap();
         let clock = Arc::new(AtomicI64::new(self.clock.load(Ordering::Relaxed)));
@@ -759,7 +759,7 @@ fn a_stream_started_from_its_image_runs_the_next_rounds_exactly_as_the_original(
     assert_eq!(a.pull("c", long_pull(3), "in.wait", T0 + 2 * MS).len(), 1);
     said(&mut a.out);
 
-    let mut b = a.from_image();
+    let mut b = a.restarted_from_image();
     assert_eq!(b.st.store().state(), a.st.store().state());
     assert_eq!(b.infos(T0 + 3 * MS), a.infos(T0 + 3 * MS));
 
@@ -790,7 +790,7 @@ fn an_image_of_an_emptied_stream_keeps_its_sequences() {
         a.publish(&format!("s.{i}"), &[], T0);
     }
     a.st.purge(None).unwrap();
-    let mut b = a.from_image();
+    let mut b = a.restarted_from_image();
     assert_eq!(b.st.store().state(), a.st.store().state());
     assert_eq!(b.publish("s.x", &[], T0 + MS)["seq"], json!(6));
 }

@@ -55,6 +55,12 @@ pub(crate) enum Cmd {
     Stop(Option<SyncSender<()>>),
     /// A replicated stream: a committed round, to run now; signal when it ran.
     Apply(Box<Round>, tokio::sync::oneshot::Sender<()>),
+    /// A replicated stream: its whole state as an image (for its group's snapshot), made
+    /// after every round applied before this command.
+    TakeImage(tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>),
+    /// A replicated stream: replace the state with an image (a stored snapshot at start, or
+    /// the leader's when this replica was too far behind); signal when done.
+    InstallImage(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>),
     /// A replicated stream: the outcome of this replica's proposal in flight.
     Proposed(Result<u64, ProposeError>),
     /// A replicated stream: this node now leads its group (the advisory goes out).
@@ -89,6 +95,8 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_)
         | Cmd::Apply(..)
+        | Cmd::TakeImage(_)
+        | Cmd::InstallImage(..)
         | Cmd::Proposed(_)
         | Cmd::LeaderElected
         | Cmd::QuorumLost => return 0,

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use crate::consensus::machine::{Applier, ApplyFuture};
+use crate::consensus::machine::{Applier, ApplyFuture, ImageFuture, InstallFuture};
 use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::{Command, GroupId, NodeId};
 
@@ -114,6 +114,12 @@ pub(crate) struct StreamApplier {
     pub(crate) tx: Arc<OnceLock<WeakStreamTx>>,
 }
 
+impl StreamApplier {
+    fn worker(&self) -> Option<super::shard::StreamTx> {
+        self.tx.get().and_then(WeakStreamTx::upgrade)
+    }
+}
+
 impl Applier for StreamApplier {
     fn apply(&self, _index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture {
         let tx = self.tx.get().and_then(WeakStreamTx::upgrade);
@@ -131,6 +137,35 @@ impl Applier for StreamApplier {
                 // The worker answers once the round ran (or drops the sender when it stops).
                 let _ = applied.await;
             }
+        })
+    }
+
+    fn image(&self) -> ImageFuture {
+        let (done, image) = tokio::sync::oneshot::channel();
+        // Queued now, behind every round handed over before: the image is of those.
+        match self.worker() {
+            // Refused, the command's sender is dropped: the builder hears the worker stopped.
+            Some(tx) => {
+                let _ = tx.send(Cmd::TakeImage(done));
+            }
+            None => {
+                let _ = done.send(Err("the stream's worker is gone".to_owned()));
+            }
+        }
+        image
+    }
+
+    fn install(&self, image: Vec<u8>) -> InstallFuture {
+        let tx = self.worker();
+        Box::pin(async move {
+            let tx = tx.ok_or_else(|| "the stream's worker is gone".to_owned())?;
+            let (done, installed) = tokio::sync::oneshot::channel();
+            if tx.send(Cmd::InstallImage(image, done)).is_err() {
+                return Err("the stream's worker is gone".to_owned());
+            }
+            installed
+                .await
+                .map_err(|_| "the stream's worker stopped".to_owned())?
         })
     }
 }

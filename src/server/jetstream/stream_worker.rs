@@ -26,6 +26,7 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{status_block, Consumer, SavedState};
 use crate::jetstream::effects::Everyone;
+use crate::jetstream::image::StreamImage;
 use crate::jetstream::stream::{store_limits, CreateSubject, Incoming, Stream};
 use crate::jetstream::{now_nanos, Effect, Effects};
 use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
@@ -636,6 +637,27 @@ impl Worker {
                         return true;
                     }
                 }
+                Cmd::TakeImage(done) => {
+                    if !local.is_empty()
+                        && self.run(st, std::mem::take(&mut local), now, Mode::Local)
+                    {
+                        return true;
+                    }
+                    let image = st.image().map(|i| i.encode()).map_err(|e| e.to_string());
+                    let _ = done.send(image);
+                }
+                Cmd::InstallImage(image, done) => {
+                    if !local.is_empty()
+                        && self.run(st, std::mem::take(&mut local), now, Mode::Local)
+                    {
+                        return true;
+                    }
+                    let r = self.install_image(st, &image);
+                    if let Err(e) = &r {
+                        error!(stream = %st.cfg.name, error = %e, "a snapshot could not be installed");
+                    }
+                    let _ = done.send(r);
+                }
                 Cmd::LeaderElected => self.leader_elected(st, replica),
                 Cmd::QuorumLost => self.quorum_lost(st, replica),
                 Cmd::Proposed(r) => {
@@ -660,6 +682,48 @@ impl Worker {
         let tick = due && replica.is_leader();
         replica.propose(now, tick);
         false
+    }
+
+    /// Replaces the stream's state by `image` (its group's snapshot), over a new empty
+    /// store. The stream keeps its current config (configs come from the meta group, not the
+    /// stream's log).
+    fn install_image(&mut self, st: &mut Stream, image: &[u8]) -> Result<(), String> {
+        let mut image = StreamImage::decode(image).map_err(|e| e.to_string())?;
+        image.cfg = st.cfg.clone();
+        let store = self.fresh_store(st)?;
+        let now = now_nanos();
+        *st = Stream::from_image(image, store, &self.js.server_name, now)
+            .map_err(|e| e.to_string())?;
+        self.changed_since_snapshot = true;
+        let (bytes, msgs) = st.usage();
+        self.set_usage(bytes, msgs, st.consumers.len() as u64);
+        Ok(())
+    }
+
+    /// The stream's store emptied: its files removed and a new store opened in their place.
+    fn fresh_store(&mut self, st: &mut Stream) -> Result<Box<dyn StreamStore>, String> {
+        st.abandon();
+        let Some(id) = self.id else {
+            return Ok(mem_store(&st.cfg));
+        };
+        let dir = self
+            .js
+            .meta
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open_stream(id)
+            .map_err(|e| e.to_string())?
+            .dir;
+        for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let r = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            r.map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        open_file_store(&self.js, id, &st.cfg, true)
     }
 
     /// The stream's replicas as the leader's advisories list them: the leader first.
@@ -868,6 +932,12 @@ impl Worker {
                 }
                 // Only replicated streams get these, and `replicated_round` takes them.
                 Cmd::Apply(_, done) => drop(done),
+                Cmd::TakeImage(done) => {
+                    let _ = done.send(Err("the stream is not replicated".to_owned()));
+                }
+                Cmd::InstallImage(_, done) => {
+                    let _ = done.send(Err("the stream is not replicated".to_owned()));
+                }
                 Cmd::Proposed(_) | Cmd::LeaderElected | Cmd::QuorumLost => {}
             }
         }

@@ -11,6 +11,8 @@
 //! raft/<segment:16 hex>.rlog | raft/groups   (a clustered node's Raft log, sealed)
 //! raft/extent                               (segment lengths at the last flush, under a MAC)
 //! raft/damaged/<segment:16 hex>.rlog | raft/damaged/extent
+//! raft/snapshots/<pseudonym:16 hex>.snap       (a Raft group's newest snapshot, sealed)
+//! raft/damaged/snapshots/<pseudonym:16 hex>.snap
 //!                                           (a log that failed authentication, set aside)
 //! ```
 
@@ -59,6 +61,8 @@ pub enum FileKind {
     RaftDirectory,
     /// The Raft log's acknowledged extent (segment ids and lengths under a MAC; no names).
     RaftExtent,
+    /// A Raft group's snapshot, sealed with the group's key, named by its log pseudonym.
+    RaftSnapshot,
     /// A directory of the layout.
     Dir,
 }
@@ -102,6 +106,14 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
         (["raft", "groups"], false) => Some(FileKind::RaftDirectory),
         (["raft", "extent"] | ["raft", "damaged", "extent"], false) => Some(FileKind::RaftExtent),
         (["raft", "damaged"], true) => Some(FileKind::Dir),
+        (["raft", "snapshots"] | ["raft", "damaged", "snapshots"], true) => Some(FileKind::Dir),
+        (["raft", "snapshots", f] | ["raft", "damaged", "snapshots", f], false) => {
+            match f.rsplit_once('.') {
+                Some((h, "snap")) if is_hex(h, 16) => Some(FileKind::RaftSnapshot),
+                Some((h, "tmp")) if is_hex(h, 16) => Some(FileKind::Temp),
+                _ => None,
+            }
+        }
         (["raft", "damaged", f], false) => raft_segment(f).map(FileKind::RaftDamaged),
         (["raft", f], false) => raft_segment(f).map(FileKind::RaftSegment),
         (["keyring", f], false) => gen_of(f, "kr-", ".bin").map(FileKind::Keyring),
@@ -217,6 +229,11 @@ mod tests {
     #[test]
     fn layout_names_are_recognised() {
         assert_eq!(classify("STORE", false), Some(FileKind::StoreHeader));
+        assert_eq!(
+            classify("raft/snapshots/00112233445566ff.snap", false),
+            Some(FileKind::RaftSnapshot)
+        );
+        assert_eq!(classify("raft/snapshots/orders.snap", false), None);
         assert_eq!(
             classify("keyring/kr-00000003.bin", false),
             Some(FileKind::Keyring(3))

@@ -37,7 +37,7 @@ use serde_json::Value;
 use sha2::Sha256;
 use tracing::{error, info, warn};
 
-use crate::consensus::machine::{Applier, ApplyFuture, ReplicatedMachine};
+use crate::consensus::machine::{Applier, ApplyFuture, ReplicatedMachine, Snapshots};
 use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::sealed_log::{LogError, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
@@ -918,10 +918,16 @@ impl ClusterJs {
             Err(_) => return,
         }
         let (slot, key) = self.keep_group(group);
+        let snapshots = Snapshots::new(
+            self.log.snapshot_file(slot, key.duplicate()),
+            Arc::downgrade(&self.node),
+            group,
+        );
         let log = self.log.group(slot, key);
         let machine = ReplicatedMachine::new(Arc::new(StreamApplier {
             tx: Arc::clone(&tx),
-        }));
+        }))
+        .with_snapshots(snapshots);
         if let Err(e) = self.node.add_group_on(group, log, machine, None).await {
             error!(stream = %name, error = %e, "the stream's group did not start here");
             return;
