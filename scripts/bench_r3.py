@@ -223,7 +223,11 @@ async def catchup(cl, args):
             raise RuntimeError("node 3 did not catch up in 120 s")
         await asyncio.sleep(0.05)
     took = time.perf_counter() - started
-    return {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
+    out = {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
+    # sealstream says when a follower was sent its leader's snapshot instead of the log.
+    with open(os.path.join(cl.workdir, "n3.log"), errors="replace") as f:
+        out["by_snapshot"] = float("leader's snapshot" in f.read())
+    return out
 
 
 def cpu_seconds(pid):

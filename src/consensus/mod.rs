@@ -23,11 +23,14 @@
 //!   client's 5 s timeout (spec cluster.md 7.3).
 //!
 //! - [`machine`]: the state machine of real groups, handing committed commands in order to an
-//!   [`machine::Applier`] (the meta group's table, a stream's worker).
+//!   [`machine::Applier`] (the meta group's table, a stream's worker), and a stream group's
+//!   snapshots (the applier's image, taken by the log's size against the state's).
+//! - [`snapshot_file`]: a group's newest snapshot, sealed with its key beside the log.
+//! - `repair`: the needs-repair gate of a node whose log failed authentication.
 //!
 //! Who drives it: `server/jetstream/cluster/` (the meta group, stream groups) and
-//! `replica.rs` (a stream's proposals). Not here yet (named in issue 15's notes): snapshots of
-//! stream state (logs are kept whole and replayed at start), the needs-repair state.
+//! `replica.rs` (a stream's proposals). Not here yet (named in issue 15's notes): snapshots
+//! of the meta group (its log is kept whole).
 
 pub mod codec;
 pub mod extent;

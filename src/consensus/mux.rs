@@ -54,6 +54,11 @@ pub const PEER_QUEUE: usize = 8_192;
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Pause between attempts to reach a peer that does not answer.
 const REDIAL: Duration = Duration::from_millis(100);
+/// Snapshot chunks this node sends at once, over all groups and peers (the cap on
+/// concurrent catch-ups: each is a whole stream read into memory and written by its peer).
+pub const MAX_SNAPSHOT_SENDS: usize = 2;
+static SNAPSHOT_SENDS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MAX_SNAPSHOT_SENDS);
 /// Elections a new group's first member starts at once, and how long each may take.
 const FAST_ELECTIONS: usize = 10;
 const FAST_ELECTION_WAIT: Duration = Duration::from_millis(100);
@@ -1090,11 +1095,20 @@ impl RaftNetwork<TypeConfig> for GroupClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
+        // Concurrent catch-ups are capped node-wide: a chunk waits for a permit within its
+        // deadline, else the attempt fails as if the peer were unreachable and openraft
+        // tries again later.
+        let permit = tokio::time::timeout(option.hard_ttl(), SNAPSHOT_SENDS.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| unreachable(io::Error::other("snapshot sends at their cap")))?;
         let answer = self
             .link
             .call(self.group, Request::Snapshot(rpc), false, option.hard_ttl())
             .await
             .map_err(unreachable)?;
+        drop(permit);
         answered(
             self.target,
             match answer {
