@@ -194,10 +194,10 @@ struct PeerLink {
 type Heard = Arc<Mutex<Option<std::time::Instant>>>;
 
 impl PeerLink {
-    fn start(addr: String) -> Self {
+    fn start(addr: String, book: Arc<AddressBook>) -> Self {
         let (tx, rx) = mpsc::channel(PEER_QUEUE);
         let heard = Heard::default();
-        tokio::spawn(run_link(addr, rx, heard.clone()));
+        tokio::spawn(run_link(addr, book, rx, heard.clone()));
         PeerLink { tx, heard }
     }
 
@@ -238,10 +238,15 @@ type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
 /// Serves one peer's queue for the life of the node: dial, write frames, read answers, and dial
 /// again after a failure (calls in flight on a dead connection fail; openraft retries).
-async fn run_link(addr: String, mut rx: mpsc::Receiver<Call>, heard: Heard) {
+async fn run_link(
+    addr: String,
+    book: Arc<AddressBook>,
+    mut rx: mpsc::Receiver<Call>,
+    heard: Heard,
+) {
     let mut next_id = 0u64;
     loop {
-        let stream = match TcpStream::connect(&addr).await {
+        let stream = match TcpStream::connect(book.dial(&addr)).await {
             Ok(stream) => stream,
             Err(_) => {
                 // Calls queued while the peer is unreachable fail now rather than at their
@@ -343,6 +348,48 @@ async fn send(writer: &mut OwnedWriteHalf, frame: &mut Frame) -> io::Result<()> 
 
 type Groups = Arc<RwLock<HashMap<GroupId, Raft>>>;
 
+/// Where peers are now. A membership names each node by the address it had when it joined
+/// (and a node listening on `0.0.0.0` names itself so); in a container or after a restart
+/// under another address that is no way to reach it. So a link, keyed by the membership's
+/// address, dials the address the layer above last learned for that node (from its route:
+/// the peer's IP and the Raft port its INFO gave), and the membership's only when none is
+/// known.
+#[derive(Default)]
+struct AddressBook {
+    /// Peers' addresses as the layer above learned them.
+    current: RwLock<HashMap<NodeId, String>>,
+    /// The node each membership address names (recorded as openraft asks for clients).
+    named: RwLock<HashMap<String, NodeId>>,
+}
+
+impl AddressBook {
+    /// Where to dial the node a membership names `addr`.
+    fn dial(&self, addr: &str) -> String {
+        let id = self
+            .named
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(addr)
+            .copied();
+        id.and_then(|id| {
+            self.current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .cloned()
+        })
+        .unwrap_or_else(|| addr.to_owned())
+    }
+
+    fn current_of(&self, id: NodeId) -> Option<String> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+}
+
 /// One node's groups and its links to peers.
 pub struct MuxNode {
     id: NodeId,
@@ -351,9 +398,9 @@ pub struct MuxNode {
     groups: Groups,
     repair: Arc<RepairGate>,
     handover: Arc<HandoverGate>,
-    /// Peers' addresses as the layer above learned them (for a group whose membership this
-    /// node has lost: see [`nudge_while_repairing`]).
-    addresses: RwLock<HashMap<NodeId, String>>,
+    /// Peers' addresses as the layer above learned them: what links dial, and how a group
+    /// whose membership this node has lost finds its leader ([`nudge_while_repairing`]).
+    book: Arc<AddressBook>,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
     accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -383,7 +430,7 @@ impl MuxNode {
             groups,
             repair,
             handover,
-            addresses: RwLock::default(),
+            book: Arc::default(),
             links: Arc::default(),
             accepting: Mutex::new(Some(accepting)),
         }))
@@ -426,6 +473,7 @@ impl MuxNode {
         let network = GroupNetwork {
             group,
             links: self.links.clone(),
+            book: Arc::clone(&self.book),
         };
         let raft = Raft::new(self.id, self.config.clone(), network, log, machine).await?;
         if self.repair.enter(group) {
@@ -477,7 +525,8 @@ impl MuxNode {
 
     /// Where peer `id` listens, as the layer above learned it (routes, in the server).
     pub fn learn_address(&self, id: NodeId, addr: String) {
-        self.addresses
+        self.book
+            .current
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, addr);
@@ -629,7 +678,14 @@ impl MuxNode {
         }
         match write(&raft, command.clone()).await? {
             Ok(index) => Ok(index),
-            Err(addr) => {
+            Err((leader, addr)) => {
+                if let Some(id) = leader {
+                    self.book
+                        .named
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(addr.clone(), id);
+                }
                 let link = self.link(&addr);
                 match link
                     .call(group, Request::Propose(command), false, deadline)
@@ -800,7 +856,7 @@ impl MuxNode {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(addr.to_owned())
-            .or_insert_with(|| PeerLink::start(addr.to_owned()))
+            .or_insert_with(|| PeerLink::start(addr.to_owned(), Arc::clone(&self.book)))
             .clone()
     }
 
@@ -847,13 +903,7 @@ async fn nudge_while_repairing(node: std::sync::Weak<MuxNode>) {
                 continue;
             };
             let leader = raft.metrics().borrow().current_leader;
-            let addr = leader.and_then(|l| {
-                node.addresses
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&l)
-                    .cloned()
-            });
+            let addr = leader.and_then(|l| node.book.current_of(l));
             if let Some(addr) = addr {
                 let request = Request::Propose(Command::nudge());
                 let _ = node
@@ -912,7 +962,16 @@ async fn serve(
             }
         }
     });
-    while let Ok(frame) = read_frame(&mut reader).await {
+    loop {
+        let frame = match read_frame(&mut reader).await {
+            Ok(f) => f,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::UnexpectedEof {
+                    tracing::warn!(error = %e, "raft transport: a peer's connection ended");
+                }
+                break;
+            }
+        };
         for (id, group, request) in frame.calls {
             let raft = groups
                 .read()
@@ -984,11 +1043,14 @@ async fn dispatch(raft: &Raft, request: Request) -> Response {
 
 /// A proposal on this node's copy of a group: committed and applied, or why not (with the
 /// leader to forward to, when openraft named one).
-async fn write(raft: &Raft, command: Command) -> Result<Result<u64, String>, ProposeError> {
+async fn write(
+    raft: &Raft,
+    command: Command,
+) -> Result<Result<u64, (Option<NodeId>, String)>, ProposeError> {
     match raft.client_write(command).await {
         Ok(r) => Ok(Ok(r.log_id.index)),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match f.leader_node {
-            Some(node) => Ok(Err(node.addr)),
+            Some(node) => Ok(Err((f.leader_id, node.addr))),
             None => Err(ProposeError::NoLeader),
         },
         Err(e) => Err(ProposeError::Failed(e.to_string())),
@@ -999,18 +1061,24 @@ async fn write(raft: &Raft, command: Command) -> Result<Result<u64, String>, Pro
 struct GroupNetwork {
     group: GroupId,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
+    book: Arc<AddressBook>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
     type Network = GroupClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> GroupClient {
+        self.book
+            .named
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node.addr.clone(), target);
         let link = self
             .links
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(node.addr.clone())
-            .or_insert_with(|| PeerLink::start(node.addr.clone()))
+            .or_insert_with(|| PeerLink::start(node.addr.clone(), Arc::clone(&self.book)))
             .clone();
         GroupClient {
             group: self.group,

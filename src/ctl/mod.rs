@@ -138,6 +138,17 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
             Ok(())
         }
         Command::Server {
+            cmd: ServerCmd::Check {
+                cmd: CheckCmd::Healthz(a),
+            },
+        } => {
+            let code = commands::server::check_healthz(&a).await;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Command::Server {
             cmd: ServerCmd::Report {
                 cmd: ReportCmd::Jetstream(a),
             },

@@ -16,7 +16,8 @@ pub use context::ContextCmd;
 pub use kv::{KvArgs, KvCmd};
 pub use msg::{PubArgs, ReplyArgs, ReqArgs, SubArgs};
 pub use server::{
-    AuditArgs, CheckCmd, CheckJsArgs, RaftCmd, ReportCmd, ReportJsArgs, ServerCmd, StoreCmd,
+    AuditArgs, CheckCmd, CheckHealthzArgs, CheckJsArgs, RaftCmd, ReportCmd, ReportJsArgs,
+    ServerCmd, StoreCmd,
 };
 pub use stream::{StreamArgs, StreamClusterCmd, StreamCmd, StreamConfigArgs};
 pub use tenant::{AccountCmd, CredsArgs, KeysArg, OperatorCmd, SigningKeyCmd, UserCmd};

@@ -96,10 +96,28 @@ pub enum RaftCmd {
 
 /// `sealctl server check ...`.
 #[derive(Debug, Clone, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per process from the command line"
+)]
 pub enum CheckCmd {
     /// JetStream is enabled, answers `$JS.API.INFO`, and usage is under the thresholds.
     #[command(alias = "js")]
     Jetstream(CheckJsArgs),
+    /// The monitoring port's `/healthz` answers 200 (a container's health check: the image
+    /// has no HTTP client of its own).
+    Healthz(CheckHealthzArgs),
+}
+
+/// `sealctl server check healthz`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckHealthzArgs {
+    /// The monitoring address (`host:port` of `-m` / `http:`).
+    #[arg(long, default_value = "127.0.0.1:8222")]
+    pub monitor: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 5)]
+    pub timeout: u64,
 }
 
 /// `sealctl server check jetstream`.

@@ -6,7 +6,7 @@
 //! codes 0/1/2 — and never fails with exit code 1 for a reason that is really CRITICAL (a
 //! server that cannot be reached is CRITICAL, exit 2).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -154,6 +154,44 @@ impl State {
             State::Warning => "WARNING",
             State::Critical => "CRITICAL",
         }
+    }
+}
+
+/// `sealctl server check healthz`: GET `/healthz` on the monitoring port; 0 when it answers
+/// 200, 2 (CRITICAL) otherwise, with its body on one line.
+pub async fn check_healthz(a: &crate::ctl::args::CheckHealthzArgs) -> i32 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = async {
+        let mut s = tokio::net::TcpStream::connect(&a.monitor).await?;
+        let host = a.monitor.as_str();
+        s.write_all(format!("GET /healthz HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await?;
+        let mut answer = Vec::new();
+        s.take(64 * 1024).read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(a.timeout), get).await;
+    let (ok, detail) = match answer {
+        Ok(Ok(text)) => {
+            let status = text.lines().next().unwrap_or_default().to_owned();
+            let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().trim();
+            (
+                status.split_whitespace().nth(1) == Some("200"),
+                format!("{status}: {body}"),
+            )
+        }
+        Ok(Err(e)) => (false, format!("{}: {e}", a.monitor)),
+        Err(_) => (
+            false,
+            format!("{}: no answer in {} s", a.monitor, a.timeout),
+        ),
+    };
+    if ok {
+        println!("OK healthz {detail}");
+        0
+    } else {
+        println!("CRITICAL healthz {detail}");
+        2
     }
 }
 
