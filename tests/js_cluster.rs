@@ -1535,4 +1535,26 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
     }
     drop(all);
     assert_every_store_sealed(&cl, &[&payload(1234), "SNAPSHOTTED", "snapshotted.3"]);
+    if !cl.is_reference() {
+        // One audit call over every node's store (each keyed by its own key file): Raft logs
+        // and snapshots included, all clean.
+        let stores: Vec<std::path::PathBuf> = cl
+            .nodes
+            .iter()
+            .map(|n| n.server.store_dir().unwrap())
+            .collect();
+        for i in 0..3 {
+            cl.stop(i, true);
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+            .arg("audit")
+            .args(stores.iter().map(|s| s.join("jetstream")))
+            .args(["--canary", &payload(77)])
+            .env_remove("SEALSTREAM_STORE_KEY")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert_eq!(text.matches("result:  clean").count(), 3, "{text}");
+    }
 }

@@ -281,21 +281,44 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 },
         } => commands::audit::rotate_master(&store, key, key_file, new_key, new_key_file),
         Command::Audit(a) => {
-            let opts = commands::audit::AuditOptions {
-                store: a.store,
-                key: a.key.map(zeroize::Zeroizing::new),
-                key_file: a.key_file,
-                no_key: a.no_key,
-                canaries: a.canary,
-                progress: progress::enabled(a.json),
-            };
-            let report = tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
-            if a.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                commands::audit::print_summary(&report);
+            // Every node's store in turn; the exit code is the first store's that is not
+            // clean (0 when all are).
+            let mut reports = Vec::new();
+            for store in &a.stores {
+                let opts = commands::audit::AuditOptions {
+                    store: store.clone(),
+                    key: a.key.clone().map(zeroize::Zeroizing::new),
+                    key_file: a.key_file.clone(),
+                    no_key: a.no_key,
+                    canaries: a.canary.clone(),
+                    progress: progress::enabled(a.json),
+                };
+                let report =
+                    tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
+                if !a.json {
+                    if a.stores.len() > 1 {
+                        println!("== {}", store.display());
+                    }
+                    commands::audit::print_summary(&report);
+                }
+                reports.push(report);
             }
-            let code = report.exit_code();
+            let code = reports
+                .iter()
+                .map(commands::audit::Report::exit_code)
+                .find(|c| *c != 0)
+                .unwrap_or(0);
+            if a.json {
+                match reports.as_slice() {
+                    [one] => println!("{}", serde_json::to_string_pretty(one)?),
+                    all => println!(
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &serde_json::json!({"stores": all, "exit_code": code})
+                        )?
+                    ),
+                }
+            }
             if code != 0 {
                 std::process::exit(i32::from(code));
             }

@@ -13,6 +13,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod history;
 pub mod js;
 pub mod jwt;
 pub mod netns;

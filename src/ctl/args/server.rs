@@ -152,8 +152,11 @@ pub struct CheckJsArgs {
 /// `sealctl audit`.
 #[derive(Debug, Clone, Args)]
 pub struct AuditArgs {
-    /// The store directory (`store_dir` or `store_dir/jetstream`).
-    pub store: std::path::PathBuf,
+    /// The store directory (`store_dir` or `store_dir/jetstream`); several, one per node of a
+    /// cluster, to audit them all in one call (each with its own `<store>.key` unless a key
+    /// is given).
+    #[arg(required = true, num_args = 1..)]
+    pub stores: Vec<std::path::PathBuf>,
     /// The store passphrase (or set SEALSTREAM_STORE_KEY).
     #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
     pub key: Option<String>,
