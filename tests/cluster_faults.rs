@@ -1,20 +1,25 @@
 //! The fault battery (issue 16), first part: a three-node cluster of real sealstream processes
 //! runs an R3 stream while a seeded generator injects faults — kill -9 and restart, SIGSTOP
 //! then SIGCONT (a pause: the process holds its sockets and says nothing), a graceful restart,
-//! and now and then two nodes down at once (quorum loss) — and three publishers keep
+//! now and then two nodes down at once (quorum loss), and, where network namespaces can be
+//! made (each node then on a host of its own), partitions: one node cut off from both
+//! others, or one link cut (a bridge) — and three publishers keep
 //! publishing with `Nats-Msg-Id`, retrying each message until it is acknowledged, every
 //! operation recorded in a history (`support::history`). After the faults heal, the checker
 //! judges every server's copy of the stream against the history: every acknowledged message
 //! exactly once at its acknowledged sequence, nothing nobody published, dense sequences,
-//! each publisher's order, every server alike; then the stores audit clean.
+//! each publisher's order, every server alike; a durable pull consumer, fetching and
+//! double-acking throughout, delivers every stored message and, once the cluster settled,
+//! never again one whose ack was confirmed; then the stores audit clean.
 //!
 //! CI runs a fixed set of seeds; `SEALSTREAM_FAULT_SEEDS=4,5,6 SEALSTREAM_FAULT_SECS=120`
 //! runs others, longer. A failure names its seed and keeps the history (JSON lines) at the
 //! path it prints; `SEALSTREAM_FAULT_DIR` keeps every run's history there.
 //!
-//! Not yet here (issue 16): partitions and bridges, slow or lossy links, full disks, bit
-//! flips during the run, clock jumps, consumers and KV workloads, the HTML report, and the
-//! same battery against nats-server side by side.
+//! Not yet here (issue 16): slow or lossy links, full disks, bit
+//! flips during the run, clock jumps, KV workloads and their linearizability check, and the
+//! HTML report. The battery runs against nats-server too (`SEALSTREAM_TEST_SERVER`, in
+//! `scripts/test`).
 #![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
 
 mod support;
@@ -31,7 +36,14 @@ use support::cluster::TestCluster;
 use support::history::{check_stream, History, Outcome};
 
 const STREAM: &str = "FAULTS";
+const CONSUMER: &str = "WORKER";
+const ACK_WAIT: Duration = Duration::from_secs(2);
 const PUBLISHERS: usize = 3;
+
+/// Whether the cluster runs the reference nats-server (`SEALSTREAM_TEST_SERVER`).
+fn is_nats_server() -> bool {
+    std::env::var("SEALSTREAM_TEST_SERVER").is_ok_and(|p| p.contains("nats-server"))
+}
 
 fn seeds() -> Vec<u64> {
     std::env::var("SEALSTREAM_FAULT_SEEDS")
@@ -119,6 +131,76 @@ async fn publisher(
     }
 }
 
+/// What the consuming worker saw: stream sequences whose ack the server confirmed (a double
+/// ack answered), and every delivery.
+#[derive(Default)]
+struct Consumed {
+    confirmed: std::collections::BTreeSet<u64>,
+    delivered: std::collections::BTreeSet<u64>,
+}
+
+/// Fetches from the durable consumer and double-acks each message, until `stop` (or, with
+/// `drain`, until nothing came for three ack waits); returns the stream sequences delivered
+/// in order.
+async fn consume(
+    urls: Arc<std::sync::Mutex<Vec<String>>>,
+    seen: Arc<std::sync::Mutex<Consumed>>,
+    stop: Arc<AtomicBool>,
+    drain: bool,
+) -> Vec<u64> {
+    use futures::StreamExt;
+    let mut order = Vec::new();
+    let mut quiet_since = Instant::now();
+    let mut js: Option<jetstream::Context> = None;
+    loop {
+        if stop.load(Ordering::Relaxed)
+            || (drain && quiet_since.elapsed() > 2 * ACK_WAIT + ACK_WAIT)
+        {
+            return order;
+        }
+        if js.is_none() {
+            let all = urls.lock().unwrap().clone();
+            js = Some(connect(&all, 0).await);
+        }
+        let ctx = js.as_ref().unwrap();
+        let consumer: Result<jetstream::consumer::PullConsumer, _> =
+            async { ctx.get_stream(STREAM).await?.get_consumer(CONSUMER).await }
+                .await
+                .map_err(|e: Box<dyn std::error::Error + Send + Sync>| e);
+        let Ok(consumer) = consumer else {
+            js = None;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        };
+        let batch = consumer
+            .fetch()
+            .max_messages(50)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await;
+        let Ok(mut batch) = batch else {
+            js = None;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
+        };
+        while let Some(m) = batch.next().await {
+            let Ok(m) = m else { break };
+            let Ok(info) = m.info().map(|i| i.stream_sequence) else {
+                continue;
+            };
+            quiet_since = Instant::now();
+            order.push(info);
+            seen.lock().unwrap().delivered.insert(info);
+            if tokio::time::timeout(Duration::from_secs(3), m.double_ack())
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
+                seen.lock().unwrap().confirmed.insert(info);
+            }
+        }
+    }
+}
+
 /// A node's copy of the stream (sequence → payload), once it stops changing.
 async fn copy_of(js: &jetstream::Context, last: u64) -> BTreeMap<u64, String> {
     let s = js.get_stream(STREAM).await.unwrap();
@@ -139,8 +221,19 @@ async fn last_seq(js: &jetstream::Context) -> Option<u64> {
 /// Runs one seed; returns what the checker found (empty: nothing wrong).
 async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut cl = TestCluster::start_js(3);
-    cl.wait_full_mesh(Duration::from_secs(10));
+    // Hosts of their own when network namespaces can be made (root, `ip`): then partitions
+    // join the faults. Declared first, so the servers stop before their hosts go.
+    let hosts = support::netns::Hosts::new(3);
+    // Routes notice a cut peer after two unanswered 1 s pings.
+    let conf = "cluster { ping_interval: \"1s\", ping_max: 2 }";
+    let mut cl = match &hosts {
+        Some(h) => TestCluster::start_js_on(h, 3, Some(conf)),
+        None => {
+            eprintln!("no network namespaces here: faults without partitions");
+            TestCluster::start_js_conf(3, Some(conf))
+        }
+    };
+    cl.wait_full_mesh(Duration::from_secs(20));
     let admin = context(&cl, 0).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while admin
@@ -157,8 +250,42 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let made = async {
+            admin
+                .get_stream(STREAM)
+                .await?
+                .create_consumer(jetstream::consumer::pull::Config {
+                    durable_name: Some(CONSUMER.into()),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    // Deliveries to a fetch whose client gave up come again after this (the
+                    // drain below waits longer than it).
+                    ack_wait: ACK_WAIT,
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
+                .map_err(Into::into)
+        }
+        .await
+        .map_err(|e: Box<dyn std::error::Error + Send + Sync>| e);
+        if made.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no consumer: {made:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     let stop = Arc::new(AtomicBool::new(false));
     let urls = Arc::new(std::sync::Mutex::new(urls_of(&cl)));
+    let seen = Arc::new(std::sync::Mutex::new(Consumed::default()));
+    let consumer = tokio::spawn(consume(
+        Arc::clone(&urls),
+        Arc::clone(&seen),
+        Arc::clone(&stop),
+        false,
+    ));
     let mut workers = Vec::new();
     for p in 0..PUBLISHERS {
         workers.push(tokio::spawn(publisher(
@@ -175,15 +302,42 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..1200))).await;
         let victim = rng.gen_range(0..3);
         let hold = Duration::from_millis(rng.gen_range(500..2500));
-        match rng.gen_range(0..10) {
-            0..=3 => {
+        let kind = rng.gen_range(0..12);
+        let other = (victim + 1 + rng.gen_range(0..2)) % 3;
+        match (kind, &hosts) {
+            (9, Some(h)) => {
+                let third = 3 - victim - other;
+                history.fault(format!("partition: n{} cut off", victim + 1));
+                h.cut(victim, other);
+                h.cut(victim, third);
+                tokio::time::sleep(hold).await;
+                h.heal(victim, other);
+                h.heal(victim, third);
+                history.fault(format!("partition healed: n{}", victim + 1));
+            }
+            (10 | 11, Some(h)) => {
+                history.fault(format!(
+                    "partition: n{} and n{} cannot reach each other (a bridge)",
+                    victim + 1,
+                    other + 1
+                ));
+                h.cut(victim, other);
+                tokio::time::sleep(hold).await;
+                h.heal(victim, other);
+                history.fault(format!(
+                    "partition healed: n{} and n{}",
+                    victim + 1,
+                    other + 1
+                ));
+            }
+            (0..=3 | 9..=11, _) => {
                 history.fault(format!("kill -9 n{}", victim + 1));
                 cl.stop(victim, false);
                 tokio::time::sleep(hold).await;
                 cl.restart(victim);
                 history.fault(format!("restart n{}", victim + 1));
             }
-            4..=6 => {
+            (4..=6, _) => {
                 let pid = cl.nodes[victim].server.pid().to_string();
                 history.fault(format!("SIGSTOP n{}", victim + 1));
                 let _ = std::process::Command::new("kill")
@@ -195,13 +349,12 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
                     .status();
                 history.fault(format!("SIGCONT n{}", victim + 1));
             }
-            7 | 8 => {
+            (7 | 8, _) => {
                 history.fault(format!("graceful restart n{}", victim + 1));
                 cl.stop(victim, true);
                 cl.restart(victim);
             }
             _ => {
-                let other = (victim + 1 + rng.gen_range(0..2)) % 3;
                 history.fault(format!(
                     "kill -9 n{} and n{} (no quorum)",
                     victim + 1,
@@ -222,6 +375,7 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
     for w in workers {
         w.await.unwrap();
     }
+    consumer.await.unwrap();
 
     // Every node's copy, once the stream settled.
     let ops = history.ops();
@@ -274,15 +428,53 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
             ));
         }
     }
+    // The consumer, once the cluster settled: what is left is delivered, and nothing whose
+    // ack was confirmed comes again.
+    *urls.lock().unwrap() = urls_of(&cl);
+    let confirmed_before = seen.lock().unwrap().confirmed.clone();
+    let late = consume(
+        Arc::clone(&urls),
+        Arc::clone(&seen),
+        Arc::new(AtomicBool::new(false)),
+        true,
+    )
+    .await;
+    let again: Vec<u64> = late
+        .iter()
+        .copied()
+        .filter(|s| confirmed_before.contains(s))
+        .collect();
+    if !again.is_empty() {
+        wrong.push(format!(
+            "the consumer redelivered {} messages whose ack was confirmed: {:?}",
+            again.len(),
+            &again[..again.len().min(10)]
+        ));
+    }
+    let delivered = seen.lock().unwrap().delivered.clone();
+    let never: Vec<u64> = copies[0]
+        .keys()
+        .copied()
+        .filter(|s| !delivered.contains(s))
+        .collect();
+    if !never.is_empty() {
+        wrong.push(format!(
+            "the consumer never delivered {} stored messages: {:?}",
+            never.len(),
+            &never[..never.len().min(10)]
+        ));
+    }
     let longest = ops
         .iter()
         .map(|o| o.completed_ms - o.invoked_ms)
         .max()
         .unwrap_or(0);
     eprintln!(
-        "seed {seed}: {} operations, {acked} acknowledged, {} messages stored, longest operation {longest} ms",
+        "seed {seed}: {} operations, {acked} acknowledged, {} messages stored, longest operation {longest} ms; consumer: {} acks confirmed, {} delivered after the faults",
         ops.len(),
-        copies[0].len()
+        copies[0].len(),
+        confirmed_before.len(),
+        late.len()
     );
     drop(readers);
     drop(admin);
@@ -306,6 +498,16 @@ async fn seeded_faults_lose_no_acknowledged_message_and_reuse_no_sequence() {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("faults-seed-{seed}.jsonl"));
         history.write_jsonl(&path);
+        if !wrong.is_empty() && is_nats_server() {
+            // The anchor is measured, not required: what the checker finds in nats-server
+            // is reported beside ours (docs/PERFORMANCE.md), not a failure of this build.
+            eprintln!(
+                "nats-server, seed {seed}: the checker found (history in {}):\n{}",
+                path.display(),
+                wrong.join("\n")
+            );
+            continue;
+        }
         assert!(
             wrong.is_empty(),
             "seed {seed} (rerun: SEALSTREAM_FAULT_SEEDS={seed}); history in {}:\n{}",

@@ -1121,7 +1121,7 @@ impl Consumer {
                         ("Nats-Last-Stream", self.delivered_sseq.to_string()),
                     ],
                 );
-                if !out.status(&w.reply, hb) {
+                if !out.status_requester(&w.reply, hb) {
                     continue;
                 }
                 w.next_heartbeat = now.saturating_add(w.heartbeat);
@@ -1285,13 +1285,23 @@ impl Consumer {
             } else {
                 headers
             };
-            let bound = out.send(
-                &target,
-                &msg.subject,
-                Some(&ack_subject),
-                headers.as_ref(),
-                &payload,
-            );
+            let bound = if self.push.is_some() {
+                out.send(
+                    &target,
+                    &msg.subject,
+                    Some(&ack_subject),
+                    headers.as_ref(),
+                    &payload,
+                )
+            } else {
+                out.send_requester(
+                    &target,
+                    &msg.subject,
+                    Some(&ack_subject),
+                    headers.as_ref(),
+                    &payload,
+                )
+            };
             if let Some(p) = &mut self.push {
                 Self::note_interest(p, bound, now);
                 if !bound {

@@ -73,6 +73,9 @@ impl Interest for Everyone {
 pub struct Effects {
     list: Vec<Effect>,
     interest: Box<dyn Interest + Send>,
+    /// Pull requesters are taken to listen whatever the subscriptions say (see
+    /// [`Effects::assume_requesters`]).
+    requesters_listen: bool,
 }
 
 impl std::fmt::Debug for Effects {
@@ -87,7 +90,47 @@ impl Effects {
         Effects {
             list: Vec::new(),
             interest,
+            requesters_listen: false,
         }
+    }
+
+    /// While set, a pull request's inbox counts as listened to ([`Effects::send_requester`],
+    /// [`Effects::status_requester`]): a replicated stream's replicas run each round alike, but
+    /// each sees only its own server's view of interest — during a partition, or before
+    /// interest propagated, one replica would drop a request whose requester it cannot see
+    /// while another serves it, and their consumers would differ from then on (found by the
+    /// fault battery: acknowledged messages delivered again after a leader change). A
+    /// requester that really went away gets its messages redelivered after `ack_wait`, as
+    /// any unacknowledged delivery.
+    pub fn assume_requesters(&mut self, on: bool) {
+        self.requesters_listen = on;
+    }
+
+    /// [`Effects::send`] to a pull request's inbox.
+    pub fn send_requester(
+        &mut self,
+        to: &str,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> bool {
+        if self.requesters_listen {
+            self.list.push(Effect::Deliver {
+                to: to.to_owned(),
+                subject: subject.to_owned(),
+                reply: reply.map(str::to_owned),
+                headers: headers.cloned(),
+                payload: payload.clone(),
+            });
+            return true;
+        }
+        self.send(to, subject, reply, headers, payload)
+    }
+
+    /// [`Effects::status`] to a pull request's inbox.
+    pub fn status_requester(&mut self, to: &str, headers: Bytes) -> bool {
+        self.send_requester(to, to, None, Some(&headers), &Bytes::new())
     }
 
     /// Delivers one message to the subscribers of `to`, showing `subject`. Returns whether
@@ -159,5 +202,34 @@ impl Effects {
     /// Whether none are.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nobody listens anywhere (a replica that cannot see the requester).
+    struct Nobody;
+
+    impl Interest for Nobody {
+        fn has_interest(&mut self, _subject: &str) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_replicated_round_serves_a_requester_it_cannot_see_and_a_lone_server_does_not() {
+        let body = Bytes::from_static(b"m");
+        let mut fx = Effects::new(Box::new(Nobody));
+        assert!(!fx.send_requester("_INBOX.a", "s", Some("ack"), None, &body));
+        assert!(fx.is_empty());
+        fx.assume_requesters(true);
+        assert!(fx.send_requester("_INBOX.a", "s", Some("ack"), None, &body));
+        assert!(fx.status_requester("_INBOX.a", Bytes::from_static(b"NATS/1.0 100\r\n\r\n")));
+        assert_eq!(fx.len(), 2);
+        // Push deliver subjects keep asking the subscriptions.
+        assert!(!fx.send("deliver.push", "s", Some("ack"), None, &body));
+        assert_eq!(fx.len(), 2);
     }
 }

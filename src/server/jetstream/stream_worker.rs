@@ -628,7 +628,10 @@ impl Worker {
                     let view = Arc::clone(&replica.view);
                     self.sink
                         .set_remote_with(Box::new(move || view.members_if_leader()));
+                    // Every replica must decide alike: pull requesters count as listening.
+                    self.fx.assume_requesters(true);
                     let stopped = self.run(st, cmds, round.now, Mode::Applied);
+                    self.fx.assume_requesters(false);
                     self.sink.set_remote(Some(Vec::new()));
                     self.routes = true;
                     self.budget.give_back(intake);
