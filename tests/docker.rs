@@ -210,25 +210,7 @@ fn one_server_and_three_run_from_the_image_as_the_guide_and_the_readme_say() {
         "10001:10001",
         "runs as the unprivileged user"
     );
-    sealctl_ok(
-        port,
-        &[
-            "stream",
-            "add",
-            "ORDERS",
-            "--subjects",
-            "orders.>",
-            "--storage",
-            "file",
-            "--retention",
-            "limits",
-            "--max-age",
-            "24h",
-            "--replicas",
-            "1",
-            "--defaults",
-        ],
-    );
+    sealctl_ok(port, support::GUIDE_STREAM_ADD);
     sealctl_ok(
         port,
         &[

@@ -681,22 +681,7 @@ fn guide_004_local_jetstream_server() {
     assert_eq!(status, 200);
     // `localhost`, as the guide writes it.
     let c = Ctl::new(format!("nats://localhost:{}", s.port));
-    c.ok(&[
-        "stream",
-        "add",
-        "ORDERS",
-        "--subjects",
-        "orders.>",
-        "--storage",
-        "file",
-        "--retention",
-        "limits",
-        "--max-age",
-        "24h",
-        "--replicas",
-        "1",
-        "--defaults",
-    ]);
+    c.ok(support::GUIDE_STREAM_ADD);
     let body = r#"{"order_id":"order-123","status":"created"}"#;
     c.ok(&["pub", "orders.created", body]);
     let info = c.ok(&["stream", "info", "ORDERS"]);

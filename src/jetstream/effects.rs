@@ -116,13 +116,7 @@ impl Effects {
         payload: &Bytes,
     ) -> bool {
         if self.requesters_listen {
-            self.list.push(Effect::Deliver {
-                to: to.to_owned(),
-                subject: subject.to_owned(),
-                reply: reply.map(str::to_owned),
-                headers: headers.cloned(),
-                payload: payload.clone(),
-            });
+            self.deliver(to, subject, reply, headers, payload);
             return true;
         }
         self.send(to, subject, reply, headers, payload)
@@ -145,15 +139,26 @@ impl Effects {
     ) -> bool {
         let bound = self.interest.has_interest(to);
         if bound {
-            self.list.push(Effect::Deliver {
-                to: to.to_owned(),
-                subject: subject.to_owned(),
-                reply: reply.map(str::to_owned),
-                headers: headers.cloned(),
-                payload: payload.clone(),
-            });
+            self.deliver(to, subject, reply, headers, payload);
         }
         bound
+    }
+
+    fn deliver(
+        &mut self,
+        to: &str,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) {
+        self.list.push(Effect::Deliver {
+            to: to.to_owned(),
+            subject: subject.to_owned(),
+            reply: reply.map(str::to_owned),
+            headers: headers.cloned(),
+            payload: payload.clone(),
+        });
     }
 
     /// A reply (pub-ack, API answer) to `to`.

@@ -25,6 +25,25 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The operations guide's walkthrough stream, as `sealctl` (and `nats`) arguments: the
+/// guide's `stream add ORDERS ...` line, word for word.
+pub const GUIDE_STREAM_ADD: &[&str] = &[
+    "stream",
+    "add",
+    "ORDERS",
+    "--subjects",
+    "orders.>",
+    "--storage",
+    "file",
+    "--retention",
+    "limits",
+    "--max-age",
+    "24h",
+    "--replicas",
+    "1",
+    "--defaults",
+];
+
 /// Runs `sealctl audit` (with `extra` arguments) on the stopped server store under `store`:
 /// its `jetstream` directory, keyed by the `jetstream.key` file beside it.
 pub fn sealctl_audit(store: &Path, extra: &[&str]) -> std::process::Output {
