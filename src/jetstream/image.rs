@@ -16,13 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::config::StreamConfig;
 use super::consumer::Consumer;
 use super::fast_batch;
-use super::stream::Incoming;
 
 /// The image of one stream (see the module docs).
 #[derive(Serialize, Deserialize)]
@@ -74,32 +72,14 @@ pub struct ImageMsg {
 /// A staged publish.
 #[derive(Serialize, Deserialize, Clone)]
 pub struct ImageIncoming {
-    subject: String,
-    reply: Option<String>,
-    headers: Option<Vec<u8>>,
-    payload: Vec<u8>,
-}
-
-impl From<Incoming> for ImageIncoming {
-    fn from(m: Incoming) -> Self {
-        ImageIncoming {
-            subject: m.subject,
-            reply: m.reply,
-            headers: m.headers.map(|h| h.to_vec()),
-            payload: m.payload.to_vec(),
-        }
-    }
-}
-
-impl From<ImageIncoming> for Incoming {
-    fn from(m: ImageIncoming) -> Self {
-        Incoming {
-            subject: m.subject,
-            reply: m.reply,
-            headers: m.headers.map(Bytes::from),
-            payload: Bytes::from(m.payload),
-        }
-    }
+    /// Subject.
+    pub subject: String,
+    /// Reply subject.
+    pub reply: Option<String>,
+    /// Header block.
+    pub headers: Option<Vec<u8>>,
+    /// Payload.
+    pub payload: Vec<u8>,
 }
 
 /// Why an image could not be read or used.

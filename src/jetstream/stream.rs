@@ -65,6 +65,30 @@ impl Incoming {
     }
 }
 
+// A staged publish in a snapshot's image and back (here, so the image knows nothing of
+// the stream: see `image.rs`).
+impl From<Incoming> for ImageIncoming {
+    fn from(m: Incoming) -> Self {
+        ImageIncoming {
+            subject: m.subject,
+            reply: m.reply,
+            headers: m.headers.map(|h| h.to_vec()),
+            payload: m.payload.to_vec(),
+        }
+    }
+}
+
+impl From<ImageIncoming> for Incoming {
+    fn from(m: ImageIncoming) -> Self {
+        Incoming {
+            subject: m.subject,
+            reply: m.reply,
+            headers: m.headers.map(Bytes::from),
+            payload: Bytes::from(m.payload),
+        }
+    }
+}
+
 /// What a consumer-create request's subject names (see
 /// [`resolve_consumer_name`](super::config::resolve_consumer_name)).
 #[derive(Debug, Clone, Copy, Default)]
