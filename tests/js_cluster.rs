@@ -1558,3 +1558,190 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
         assert_eq!(text.matches("result:  clean").count(), 3, "{text}");
     }
 }
+
+/// Updates `name`'s replica count from node `js`, retrying while the cluster is still forming
+/// (10008, or 10005 until every server is a meta member).
+async fn set_replicas(js: &jetstream::Context, name: &str, n: usize) -> stream::Info {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut cfg = js
+            .get_stream(name)
+            .await
+            .unwrap()
+            .info()
+            .await
+            .unwrap()
+            .config
+            .clone();
+        cfg.num_replicas = n;
+        match js.update_stream(cfg).await {
+            Ok(info) => return info,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "{name} not set to R{n}: {e}");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+}
+
+/// Fetches `n` messages from the durable `C` and acks each, waiting for the server's word;
+/// returns their stream sequences.
+async fn take_and_ack(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u64> {
+    let c: consumer::PullConsumer = js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .get_consumer("C")
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seqs.len() < n {
+        assert!(Instant::now() < deadline, "only {seqs:?} delivered");
+        let Ok(mut batch) = c
+            .fetch()
+            .max_messages(n - seqs.len())
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+        else {
+            continue;
+        };
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            let Ok(info) = m.info() else {
+                panic!(
+                    "a delivery without an ack subject: {} {:?} {:?} {:?}",
+                    m.subject, m.status, m.headers, m.payload
+                );
+            };
+            let seq = info.stream_sequence;
+            if m.double_ack().await.is_ok() {
+                seqs.push(seq);
+            }
+        }
+    }
+    seqs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_to_one() {
+    let (mut cl, js) = three_nodes().await;
+    let first = js[0]
+        .create_stream(stream::Config {
+            name: "GROWINGORDERS".into(),
+            subjects: vec!["growing.orders.>".into()],
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    drop(first);
+    let mut acked = BTreeMap::new();
+    for n in 0..40 {
+        let seq = publish_until_acked(&js, n, "growing.orders.x", order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    js[0]
+        .get_stream("GROWINGORDERS")
+        .await
+        .unwrap()
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("C".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        take_and_ack(&js[0], "GROWINGORDERS", 15).await,
+        (1..=15).collect::<Vec<u64>>()
+    );
+
+    // R1 → R3: the update is answered by the replicated stream, with its group.
+    let info = set_replicas(&js[1], "GROWINGORDERS", 3).await;
+    assert_eq!(info.config.num_replicas, 3);
+    assert_eq!(wait_replicas(&cl, &js, "GROWINGORDERS", 3).await.len(), 3);
+    for n in 40..50 {
+        let seq = publish_until_acked(&js, n, "growing.orders.x", order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    assert_eq!(acked.keys().copied().collect::<Vec<_>>(), (1..=50).collect::<Vec<_>>());
+    for j in &js {
+        wait_messages(j, "GROWINGORDERS", 50).await;
+        assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
+    }
+    // The consumer kept its acks: the next deliveries are 16 onwards.
+    assert_eq!(
+        take_and_ack(&js[2], "GROWINGORDERS", 5).await,
+        (16..=20).collect::<Vec<u64>>()
+    );
+
+    // The server that held the R1 stream restarts: it comes back as a replica, whole.
+    cl.restart(0);
+    let again = contexts(&cl, &[0]).await;
+    wait_messages(&again[0], "GROWINGORDERS", 50).await;
+    assert_eq!(settled_history(&again[0], "GROWINGORDERS", &acked).await, acked);
+    let seq = publish_until_acked(&again, 0, "growing.orders.x", order(50)).await;
+    acked.insert(seq, order(50));
+    drop(again);
+    let js = contexts(&cl, &[0, 1, 2]).await;
+
+    // R3 → R1 → R3: every acknowledged message stays, sequences dense.
+    let info = set_replicas(&js[0], "GROWINGORDERS", 1).await;
+    assert_eq!(info.config.num_replicas, 1);
+    let one = wait_replicas(&cl, &js, "GROWINGORDERS", 1).await;
+    let k = cl.nodes.iter().position(|n| n.name == one[0]).unwrap();
+    let seq = publish_until_acked(&js, 1, "growing.orders.x", order(51)).await;
+    acked.insert(seq, order(51));
+    assert_eq!(settled_history(&js[k], "GROWINGORDERS", &acked).await, acked);
+    set_replicas(&js[2], "GROWINGORDERS", 3).await;
+    assert_eq!(wait_replicas(&cl, &js, "GROWINGORDERS", 3).await.len(), 3);
+    let seq = publish_until_acked(&js, 2, "growing.orders.x", order(52)).await;
+    acked.insert(seq, order(52));
+    assert_eq!(acked.keys().copied().collect::<Vec<_>>(), (1..=53).collect::<Vec<_>>());
+    for j in &js {
+        wait_messages(j, "GROWINGORDERS", 53).await;
+        assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
+    }
+    assert_eq!(
+        take_and_ack(&js[1], "GROWINGORDERS", 2).await,
+        vec![21, 22],
+        "acks survive both changes"
+    );
+    drop(js);
+    assert_every_store_sealed(&cl, &["growing.orders.x", "GROWINGORDERS", &order(7), &order(45)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_r1_stream_keeps_the_name_of_a_deleted_r3_stream_across_a_restart() {
+    let (mut cl, js) = three_nodes().await;
+    create_r3(&js[0], "REUSED", "reused.>").await;
+    publish_until_acked(&js, 0, "reused.x", order(0)).await;
+    js[0].delete_stream("REUSED").await.unwrap();
+    // The same name again, as an R1 stream on a server that kept a replica of the first.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while js[1]
+        .create_stream(stream::Config {
+            name: "REUSED".into(),
+            subjects: vec!["reused.>".into()],
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "no R1 stream");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut acked = BTreeMap::new();
+    for n in 1..6 {
+        let seq = publish_until_acked(&js, 1, "reused.x", order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    drop(js);
+    // Applying the meta log again (the R3 stream's create and delete) leaves it alone.
+    cl.restart(1);
+    let again = contexts(&cl, &[1]).await;
+    wait_messages(&again[0], "REUSED", *acked.keys().last().unwrap()).await;
+    assert_eq!(settled_history(&again[0], "REUSED", &acked).await, acked);
+}

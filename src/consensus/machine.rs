@@ -121,6 +121,37 @@ async fn write_stored(
         .map_err(storage_err)
 }
 
+/// Writes the snapshot a new group starts from when it takes over a state that already
+/// exists (an R1 stream becoming replicated): as if the group had been formed with `members`
+/// by `first` and compacted at once — its log purged through index 0, its state `image`.
+/// The node that writes it starts the group with that membership and this state (openraft
+/// purges the log up to a stored snapshot at start); the other members start empty, vote,
+/// and are sent the snapshot by the leader, as a follower too far behind is. Durable when
+/// this returns.
+///
+/// # Errors
+/// I/O.
+pub fn write_seed(
+    file: &SnapshotFile,
+    first: NodeId,
+    members: &[(NodeId, String)],
+    image: &[u8],
+) -> std::io::Result<()> {
+    let at = LogId::new(openraft::CommittedLeaderId::new(0, first), 0);
+    let voters: std::collections::BTreeSet<NodeId> = members.iter().map(|(id, _)| *id).collect();
+    let nodes: std::collections::BTreeMap<NodeId, BasicNode> = members
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    let membership = openraft::Membership::new(vec![voters], nodes);
+    let meta = SnapshotMeta {
+        last_log_id: Some(at),
+        last_membership: StoredMembership::new(Some(at), membership),
+        snapshot_id: "0-seed".to_owned(),
+    };
+    file.write(&meta, image)
+}
+
 /// openraft's state machine over an [`Applier`].
 pub struct ReplicatedMachine {
     applier: Arc<dyn Applier>,

@@ -129,6 +129,8 @@ pub struct GroupStatus {
     pub applied: Option<u64>,
     /// The voters and their addresses.
     pub voters: Vec<(NodeId, String)>,
+    /// Members that do not vote (catching up, or on their way out).
+    pub learners: Vec<NodeId>,
     /// On the leader: each member's last replicated index (`None`: nothing yet).
     pub matched: Vec<(NodeId, Option<u64>)>,
     /// On the leader: milliseconds since a quorum last acknowledged it.
@@ -721,24 +723,32 @@ impl MuxNode {
             .collect();
         match raft.initialize(members).await {
             Ok(()) => {
-                // Elect now rather than after a whole election timeout (a new stream's first
-                // publish should not wait for it); again while the other members are still
-                // creating the group (their "no such group" fails the vote).
-                for _ in 0..FAST_ELECTIONS {
-                    let _ = raft.trigger().elect().await;
-                    let led = raft
-                        .wait(Some(FAST_ELECTION_WAIT))
-                        .metrics(|m| m.current_leader.is_some(), "leader")
-                        .await
-                        .is_ok();
-                    if led {
-                        break;
-                    }
-                }
+                self.campaign(group).await;
                 Ok(())
             }
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
             Err(e) => Err(ProposeError::Failed(e.to_string())),
+        }
+    }
+
+    /// Has this node stand for election in `group` now rather than after a whole election
+    /// timeout (a new stream's first publish should not wait for it); again while the other
+    /// members are still creating the group (their "no such group" fails the vote), until
+    /// the group has a leader.
+    pub async fn campaign(&self, group: GroupId) {
+        let Some(raft) = self.group(group) else {
+            return;
+        };
+        for _ in 0..FAST_ELECTIONS {
+            let _ = raft.trigger().elect().await;
+            let led = raft
+                .wait(Some(FAST_ELECTION_WAIT))
+                .metrics(|m| m.current_leader.is_some(), "leader")
+                .await
+                .is_ok();
+            if led {
+                break;
+            }
         }
     }
 
@@ -776,7 +786,27 @@ impl MuxNode {
     pub async fn remove_voter(&self, group: GroupId, id: NodeId) -> Result<(), ProposeError> {
         let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
         let voters: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
-        raft.change_membership(openraft::ChangeMembers::RemoveVoters(voters), false)
+        // Kept as a learner: it is still sent the log, so it learns that it no longer votes
+        // (and leaves the group then); a node dropped outright would never hear of it and
+        // would stand for election again and again. [`remove_learner`](Self::remove_learner)
+        // takes it out afterwards.
+        raft.change_membership(openraft::ChangeMembers::RemoveVoters(voters), true)
+            .await
+            .map_err(|e| match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,
+                e => ProposeError::Failed(e.to_string()),
+            })?;
+        Ok(())
+    }
+
+    /// Takes learner `id` out of the group's membership. Called on the leader.
+    ///
+    /// # Errors
+    /// Not the leader, or openraft's refusal.
+    pub async fn remove_learner(&self, group: GroupId, id: NodeId) -> Result<(), ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        let nodes: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
+        raft.change_membership(openraft::ChangeMembers::RemoveNodes(nodes), false)
             .await
             .map_err(|e| match e {
                 RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,
@@ -822,6 +852,15 @@ impl MuxNode {
                 .map(|(id, n)| (*id, n.addr.clone()))
                 .collect()
         };
+        let learners: Vec<NodeId> = {
+            let membership = m.membership_config.membership();
+            let voting: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+            membership
+                .nodes()
+                .map(|(id, _)| *id)
+                .filter(|id| !voting.contains(id))
+                .collect()
+        };
         let matched = m
             .replication
             .as_ref()
@@ -834,6 +873,7 @@ impl MuxNode {
             last_log_index: m.last_log_index,
             applied: m.last_applied.map(|l| l.index),
             voters,
+            learners,
             matched,
             quorum_ack_ms: m.millis_since_quorum_ack,
         })

@@ -354,10 +354,17 @@ fn update(
     let cur = acc.streams.get(name);
     let replicated = cur
         .as_ref()
-        .map_or(cfg.num_replicas > 1, |c| c.cfg.num_replicas > 1);
+        .map_or(cfg.num_replicas > 1, |c| c.group.is_some());
     if !replicated {
         if cfg.num_replicas > 1 {
-            return Err(ApiError::replicas_not_supported());
+            // This server's R1 stream becomes replicated (see cluster::promote).
+            let cluster = js.cluster().ok_or_else(ApiError::replicas_not_supported)?;
+            let cur = cur.ok_or_else(ApiError::stream_not_found)?;
+            cur.cfg.check_update(&cfg)?;
+            if overlap(acc, name, &cfg) {
+                return Err(ApiError::subjects_overlap());
+            }
+            return cluster.promote(acc, cfg);
         }
         if let (Some(c), true) = (js.cluster(), cur.is_some()) {
             c.claim(&acc.name, &cfg)?;
@@ -371,14 +378,7 @@ fn update(
         return Err(ApiError::subjects_overlap());
     }
     if cfg.num_replicas != cur.cfg.num_replicas {
-        if cfg.num_replicas < 2 {
-            // Not built yet: an R1 stream has no group to carry its history.
-            return Err(ApiError::new(
-                500,
-                10052,
-                "changing a replicated stream to R1 is not supported yet",
-            ));
-        }
+        // Down to 1 too: the stream keeps its group, now of one member (docs/cluster.md).
         return cluster.rescale(acc, cfg);
     }
     cluster.update_stream(acc, cfg)
@@ -392,7 +392,7 @@ fn delete(js: &Arc<JetStream>, acc: &Arc<AccountJs>, name: &str) -> Result<Value
         .get(name)
         .ok_or_else(ApiError::stream_not_found)?;
     if let Some(cluster) = js.cluster() {
-        if s.cfg.num_replicas > 1 {
+        if s.group.is_some() {
             return cluster.delete_stream(acc, name);
         }
         // The name is released in the cluster first: without a quorum, nothing is deleted.

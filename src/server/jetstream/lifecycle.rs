@@ -61,6 +61,29 @@ pub(crate) fn delete(
     acc: &Arc<AccountJs>,
     name: &str,
 ) -> Result<Value, ApiError> {
+    remove(js, acc, name, Pulls::End)
+}
+
+/// What a removed stream's waiting pull requests hear.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pulls {
+    /// `409 Consumer Deleted`: the stream and its consumers are gone.
+    End,
+    /// Nothing: the stream lives on as its replicated successor, whose consumers the clients'
+    /// next pull requests reach (an R1 stream that became replicated).
+    Keep,
+}
+
+/// [`delete`], telling waiting pull requests what `pulls` says.
+///
+/// # Errors
+/// As [`delete`].
+pub(crate) fn remove(
+    js: &Arc<JetStream>,
+    acc: &Arc<AccountJs>,
+    name: &str,
+    pulls: Pulls,
+) -> Result<Value, ApiError> {
     let s = acc
         .streams
         .get(name)
@@ -97,8 +120,13 @@ pub(crate) fn delete(
     if let Ok(mut st) = s.stream.try_lock() {
         stream_worker::remove_files(js, &mut st, s.id);
     }
-    // Rings the stream's thread, which ends its consumers' pulls and removes what is left.
-    let _ = s.tx.send(Cmd::EndPulls);
+    // Rings the stream's thread, which ends its consumers' pulls (when they end) and
+    // removes what is left.
+    let ring = match pulls {
+        Pulls::End => Cmd::EndPulls,
+        Pulls::Keep => Cmd::SourceReady,
+    };
+    let _ = s.tx.send(ring);
     info!(account = %acc.name, stream = %name, "stream deleted (data key destroyed)");
     Ok(json!({"success": true}))
 }

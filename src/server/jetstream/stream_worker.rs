@@ -248,6 +248,7 @@ pub(crate) fn spawn(
     let replica_tx = replica.as_ref().map(|r| Arc::clone(&r.tx));
     let view = replica.as_ref().map(|r| Arc::clone(&r.view));
     let replicated = replica.is_some();
+    let group = replica.as_ref().map(|r| r.group);
     let usage = Arc::new(Usage::default());
     let snapshot = Arc::new(SnapshotCell::default());
     snapshot.publish(published(&stream, now_nanos()));
@@ -303,6 +304,7 @@ pub(crate) fn spawn(
         budget,
         erased,
         copiers,
+        group,
     }));
 }
 
@@ -856,6 +858,12 @@ impl Worker {
                         self.fx.reply(&r, Bytes::from(body.to_string()));
                     }
                 }
+                // A pull request is not an API call with an answer: it is left unfilled, to
+                // expire as any pull nothing arrived for (its client pulls again).
+                Input::Api {
+                    call: ApiCall::MsgNext(..),
+                    ..
+                } => {}
                 Input::Api { call, reply, .. } => self.fx.reply(&reply, err_reply(&call, &e)),
                 Input::Ack { .. } | Input::FlowControl { .. } => {}
             }
@@ -869,6 +877,7 @@ impl Worker {
         let mut ack_replies: Vec<String> = Vec::new();
         let mut stop: Option<Option<SyncSender<()>>> = None;
         let mut snapshot_waiters = Vec::new();
+        let mut image_waiters = Vec::new();
         let mut intake = 0usize;
         if !cmds.is_empty() {
             self.changed_since_snapshot = true;
@@ -935,9 +944,9 @@ impl Worker {
                 }
                 // Only replicated streams get these, and `replicated_round` takes them.
                 Cmd::Apply(_, done) => drop(done),
-                Cmd::TakeImage(done) => {
-                    let _ = done.send(Err("the stream is not replicated".to_owned()));
-                }
+                // A stream of this server becoming replicated: its image once this round
+                // is stored and answered (a replicated stream's worker takes these itself).
+                Cmd::TakeImage(done) => image_waiters.push(done),
                 Cmd::InstallImage(_, done) => {
                     let _ = done.send(Err("the stream is not replicated".to_owned()));
                 }
@@ -990,6 +999,9 @@ impl Worker {
             }
         }
         self.execute(st);
+        for w in image_waiters {
+            let _ = w.send(st.image().map(|i| i.encode()).map_err(|e| e.to_string()));
+        }
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
         let last = st.store().state().last_seq;

@@ -43,6 +43,10 @@ pub(crate) struct StreamRef {
     pub(crate) erased: Arc<AtomicBool>,
     /// The streams that copy from this one (see `sourcing`).
     pub(crate) copiers: Arc<super::sourcing::Copiers>,
+    /// The Raft group whose replica this is, for a replicated stream (its replica count may
+    /// be 1: a replicated stream scaled down keeps its group); `None` for a stream of this
+    /// server alone.
+    pub(crate) group: Option<crate::consensus::GroupId>,
 }
 
 impl StreamRef {
@@ -59,6 +63,7 @@ impl StreamRef {
             budget: Arc::clone(&self.budget),
             erased: Arc::clone(&self.erased),
             copiers: Arc::clone(&self.copiers),
+            group: self.group,
         }
     }
 }

@@ -182,7 +182,7 @@ impl ClusterJs {
         let mut held = BTreeSet::new();
         for acc in js.accounts() {
             for s in acc.streams.all() {
-                if s.cfg.num_replicas > 1 {
+                if s.group.is_some() {
                     continue;
                 }
                 let key = (acc.name.clone(), s.cfg.name.clone());

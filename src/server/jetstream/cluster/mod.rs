@@ -54,6 +54,7 @@ use crate::server::route::Cluster;
 
 mod claims;
 mod moves;
+mod promote;
 
 /// The meta group's id.
 pub(crate) const META: GroupId = 0;
@@ -110,6 +111,15 @@ enum MetaCmd {
         account: String,
         name: String,
         server: String,
+    },
+    /// `origin`'s R1 stream becomes replicated on `peers` (`origin` first) as `group`, which
+    /// starts from the stream's state (see [`promote`]).
+    Promote {
+        account: String,
+        config: Box<StreamConfig>,
+        group: GroupId,
+        peers: Vec<String>,
+        origin: String,
     },
 }
 
@@ -324,6 +334,11 @@ struct Directory {
     /// crypto-erased on every node that kept it.
     #[serde(default)]
     keys: BTreeMap<GroupId, [u8; 32]>,
+    /// Groups seeded here from an R1 stream of this server whose promotion has not been
+    /// applied here yet: the meta entry ([`MetaCmd::Promote`], as JSON) to propose until it
+    /// is (see [`promote`]).
+    #[serde(default)]
+    promoting: BTreeMap<GroupId, String>,
 }
 
 impl Directory {
@@ -377,6 +392,17 @@ fn write_directory(dir: &Path, root: &Key32, directory: &Directory) -> std::io::
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(DIRECTORY))?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// A random id for a new stream group (never the meta group's nor the directory key's).
+fn new_group_id() -> GroupId {
+    let mut group = META;
+    while group == META || group == u64::MAX {
+        let mut b = [0u8; 8];
+        crate::crypto::random_bytes(&mut b);
+        group = u64::from_le_bytes(b);
+    }
+    group
 }
 
 /// A group's name as stream info shows it: `S-R<n><F|M>-` and 8 characters of its id.
@@ -499,6 +525,8 @@ pub(crate) async fn start(
         // Every group starts empty and casts no vote until it has caught up with a leader.
         node.begin_repair(META);
     }
+    // Before the meta log is applied: streams seeded into a group keep from taking writes.
+    cj.resume_promotions();
     let meta_log = log.group(META, group_key(&cj.group_root, META));
     let applier = Arc::new(MetaApplier {
         cj: Arc::downgrade(&cj),
@@ -712,6 +740,16 @@ impl ClusterJs {
                 name,
                 server,
             } => self.apply_release(account, name, &server),
+            MetaCmd::Promote {
+                account,
+                config,
+                group,
+                peers,
+                origin,
+            } => {
+                self.apply_promote(account, *config, group, peers, &origin)
+                    .await
+            }
             MetaCmd::RemoveServer { name } => {
                 info!(server = %name, "server removed from the JetStream meta group");
                 self.removed
@@ -840,6 +878,10 @@ impl ClusterJs {
             let acc = js
                 .account(&account)
                 .ok_or_else(ApiError::stream_not_found)?;
+            // A stream of that name that is no replica is not this entry's (see drop_replica).
+            if acc.streams.get(&name).is_some_and(|s| s.group.is_none()) {
+                return Ok(Value::Null);
+            }
             lifecycle::update(&acc, &name, config)
         })
         .await;
@@ -853,7 +895,13 @@ impl ClusterJs {
     async fn drop_replica(&self, account: String, name: String, group: GroupId) {
         if let Some(js) = self.js() {
             let _ = tokio::task::spawn_blocking(move || {
-                if let Some(acc) = js.account(&account) {
+                let Some(acc) = js.account(&account) else {
+                    return;
+                };
+                // Only the group's replica: a stream of the same name that is not (an R1
+                // stream created after this group's stream was deleted, met while the meta
+                // log is applied again at a start) is left alone.
+                if acc.streams.get(&name).is_some_and(|s| s.group == Some(group)) {
                     let _ = lifecycle::delete(&js, &acc, &name);
                 }
             })
@@ -1041,12 +1089,7 @@ impl ClusterJs {
         if candidates.len() < n {
             return Err(no_suitable_peers(&cfg));
         }
-        let mut group = 0;
-        while group == META || group == u64::MAX {
-            let mut b = [0u8; 8];
-            crate::crypto::random_bytes(&mut b);
-            group = u64::from_le_bytes(b);
-        }
+        let group = new_group_id();
         let name = cfg.name.clone();
         let here = candidates.contains(&self.name);
         let cmd = MetaCmd::Create {
@@ -1073,11 +1116,20 @@ impl ClusterJs {
             });
             return Ok(body(&info));
         }
-        // This node's replica exists (the meta entry is applied here); once its group has a
-        // leader (or the wait is over), it answers.
+        self.replica_answer(acc, &name, group)
+    }
+
+    /// The answer to a call that made this node's replica of a stream (the meta entry is
+    /// applied here): its info, once its group has a leader (or the wait is over).
+    fn replica_answer(
+        &self,
+        acc: &Arc<AccountJs>,
+        name: &str,
+        group: GroupId,
+    ) -> Result<Value, ApiError> {
         let s = acc
             .streams
-            .get(&name)
+            .get(name)
             .ok_or_else(|| ApiError::new(500, 10049, "this node's replica was not created"))?;
         let _ = self
             .runtime

@@ -1,6 +1,8 @@
 //! Moving a replicated stream's replicas: one server's replica replaced by another's
 //! (`$JS.API.STREAM.PEER.REMOVE.<S>`), and the replica count changed (`STREAM.UPDATE` with
-//! another `num_replicas`, between 2 and 5).
+//! another `num_replicas`, between 1 and 5: a replicated stream scaled down to one replica
+//! keeps its group, of one member, so it can be scaled up again the same way; an R1 stream
+//! that never had a group is promoted instead, see [`promote`](super::promote)).
 //!
 //! Both are one meta entry, [`MetaCmd::Replace`], naming the stream's new peers. Applying it,
 //! a server new in the list creates its (empty) replica and hosts the stream's group; a
@@ -31,6 +33,10 @@ use super::{local_info, unavailable, ClusterJs, MetaCmd, META};
 /// the next pass tries again.
 const MOVE_DEADLINE: Duration = Duration::from_secs(120);
 
+/// How long a replica moved away from this server waits for its group's leader to take it
+/// out of the voters before it leaves anyway.
+const LEAVE_AFTER: Duration = Duration::from_secs(30);
+
 impl ClusterJs {
     /// Applies [`MetaCmd::Replace`] on this node (see the module's doc).
     pub(super) async fn apply_replace(
@@ -56,7 +62,7 @@ impl ClusterJs {
             }
             (true, false) => {
                 info!(stream = %config.name, "this server's replica of the stream moves away");
-                self.drop_replica(account, config.name.clone(), group).await;
+                self.drop_replica_when_removed(account, config.name.clone(), group);
             }
             (true, true) => self.update_replica(account, *config).await,
             (false, false) => {}
@@ -84,7 +90,13 @@ impl ClusterJs {
             let have: BTreeSet<NodeId> = status.voters.iter().map(|(id, _)| *id).collect();
             let missing = peers.iter().find(|p| !have.contains(&node_id(p))).cloned();
             let extra = have.difference(&want).next().copied();
-            if missing.is_none() && extra.is_none() {
+            // A voter removed is kept as a learner until then (see MuxNode::remove_voter).
+            let leaving = status
+                .learners
+                .iter()
+                .find(|id| !want.contains(id))
+                .copied();
+            if missing.is_none() && extra.is_none() && leaving.is_none() {
                 continue;
             }
             if !self
@@ -112,7 +124,13 @@ impl ClusterJs {
                             info!(group, "removing a replica from a stream's group");
                             cj.node.remove_voter(group, id).await
                         }
-                        (None, None) => Ok(()),
+                        (None, None) => match leaving {
+                            Some(id) => {
+                                info!(group, "a removed replica leaves the stream's group");
+                                cj.node.remove_learner(group, id).await
+                            }
+                            None => Ok(()),
+                        },
                     }
                 };
                 match tokio::time::timeout(MOVE_DEADLINE, change).await {
@@ -133,9 +151,37 @@ impl ClusterJs {
         }
     }
 
+    /// Drops this server's replica once the group's leader has taken it out of the voters
+    /// (the leader needs it until then: going from three replicas to one, the first change's
+    /// joint quorum needs two of the three), or after [`LEAVE_AFTER`] without that news.
+    fn drop_replica_when_removed(self: &Arc<Self>, account: String, name: String, group: GroupId) {
+        let cj = Arc::clone(self);
+        tokio::spawn(async move {
+            let since = tokio::time::Instant::now();
+            loop {
+                let voting = cj
+                    .node
+                    .status(group)
+                    .is_some_and(|s| s.voters.iter().any(|(id, _)| *id == cj.me));
+                let back = cj
+                    .peers_of(&account, &name)
+                    .is_some_and(|p| p.contains(&cj.name));
+                if back {
+                    // Moved here again meanwhile: the replica stays.
+                    return;
+                }
+                if !voting || since.elapsed() >= LEAVE_AFTER {
+                    cj.drop_replica(account, name, group).await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
     /// Meta members that could take a replica: not among `peers`, not removed, this order
     /// rotated by the stream's name (as placement spreads streams).
-    fn spare_servers(&self, cfg: &StreamConfig, peers: &[String]) -> Vec<String> {
+    pub(super) fn spare_servers(&self, cfg: &StreamConfig, peers: &[String]) -> Vec<String> {
         let name = &cfg.name;
         let status = self.node.status(META).unwrap_or_default();
         let names = self.names.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -206,9 +252,10 @@ impl ClusterJs {
         Ok(json!({ "success": true }))
     }
 
-    /// `STREAM.UPDATE` of a replicated stream to another replica count (2–5): new peers from
+    /// `STREAM.UPDATE` of a replicated stream to another replica count (1–5): new peers from
     /// the servers that hold no replica, or the replicas beyond the count dropped (never the
-    /// group's leader nor this server's, while others can go).
+    /// group's leader nor this server's, while others can go). Scaled down to 1, the group
+    /// keeps its last member (it is the stream's log; its PubAcks wait for that one fsync).
     ///
     /// # Errors
     /// `400/10005 no suitable peers for placement` when too few servers are left; `10008`
