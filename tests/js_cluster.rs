@@ -1559,6 +1559,23 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
     }
 }
 
+/// Creates an R1 stream on node `js`'s server, retrying while the cluster is still forming.
+async fn create_r1(js: &jetstream::Context, name: &str, subjects: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = js
+        .create_stream(stream::Config {
+            name: name.into(),
+            subjects: vec![subjects.into()],
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+    {
+        assert!(Instant::now() < deadline, "no R1 stream: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Updates `name`'s replica count from node `js`, retrying while the cluster is still forming
 /// (10008, or 10005 until every server is a meta member).
 async fn set_replicas(js: &jetstream::Context, name: &str, n: usize) -> stream::Info {
@@ -1626,16 +1643,7 @@ async fn take_and_ack(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u6
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_to_one() {
     let (mut cl, js) = three_nodes().await;
-    let first = js[0]
-        .create_stream(stream::Config {
-            name: "GROWINGORDERS".into(),
-            subjects: vec!["growing.orders.>".into()],
-            num_replicas: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    drop(first);
+    create_r1(&js[0], "GROWINGORDERS", "growing.orders.>").await;
     let mut acked = BTreeMap::new();
     for n in 0..40 {
         let seq = publish_until_acked(&js, n, "growing.orders.x", order(n)).await;
@@ -1665,7 +1673,10 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
         let seq = publish_until_acked(&js, n, "growing.orders.x", order(n)).await;
         acked.insert(seq, order(n));
     }
-    assert_eq!(acked.keys().copied().collect::<Vec<_>>(), (1..=50).collect::<Vec<_>>());
+    assert_eq!(
+        acked.keys().copied().collect::<Vec<_>>(),
+        (1..=50).collect::<Vec<_>>()
+    );
     for j in &js {
         wait_messages(j, "GROWINGORDERS", 50).await;
         assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
@@ -1680,7 +1691,10 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
     cl.restart(0);
     let again = contexts(&cl, &[0]).await;
     wait_messages(&again[0], "GROWINGORDERS", 50).await;
-    assert_eq!(settled_history(&again[0], "GROWINGORDERS", &acked).await, acked);
+    assert_eq!(
+        settled_history(&again[0], "GROWINGORDERS", &acked).await,
+        acked
+    );
     let seq = publish_until_acked(&again, 0, "growing.orders.x", order(50)).await;
     acked.insert(seq, order(50));
     drop(again);
@@ -1693,12 +1707,18 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
     let k = cl.nodes.iter().position(|n| n.name == one[0]).unwrap();
     let seq = publish_until_acked(&js, 1, "growing.orders.x", order(51)).await;
     acked.insert(seq, order(51));
-    assert_eq!(settled_history(&js[k], "GROWINGORDERS", &acked).await, acked);
+    assert_eq!(
+        settled_history(&js[k], "GROWINGORDERS", &acked).await,
+        acked
+    );
     set_replicas(&js[2], "GROWINGORDERS", 3).await;
     assert_eq!(wait_replicas(&cl, &js, "GROWINGORDERS", 3).await.len(), 3);
     let seq = publish_until_acked(&js, 2, "growing.orders.x", order(52)).await;
     acked.insert(seq, order(52));
-    assert_eq!(acked.keys().copied().collect::<Vec<_>>(), (1..=53).collect::<Vec<_>>());
+    assert_eq!(
+        acked.keys().copied().collect::<Vec<_>>(),
+        (1..=53).collect::<Vec<_>>()
+    );
     for j in &js {
         wait_messages(j, "GROWINGORDERS", 53).await;
         assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
@@ -1709,7 +1729,12 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
         "acks survive both changes"
     );
     drop(js);
-    assert_every_store_sealed(&cl, &["growing.orders.x", "GROWINGORDERS", &order(7), &order(45)]);
+    if !cl.is_reference() {
+        assert_every_store_sealed(
+            &cl,
+            &["growing.orders.x", "GROWINGORDERS", &order(7), &order(45)],
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1719,20 +1744,7 @@ async fn a_new_r1_stream_keeps_the_name_of_a_deleted_r3_stream_across_a_restart(
     publish_until_acked(&js, 0, "reused.x", order(0)).await;
     js[0].delete_stream("REUSED").await.unwrap();
     // The same name again, as an R1 stream on a server that kept a replica of the first.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while js[1]
-        .create_stream(stream::Config {
-            name: "REUSED".into(),
-            subjects: vec!["reused.>".into()],
-            num_replicas: 1,
-            ..Default::default()
-        })
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "no R1 stream");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    create_r1(&js[1], "REUSED", "reused.>").await;
     let mut acked = BTreeMap::new();
     for n in 1..6 {
         let seq = publish_until_acked(&js, 1, "reused.x", order(n)).await;

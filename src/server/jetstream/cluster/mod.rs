@@ -901,7 +901,11 @@ impl ClusterJs {
                 // Only the group's replica: a stream of the same name that is not (an R1
                 // stream created after this group's stream was deleted, met while the meta
                 // log is applied again at a start) is left alone.
-                if acc.streams.get(&name).is_some_and(|s| s.group == Some(group)) {
+                if acc
+                    .streams
+                    .get(&name)
+                    .is_some_and(|s| s.group == Some(group))
+                {
                     let _ = lifecycle::delete(&js, &acc, &name);
                 }
             })

@@ -36,7 +36,9 @@ use crate::jetstream::config::StreamConfig;
 use super::super::cmd::Cmd;
 use super::super::lifecycle::{self, Pulls};
 use super::super::AccountJs;
-use super::{new_group_id, unavailable, write_directory, Assignment, ClusterJs, MetaCmd, API_WAIT, META};
+use super::{
+    new_group_id, unavailable, write_directory, Assignment, ClusterJs, MetaCmd, API_WAIT, META,
+};
 
 /// How often an unapplied promotion is proposed again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -97,7 +99,8 @@ impl ClusterJs {
         acc.unsubscribe_stream(&cur.subs);
         acc.streams
             .insert(Arc::new(cur.updated(cur.cfg.clone(), Vec::new())));
-        let seeded = take_image(&self.runtime, &cur.tx).and_then(|image| self.seed(group, &members, &image, &cmd));
+        let seeded = take_image(&self.runtime, &cur.tx)
+            .and_then(|image| self.seed(group, &members, &image, &cmd));
         if let Err(e) = seeded {
             // Nothing was proposed: the stream takes writes again, unchanged.
             self.unseed(group);
