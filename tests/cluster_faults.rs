@@ -33,7 +33,9 @@ use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use support::cluster::TestCluster;
-use support::history::{check_stream, History, Outcome};
+use support::history::{
+    check_kv, check_stream, History, KvCall, KvHistory, KvOp, KvOutcome, Outcome,
+};
 
 const STREAM: &str = "FAULTS";
 const CONSUMER: &str = "WORKER";
@@ -201,6 +203,214 @@ async fn consume(
     }
 }
 
+/// The key-value bucket of the KV workload: R3, every revision of a key kept (a key is
+/// written at most [`KV_WRITES_PER_KEY`] times), reads by `STREAM.MSG.GET` (no direct gets:
+/// those are answered by any replica from its own state, as nats-server's are, and are not
+/// meant to be linearizable).
+const BUCKET: &str = "FKV";
+const KV_KEYS: usize = 4;
+const KV_WRITES_PER_KEY: usize = 60;
+const KV_CLIENTS: usize = 2;
+
+async fn create_bucket(js: &jetstream::Context) -> Result<(), String> {
+    js.create_stream(stream::Config {
+        name: format!("KV_{BUCKET}"),
+        subjects: vec![format!("$KV.{BUCKET}.>")],
+        max_messages_per_subject: 64,
+        allow_rollup: true,
+        deny_delete: true,
+        discard: stream::DiscardPolicy::New,
+        num_replicas: 3,
+        allow_direct: false,
+        ..Default::default()
+    })
+    .await
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+/// One key-value client: reads a key, then writes it expecting the revision it read
+/// (`create` when there was none), over and over, every operation recorded.
+async fn kv_client(
+    p: usize,
+    urls: Arc<std::sync::Mutex<Vec<String>>>,
+    history: Arc<KvHistory>,
+    started: Arc<History>,
+    stop: Arc<AtomicBool>,
+    writes: Arc<std::sync::Mutex<BTreeMap<String, usize>>>,
+) {
+    let fresh = |urls: &std::sync::Mutex<Vec<String>>| urls.lock().unwrap().clone();
+    let mut js = connect(&fresh(&urls), p + 1).await;
+    let mut kv = None;
+    let mut n = 0usize;
+    let mut failures = 0;
+    while !stop.load(Ordering::Relaxed) {
+        if failures >= 5 {
+            js = connect(&fresh(&urls), p + 1).await;
+            kv = None;
+            failures = 0;
+        }
+        if kv.is_none() {
+            kv = js.get_key_value(BUCKET).await.ok();
+            if kv.is_none() {
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+        }
+        let store = kv.as_ref().unwrap();
+        n += 1;
+        let key = format!("k{}", (n * 7 + p) % KV_KEYS);
+        let invoked = started.now_ms();
+        let read = tokio::time::timeout(Duration::from_secs(3), store.entry(key.as_str())).await;
+        let outcome = match read {
+            Ok(Ok(Some(e))) => KvOutcome::Read(Some((
+                e.revision,
+                String::from_utf8_lossy(&e.value).into_owned(),
+            ))),
+            Ok(Ok(None)) => KvOutcome::Read(None),
+            _ => KvOutcome::Unknown,
+        };
+        history.record(KvOp {
+            process: p,
+            key: key.clone(),
+            call: KvCall::Read,
+            invoked_ms: invoked,
+            completed_ms: started.now_ms(),
+            outcome: outcome.clone(),
+        });
+        let KvOutcome::Read(seen) = outcome else {
+            failures += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        failures = 0;
+        let room = {
+            let mut w = writes.lock().unwrap();
+            let c = w.entry(key.clone()).or_default();
+            *c += 1;
+            *c <= KV_WRITES_PER_KEY
+        };
+        if room {
+            let expected = seen.map_or(0, |(r, _)| r);
+            let value = format!("kv-p{p}-{n:06}");
+            let invoked = started.now_ms();
+            let outcome = if expected == 0 {
+                match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    store.create(key.as_str(), Bytes::from(value.clone())),
+                )
+                .await
+                {
+                    Ok(Ok(rev)) => KvOutcome::Written(rev),
+                    Ok(Err(e)) if e.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => {
+                        KvOutcome::Refused
+                    }
+                    _ => KvOutcome::Unknown,
+                }
+            } else {
+                match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    store.update(key.as_str(), Bytes::from(value.clone()), expected),
+                )
+                .await
+                {
+                    Ok(Ok(rev)) => KvOutcome::Written(rev),
+                    Ok(Err(e)) if e.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
+                        KvOutcome::Refused
+                    }
+                    _ => KvOutcome::Unknown,
+                }
+            };
+            history.record(KvOp {
+                process: p,
+                key,
+                call: KvCall::Write { value, expected },
+                invoked_ms: invoked,
+                completed_ms: started.now_ms(),
+                outcome,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every revision the bucket holds (revision → (key, value)), read by sequence.
+async fn bucket_revisions(js: &jetstream::Context) -> BTreeMap<u64, (String, String)> {
+    let mut out = BTreeMap::new();
+    let Ok(mut s) = js.get_stream(format!("KV_{BUCKET}")).await else {
+        return out;
+    };
+    let Ok(info) = s.info().await else {
+        return out;
+    };
+    let prefix = format!("$KV.{BUCKET}.");
+    for seq in 1..=info.state.last_sequence {
+        if let Ok(m) = s.get_raw_message(seq).await {
+            let key = m.subject.as_str().trim_start_matches(&prefix).to_owned();
+            out.insert(seq, (key, String::from_utf8_lossy(&m.payload).into_owned()));
+        }
+    }
+    out
+}
+
+/// Damages one file of a stopped node's replicated data, as a failing disk would: a bit
+/// flipped in the middle, or the file cut at a random point. sealstream: its Raft log
+/// segments and snapshots; nats-server: its message blocks (streams' and Raft logs').
+fn damage(store: &std::path::Path, rng: &mut rand::rngs::StdRng) -> Option<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n == "damaged") {
+                    continue;
+                }
+                walk(&p, out);
+            } else if std::fs::metadata(&p).is_ok_and(|m| m.len() > 256) {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&store.join("jetstream"), &mut files);
+    files.retain(|p| {
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        matches!(ext, "rlog" | "snap" | "blk")
+    });
+    files.sort();
+    if files.is_empty() {
+        return None;
+    }
+    let file = files[rng.gen_range(0..files.len())].clone();
+    let mut bytes = std::fs::read(&file).ok()?;
+    let name = file.file_name()?.to_string_lossy().into_owned();
+    if rng.gen_bool(0.5) {
+        let at = bytes.len() / 2 + rng.gen_range(0..bytes.len() / 4);
+        bytes[at] ^= 1 << rng.gen_range(0..8);
+        std::fs::write(&file, &bytes).ok()?;
+        Some(format!("a bit flipped at byte {at} of {name}"))
+    } else {
+        let at = rng.gen_range(bytes.len() / 2..bytes.len());
+        std::fs::write(&file, &bytes[..at]).ok()?;
+        Some(format!("{name} cut to {at} of {} bytes", bytes.len()))
+    }
+}
+
+/// Waits (up to 30 s) until node `i` says it is healthy again: a damaged node has repaired
+/// its log from its peers (one damaged node at a time is the fault model: a minority).
+fn wait_healthy(cl: &TestCluster, i: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if cl.nodes[i].server.http_get("/healthz").0 == 200 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A node's copy of the stream (sequence → payload), once it stops changing.
 async fn copy_of(js: &jetstream::Context, last: u64) -> BTreeMap<u64, String> {
     let s = js.get_stream(STREAM).await.unwrap();
@@ -219,7 +429,7 @@ async fn last_seq(js: &jetstream::Context) -> Option<u64> {
 }
 
 /// Runs one seed; returns what the checker found (empty: nothing wrong).
-async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
+async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) -> Vec<String> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     // Hosts of their own when network namespaces can be made (root, `ip`): then partitions
     // join the faults. Declared first, so the servers stop before their hosts go.
@@ -277,6 +487,12 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = create_bucket(&admin).await {
+        assert!(Instant::now() < deadline, "no R3 bucket: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     let stop = Arc::new(AtomicBool::new(false));
     let urls = Arc::new(std::sync::Mutex::new(urls_of(&cl)));
     let seen = Arc::new(std::sync::Mutex::new(Consumed::default()));
@@ -296,13 +512,25 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
         )));
     }
 
+    let kv_writes = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    for p in 0..KV_CLIENTS {
+        workers.push(tokio::spawn(kv_client(
+            p,
+            Arc::clone(&urls),
+            Arc::clone(&kv_history),
+            Arc::clone(&history),
+            Arc::clone(&stop),
+            Arc::clone(&kv_writes),
+        )));
+    }
+
     // The faults: one at a time, each healed before the next.
     let end = Instant::now() + Duration::from_secs(fault_secs());
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..1200))).await;
         let victim = rng.gen_range(0..3);
         let hold = Duration::from_millis(rng.gen_range(500..2500));
-        let kind = rng.gen_range(0..12);
+        let kind = rng.gen_range(0..14);
         let other = (victim + 1 + rng.gen_range(0..2)) % 3;
         match (kind, &hosts) {
             (9, Some(h)) => {
@@ -353,6 +581,18 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
                 history.fault(format!("graceful restart n{}", victim + 1));
                 cl.stop(victim, true);
                 cl.restart(victim);
+            }
+            (12 | 13, _) => {
+                history.fault(format!("kill -9 n{}", victim + 1));
+                cl.stop(victim, false);
+                let store = cl.nodes[victim].server.store_dir().unwrap();
+                if let Some(what) = damage(&store, &mut rng) {
+                    history.fault(format!("disk damage on n{}: {what}", victim + 1));
+                }
+                cl.restart(victim);
+                history.fault(format!("restart n{}", victim + 1));
+                wait_healthy(&cl, victim);
+                history.fault(format!("n{} healthy", victim + 1));
             }
             _ => {
                 history.fault(format!(
@@ -464,6 +704,26 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
             &never[..never.len().min(10)]
         ));
     }
+    // The key-value histories, against every revision the bucket holds.
+    let revisions = bucket_revisions(&readers[0]).await;
+    let kv_ops = kv_history.ops();
+    let kv_wrong = check_kv(&kv_ops, &revisions);
+    if !kv_wrong.is_empty() {
+        wrong.push(format!(
+            "the key-value history is not linearizable ({} findings):",
+            kv_wrong.len()
+        ));
+        wrong.extend(kv_wrong.into_iter().take(20));
+    }
+    let kv_written = kv_ops
+        .iter()
+        .filter(|o| matches!(o.outcome, KvOutcome::Written(_)))
+        .count();
+    eprintln!(
+        "seed {seed}: key-value: {} operations, {kv_written} writes acknowledged, {} revisions stored",
+        kv_ops.len(),
+        revisions.len()
+    );
     let longest = ops
         .iter()
         .map(|o| o.completed_ms - o.invoked_ms)
@@ -487,7 +747,8 @@ async fn run_seed(seed: u64, history: Arc<History>) -> Vec<String> {
 async fn seeded_faults_lose_no_acknowledged_message_and_reuse_no_sequence() {
     for seed in seeds() {
         let history = Arc::new(History::default());
-        let wrong = run_seed(seed, Arc::clone(&history)).await;
+        let kv_history = Arc::new(KvHistory::default());
+        let wrong = run_seed(seed, Arc::clone(&history), Arc::clone(&kv_history)).await;
         let keep = std::env::var("SEALSTREAM_FAULT_DIR").ok();
         if wrong.is_empty() && keep.is_none() {
             continue;
@@ -498,6 +759,7 @@ async fn seeded_faults_lose_no_acknowledged_message_and_reuse_no_sequence() {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("faults-seed-{seed}.jsonl"));
         history.write_jsonl(&path);
+        kv_history.append_jsonl(&path);
         if !wrong.is_empty() && is_nats_server() {
             // The anchor is measured, not required: what the checker finds in nats-server
             // is reported beside ours (docs/PERFORMANCE.md), not a failure of this build.
@@ -521,7 +783,7 @@ async fn seeded_faults_lose_no_acknowledged_message_and_reuse_no_sequence() {
 mod checker {
     use std::collections::BTreeMap;
 
-    use crate::support::history::{check_stream, Op, Outcome};
+    use crate::support::history::{check_kv, check_stream, KvCall, KvOp, KvOutcome, Op, Outcome};
 
     fn op(process: usize, value: &str, at: u128, outcome: Outcome) -> Op {
         Op {
@@ -575,5 +837,92 @@ mod checker {
         assert!(check_stream(&ops2, &swapped)
             .iter()
             .any(|w| w.contains("which it published first")));
+    }
+
+    fn kv(key: &str, call: KvCall, at: (u128, u128), outcome: KvOutcome) -> KvOp {
+        KvOp {
+            process: 0,
+            key: key.into(),
+            call,
+            invoked_ms: at.0,
+            completed_ms: at.1,
+            outcome,
+        }
+    }
+
+    fn write(value: &str, expected: u64) -> KvCall {
+        KvCall::Write {
+            value: value.into(),
+            expected,
+        }
+    }
+
+    fn read(rev: u64, value: &str) -> KvOutcome {
+        KvOutcome::Read(Some((rev, value.into())))
+    }
+
+    #[test]
+    fn the_kv_checker_finds_lost_writes_broken_cas_stale_reads_and_false_refusals() {
+        // k: a at 1, b at 3 (written expecting 1), an unknown write c that did happen at 5.
+        let stored: BTreeMap<u64, (String, String)> =
+            [(1, ("k", "a")), (3, ("k", "b")), (5, ("k", "c"))]
+                .map(|(r, (k, v))| (r, (k.to_owned(), v.to_owned())))
+                .into();
+        let good = vec![
+            kv("k", write("a", 0), (0, 10), KvOutcome::Written(1)),
+            kv("k", KvCall::Read, (11, 12), read(1, "a")),
+            kv("k", write("b", 1), (20, 30), KvOutcome::Written(3)),
+            // Concurrent with b's write: either value is fine.
+            kv("k", KvCall::Read, (25, 26), read(1, "a")),
+            kv("k", write("z", 1), (40, 41), KvOutcome::Refused),
+            kv("k", write("c", 3), (50, 60), KvOutcome::Unknown),
+            kv("k", KvCall::Read, (61, 62), read(5, "c")),
+        ];
+        assert_eq!(check_kv(&good, &stored), Vec::<String>::new());
+
+        let mut stale = good.clone();
+        stale.push(kv("k", KvCall::Read, (35, 36), read(1, "a")));
+        assert!(check_kv(&stale, &stored)
+            .iter()
+            .any(|w| w.contains("stale read")));
+
+        let mut future = good.clone();
+        future.push(kv("k", KvCall::Read, (13, 14), read(3, "b")));
+        assert!(check_kv(&future, &stored)
+            .iter()
+            .any(|w| w.contains("written only from")));
+
+        let mut lost = good.clone();
+        lost.push(kv("k", write("d", 5), (70, 80), KvOutcome::Written(7)));
+        assert!(check_kv(&lost, &stored)
+            .iter()
+            .any(|w| w.contains("is lost")));
+
+        // Refused while revision 3 stood (b done at 30, c invoked only at 50): wrong.
+        let mut refused = good.clone();
+        refused.push(kv("k", write("e", 3), (32, 45), KvOutcome::Refused));
+        assert!(check_kv(&refused, &stored)
+            .iter()
+            .any(|w| w.contains("stood at revision 3 throughout")));
+        // Overlapping c's write, a refusal is possible.
+        let mut racing = good.clone();
+        racing.push(kv("k", write("f", 3), (45, 55), KvOutcome::Refused));
+        assert_eq!(check_kv(&racing, &stored), Vec::<String>::new());
+
+        let broken: BTreeMap<u64, (String, String)> = [(1, ("k", "a")), (3, ("k", "b"))]
+            .map(|(r, (k, v))| (r, (k.to_owned(), v.to_owned())))
+            .into();
+        let cas = vec![
+            kv("k", write("a", 0), (0, 10), KvOutcome::Written(1)),
+            kv("k", write("b", 0), (0, 10), KvOutcome::Written(3)),
+        ];
+        assert!(check_kv(&cas, &broken)
+            .iter()
+            .any(|w| w.contains("expected revision 0 but was stored after revision 1")));
+        let phantom: BTreeMap<u64, (String, String)> =
+            [(1, ("k".to_owned(), "q".to_owned()))].into();
+        assert!(check_kv(&[], &phantom)
+            .iter()
+            .any(|w| w.contains("nobody wrote")));
     }
 }

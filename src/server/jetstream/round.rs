@@ -45,11 +45,17 @@ pub(crate) struct Round {
 }
 
 /// Whether `call` only reads (answered by the replica that got it, not replicated).
+///
+/// `STREAM.MSG.GET` is not among them: it goes through the group's log like a write, and is
+/// answered when its round is applied, so it sees every write acknowledged before it was
+/// sent — linearizable reads, which a key-value client without direct gets relies on (a
+/// replica answering from its own state may be behind: a follower applies a moment after
+/// the leader, a restarted one catches up). `DIRECT.GET` stays the fast read any replica
+/// answers, as in nats-server, where it may be stale too.
 pub(crate) fn read_only(call: &ApiCall) -> bool {
     matches!(
         call,
         ApiCall::StreamInfo(_)
-            | ApiCall::MsgGet(_)
             | ApiCall::DirectGet(..)
             | ApiCall::ConsumerInfo(..)
             | ApiCall::ConsumerNames(_)
@@ -296,6 +302,8 @@ mod tests {
             ("$JS.API.CONSUMER.CREATE.S.C", false),
             ("$JS.API.CONSUMER.MSG.NEXT.S.C", false),
             ("$JS.API.STREAM.PURGE.S", false),
+            // Linearizable: answered when its round is applied.
+            ("$JS.API.STREAM.MSG.GET.S", false),
         ] {
             let call = ApiCall::parse(subject).unwrap();
             assert_eq!(read_only(&call), local, "{subject}");
