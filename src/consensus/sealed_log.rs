@@ -415,6 +415,12 @@ impl SealedLog {
         }
     }
 
+    /// Why the log failed for good (a write or `fdatasync` error), if it did: from then on it
+    /// refuses every write until the process starts again (see the module's doc).
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.shared).failed.clone()
+    }
+
     /// `group`'s snapshot file, sealed with `key` (its log key).
     pub fn snapshot_file(&self, group: GroupId, key: SealKey) -> SnapshotFile {
         let dir = lock(&self.shared).dir.clone();

@@ -376,7 +376,7 @@ pub(crate) fn healthz(s: &Shared, q: &HashMap<String, String>) -> (StatusCode, V
         return (StatusCode::OK, json!({ "status": "ok" }));
     };
     if let Some(e) = js.cluster().and_then(|c| c.health_error()) {
-        return unavailable(e);
+        return unavailable(&e);
     }
     (StatusCode::OK, json!({ "status": "ok" }))
 }

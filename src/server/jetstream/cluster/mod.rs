@@ -274,14 +274,20 @@ impl ClusterJs {
     }
 
     /// Why this server is not a healthy member of the JetStream cluster (`/healthz`), if
-    /// it is not: no meta leader known, or its Raft log under repair.
-    pub(crate) fn health_error(&self) -> Option<&'static str> {
+    /// it is not: its Raft log failed a write (a full or failing disk: it acknowledges nothing
+    /// more until it is restarted), under repair, or no meta leader known.
+    pub(crate) fn health_error(&self) -> Option<String> {
+        if let Some(why) = self.log.failure() {
+            return Some(format!(
+                "JetStream's Raft log failed a write ({why}); this server acknowledges nothing until it is restarted"
+            ));
+        }
         if self.node.is_repairing() {
-            return Some("JetStream is repairing this server's Raft log");
+            return Some("JetStream is repairing this server's Raft log".to_owned());
         }
         match self.node.status(META) {
             Some(s) if s.leader.is_some() => None,
-            _ => Some("JetStream has not established contact with a meta leader"),
+            _ => Some("JetStream has not established contact with a meta leader".to_owned()),
         }
     }
 }
