@@ -413,13 +413,13 @@ fn damage(store: &std::path::Path, rng: &mut rand::rngs::StdRng) -> Option<Strin
 
 /// Waits (up to 30 s) until node `i` says it is healthy again: a damaged node has repaired
 /// its log from its peers (one damaged node at a time is the fault model: a minority).
-fn wait_healthy(cl: &TestCluster, i: usize) {
+async fn wait_healthy(cl: &TestCluster, i: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if cl.nodes[i].server.http_get("/healthz").0 == 200 {
             return;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -690,7 +690,7 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
                     ));
                     cl.stop(2, false);
                     cl.restart(2);
-                    wait_healthy(&cl, 2);
+                    wait_healthy(&cl, 2).await;
                 }
             }
             (12 | 13, _) => {
@@ -702,7 +702,7 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
                 }
                 cl.restart(victim);
                 history.fault(format!("restart n{}", victim + 1));
-                wait_healthy(&cl, victim);
+                wait_healthy(&cl, victim).await;
                 history.fault(format!("n{} healthy", victim + 1));
             }
             _ => {
