@@ -5,7 +5,11 @@
 //! replicated data damaged (a bit flipped, or a file cut short: Raft log segments and
 //! snapshots; nats-server's message blocks) before it restarts, and, where network namespaces
 //! can be made (root: each node then on a host of its own), partitions — one node cut off
-//! from both others, or one link cut (a bridge) — and a full disk (n3's store on a small
+//! from both others, or one link cut (a bridge) —, lossy links (each side dropping 10–40 %
+//! of the other's packets at random: iptables' `statistic` match, as this kernel has no
+//! netem), slow links (one node's traffic shaped to 64–512 kbit/s: `tc tbf`), wall-clock
+//! jumps of one node by up to a minute either way (libfaketime, where Debian's `faketime` is
+//! installed; sealstream only — a Go binary reads its clock without libc) and a full disk (n3's store on a small
 //! tmpfs of its own, filled, then freed; a node that says on `/healthz` that its log failed
 //! a write is restarted, as its operator would).
 //!
@@ -28,8 +32,8 @@
 //! HTML report. A failure names its seed and keeps the history (JSON lines) at the path it
 //! prints; `SEALSTREAM_FAULT_DIR` keeps every run's history and verdict there.
 //!
-//! Not here (issue 16): slow or lossy links (a proxy of our own), clock jumps, nodes as
-//! containers (namespaces give them hosts of their own). The battery runs against nats-server
+//! Not here: nodes as containers (namespaces give them hosts of their own; the Docker test
+//! runs the compose cluster). The battery runs against nats-server
 //! too (`SEALSTREAM_TEST_SERVER`, in `scripts/test`); what the checker finds there is
 //! reported, not asserted.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is a failed test")]
@@ -411,6 +415,34 @@ fn damage(store: &std::path::Path, rng: &mut rand::rngs::StdRng) -> Option<Strin
     }
 }
 
+/// libfaketime (Debian's `faketime`), where it is installed: each sealstream node's wall
+/// clock can then jump on its own (the file `clock` in its working directory holds the
+/// offset; the monotonic clock is left alone, as an NTP step leaves it). nats-server, a Go
+/// binary, reads the clock without libc: its clock cannot be moved this way.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+fn clock_env() -> Option<Vec<(String, String)>> {
+    if is_nats_server() || !std::path::Path::new(FAKETIME).exists() {
+        return None;
+    }
+    Some(
+        [
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", "clock"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("FAKETIME_CACHE_DURATION", "1"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .to_vec(),
+    )
+}
+
+/// Moves node `i`'s wall clock by `secs` from true time (0: back to it).
+fn set_clock(cl: &TestCluster, i: usize, secs: i64) {
+    let path = cl.nodes[i].server.dir.path().join("clock");
+    std::fs::write(path, format!("{secs:+}\n")).unwrap();
+}
+
 /// Waits (up to 30 s) until node `i` says it is healthy again: a damaged node has repaired
 /// its log from its peers (one damaged node at a time is the fault model: a minority).
 async fn wait_healthy(cl: &TestCluster, i: usize) {
@@ -523,6 +555,10 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
         std::env::var("SEALSTREAM_FAULT_CONF").unwrap_or_default()
     );
     let conf = conf.as_str();
+    let clocks = clock_env();
+    if let Some(env) = &clocks {
+        support::TestServer::set_child_env(env.clone());
+    }
     let mut cl = match &hosts {
         Some(h) => TestCluster::start_js_on(h, 3, Some(conf)),
         None => {
@@ -621,7 +657,7 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..1200))).await;
         let victim = rng.gen_range(0..3);
         let hold = Duration::from_millis(rng.gen_range(500..2500));
-        let kind = rng.gen_range(0..15);
+        let kind = rng.gen_range(0..18);
         let other = (victim + 1 + rng.gen_range(0..2)) % 3;
         match (kind, &hosts) {
             (9, Some(h)) => {
@@ -672,6 +708,36 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
                 history.fault(format!("graceful restart n{}", victim + 1));
                 cl.stop(victim, true);
                 cl.restart(victim);
+            }
+            (15, Some(h)) => {
+                let percent = rng.gen_range(10..40);
+                history.fault(format!(
+                    "lossy link: n{} and n{} drop {percent} % of each other's packets",
+                    victim + 1,
+                    other + 1
+                ));
+                h.lossy(victim, other, percent);
+                tokio::time::sleep(hold * 2).await;
+                h.heal_lossy(victim, other, percent);
+                history.fault(format!("link healed: n{} and n{}", victim + 1, other + 1));
+            }
+            (16, Some(h)) => {
+                let kbit = rng.gen_range(64..512);
+                history.fault(format!("slow link: n{} sends at {kbit} kbit/s", victim + 1));
+                h.slow(victim, kbit);
+                tokio::time::sleep(hold * 2).await;
+                h.heal_slow(victim);
+                history.fault(format!("link healed: n{}", victim + 1));
+            }
+            (17, _) if clocks.is_some() => {
+                // Within the dedupe window (2 min): a jump past it shortens the window, and a
+                // retried publish may then be stored twice — by design, in nats-server too.
+                let secs = rng.gen_range(5..60) * if rng.gen_bool(0.5) { 1 } else { -1 };
+                history.fault(format!("clock jump on n{}: {secs:+} s", victim + 1));
+                set_clock(&cl, victim, secs);
+                tokio::time::sleep(hold * 2).await;
+                set_clock(&cl, victim, 0);
+                history.fault(format!("clock back on n{}", victim + 1));
             }
             (14, _) if small_disk.is_some() => {
                 let disk = small_disk.as_ref().unwrap();

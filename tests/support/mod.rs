@@ -70,6 +70,9 @@ pub fn audit_store(store: &Path) -> (i32, String) {
 }
 
 /// A running server process.
+/// See [`TestServer::set_child_env`].
+static CHILD_ENV: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
 pub struct TestServer {
     child: Option<Child>,
     /// Address it listens on (127.0.0.1 unless started in a network namespace).
@@ -183,6 +186,13 @@ impl TestServer {
         Self::spawn_at(None, "127.0.0.1", bin, reference, dir, args, conf)
     }
 
+    /// Environment every server started from now on gets (for example a libfaketime
+    /// preload, whose clock file is relative to the server's working directory, so each
+    /// server's clock can be moved on its own).
+    pub fn set_child_env(vars: Vec<(String, String)>) {
+        *CHILD_ENV.lock().unwrap() = vars;
+    }
+
     /// As [`TestServer::spawn_bin`], listening on `host`, inside the network namespace
     /// `netns` when given (`ip netns exec`, which execs the server: the child is the server).
     pub fn spawn_at(
@@ -203,6 +213,7 @@ impl TestServer {
             None => Command::new(bin),
         };
         cmd.current_dir(dir.path());
+        cmd.envs(CHILD_ENV.lock().unwrap().iter().cloned());
         if let Some(c) = &conf {
             let path = dir.path().join("server.conf");
             std::fs::write(&path, c).expect("write conf");

@@ -106,6 +106,76 @@ impl Hosts {
         }
     }
 
+    /// Makes the link between hosts `a` and `b` lossy: each side drops `percent` % of the
+    /// packets from the other, at random (iptables' `statistic` match: this kernel has no
+    /// netem). TCP retransmits, so the link is slow and jittery rather than broken.
+    pub fn lossy(&self, a: usize, b: usize, percent: u32) {
+        for (at, from) in [(a, b), (b, a)] {
+            assert!(
+                self.loss_rule(at, from, percent, "-I"),
+                "iptables statistic rule"
+            );
+        }
+    }
+
+    /// Undoes [`Hosts::lossy`].
+    pub fn heal_lossy(&self, a: usize, b: usize, percent: u32) {
+        for (at, from) in [(a, b), (b, a)] {
+            while self.loss_rule(at, from, percent, "-D") {}
+        }
+    }
+
+    fn loss_rule(&self, at: usize, from: usize, percent: u32, op: &str) -> bool {
+        let p = format!("{:.2}", f64::from(percent) / 100.0);
+        let src = self.addr(from);
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns(at), "iptables", op, "INPUT", "-s"])
+            .args([src.as_str(), "-m", "statistic", "--mode", "random"])
+            .args(["--probability", p.as_str(), "-j", "DROP"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// Makes host `i`'s link slow: its outgoing traffic shaped to `kbit` kbit/s (a token
+    /// bucket, `tc tbf`), so what it sends queues up behind the rate.
+    pub fn slow(&self, i: usize, kbit: u32) {
+        let dev = format!("ss{}i{i}", self.id);
+        let ok = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(i),
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &dev,
+            ])
+            .args(["root", "tbf", "rate", &format!("{kbit}kbit")])
+            .args(["burst", "32kbit", "latency", "500ms"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "tc tbf");
+    }
+
+    /// Undoes [`Hosts::slow`].
+    pub fn heal_slow(&self, i: usize) {
+        let dev = format!("ss{}i{i}", self.id);
+        let _ = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(i),
+                "tc",
+                "qdisc",
+                "del",
+                "dev",
+                &dev,
+            ])
+            .arg("root")
+            .output();
+    }
+
     fn forward_rule(&self, op: &str) -> bool {
         let bridge = self.bridge();
         let mut args = vec![op, "FORWARD"];
