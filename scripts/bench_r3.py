@@ -230,6 +230,68 @@ async def catchup(cl, args):
     return out
 
 
+async def promote(cl, args):
+    """An R1 stream of --promote MiB on node 1 made R3: time until the update is answered,
+    and until every node's own replica holds every message."""
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=60)
+    deadline = time.time() + 30
+    while True:
+        try:
+            await js.add_stream(name="P1", subjects=["p1.>"], num_replicas=1)
+            break
+        except Exception as e:
+            if time.time() > deadline:
+                raise RuntimeError(f"no R1 stream: {e}")
+            await asyncio.sleep(0.3)
+    payload = os.urandom(1024)
+    n = args.promote * 1024
+    sem = asyncio.Semaphore(256)
+
+    async def one(k):
+        async with sem:
+            await js.publish("p1.x", payload)
+
+    await asyncio.gather(*(one(k) for k in range(n)))
+    info = await js.stream_info("P1")
+    total = info.state.messages
+    cfg = info.config
+    cfg.num_replicas = 3
+    started = time.perf_counter()
+    await js.update_stream(cfg)
+    answered = time.perf_counter() - started
+    while not all(cl.local_messages(i, "P1") >= total for i in range(3)):
+        if time.perf_counter() - started > 180:
+            raise RuntimeError("the replicas did not fill in 180 s")
+        await asyncio.sleep(0.05)
+    whole = time.perf_counter() - started
+    # Writes again, acknowledged by the R3 stream.
+    ack = await js.publish("p1.x", payload)
+    assert ack.seq == total + 1, ack
+    await nc.close()
+    return {"promote_answer_s": answered, "promote_all_replicas_s": whole,
+            "promote_mb_s": n * 1024 / 1e6 / whole}
+
+
+async def gets(cl, args):
+    """--gets sequential STREAM.MSG.GET on the R3 stream through node 1 (not direct gets)."""
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    payload = os.urandom(args.size)
+    for _ in range(100):
+        await js.publish("r3.g", payload)
+    last = (await js.stream_info("R3")).state.last_seq
+    lat = []
+    for k in range(args.gets):
+        t = time.perf_counter()
+        m = await js.get_msg("R3", last - (k % 100))
+        lat.append(time.perf_counter() - t)
+        assert len(m.data) == args.size
+    lat.sort()
+    await nc.close()
+    return {"get_p50_us": lat[len(lat) // 2] * 1e6, "get_p99_us": lat[int(len(lat) * 0.99)] * 1e6}
+
+
 def cpu_seconds(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -301,6 +363,10 @@ async def measure(port, args, cl):
             out.update(await catchup(cl, args))
         if args.idle:
             out.update(await idle(cl, args))
+        if args.promote:
+            out.update(await promote(cl, args))
+        if args.gets:
+            out.update(await gets(cl, args))
         return out
     lat = []
     for _ in range(args.sync):
@@ -351,6 +417,8 @@ def main():
     ap.add_argument("--failover", type=int, default=0)
     ap.add_argument("--catchup", type=int, default=0, help="MiB")
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
+    ap.add_argument("--promote", type=int, default=0, help="MiB in an R1 stream made R3")
+    ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
     ap.add_argument("--idle-secs", type=float, default=10.0)
     ap.add_argument("--idle-replicas", type=int, default=3)
     ap.add_argument("--servers", default="sealstream,default,always",
