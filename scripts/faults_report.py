@@ -18,7 +18,7 @@ import sys
 
 W, H, PAD = 960, 260, 40
 COLORS = {"ok": "#2e7d32", "fail": "#c62828", "unknown": "#9e9e9e"}
-ROWS = {"publish": 0, "kv-write": 1, "kv-read": 2}
+ROWS = {"publish": 0, "kv-write": 1, "kv-read": 2, "request": 3}
 
 
 def load(path):
@@ -89,7 +89,7 @@ def fault_list(faults):
 
 def summary(ops):
     rows = []
-    for f in ("publish", "kv-read", "kv-write"):
+    for f in ("publish", "kv-read", "kv-write", "request"):
         mine = [o for o in ops if o.get("f", "publish") == f]
         if not mine:
             continue
@@ -117,8 +117,9 @@ def main():
              "<p>Each run: a three-node cluster, an R3 stream with three publishers "
              "(<code>Nats-Msg-Id</code>, retried until acknowledged) and a durable pull "
              "consumer, an R3 key-value bucket with two clients (reads, compare-and-set "
-             "writes), and a seeded series of faults. Dots: publishes by completion time and "
-             "latency; squares: key-value operations; green acknowledged, red refused, grey "
+             "writes), core request/reply to a responder on every node, and a seeded series of "
+             "faults. Dots: publishes by completion time and latency; squares: key-value "
+             "operations and requests; green acknowledged, red refused, grey "
              "unknown; dashed lines: faults. The verdict is the history checker's.</p>"]
     verdicts = []
     for d in dirs:

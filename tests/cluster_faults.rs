@@ -16,15 +16,18 @@
 //! Workloads: three publishers publish with `Nats-Msg-Id`, retrying each message until it
 //! is acknowledged; a durable pull consumer fetches and double-acks throughout; two
 //! key-value clients read a key and write it expecting the revision they read (`create`
-//! when absent). Every operation is recorded in a history (`support::history`). After the
+//! when absent); a requester sends core requests to a service with a responder on every
+//! node (a queue group). Every operation is recorded in a history (`support::history`). After the
 //! faults heal, the checker judges every server's copy of the stream: every acknowledged
 //! message exactly once at its acknowledged sequence, nothing nobody published, dense
 //! sequences, each publisher's order, every server alike; the consumer delivers every stored
 //! message and, once the cluster settled, never again one whose ack was confirmed; the
 //! key-value history is linearizable per key (`check_kv`: the bucket's revisions order the
 //! writes, compare-and-set and real time are checked against them, reads may be neither
-//! stale nor from the future — reads go through `STREAM.MSG.GET`, not direct gets); then the
-//! stores audit clean.
+//! stale nor from the future — reads go through `STREAM.MSG.GET`, not direct gets); every
+//! core reply is its own request's answer (core NATS is at most once: unanswered requests
+//! are counted, not judged) and, once healed, the service answers ten requests in a row
+//! within 30 s; then the stores audit clean.
 //!
 //! CI runs a fixed set of seeds; `SEALSTREAM_FAULT_SEEDS=4,5,6 SEALSTREAM_FAULT_SECS=120`
 //! runs others, longer, and `scripts/faults --minutes N --seed S` does so against sealstream
@@ -147,6 +150,112 @@ async fn publisher(
         // messages for the checker to read every copy back quickly.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Core request/reply through the cluster: one responder per node (a queue group), one
+/// requester. Core NATS promises at most once, so a request may go unanswered during a
+/// fault; what must hold is that every answer is the answer to that request.
+const SERVICE: &str = "svc.faults";
+
+/// Requests as they ended: (invoked ms, completed ms, request, answer or why none).
+type Requests = std::sync::Mutex<Vec<(u128, u128, String, Result<String, String>)>>;
+
+/// Serves `SERVICE` from node `i` (reconnecting with the nodes' current URLs when its
+/// connection has been down for 3 s) until `stop`.
+async fn responder(i: usize, urls: Arc<std::sync::Mutex<Vec<String>>>, stop: Arc<AtomicBool>) {
+    use futures::StreamExt;
+    while !stop.load(Ordering::Relaxed) {
+        let all = urls.lock().unwrap().clone();
+        let Ok(client) = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(
+                (0..all.len())
+                    .map(|k| {
+                        all[(i + k) % all.len()]
+                            .parse::<async_nats::ServerAddr>()
+                            .unwrap()
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .await
+        else {
+            continue;
+        };
+        let Ok(mut sub) = client.queue_subscribe(SERVICE, "svc".into()).await else {
+            continue;
+        };
+        let mut down_since: Option<Instant> = None;
+        while !stop.load(Ordering::Relaxed) {
+            match tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+                Ok(Some(m)) => {
+                    if let Some(reply) = m.reply {
+                        let answer =
+                            format!("re:{}:n{}", String::from_utf8_lossy(&m.payload), i + 1);
+                        let _ = client.publish(reply, answer.into()).await;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {}
+            }
+            if client.connection_state() == async_nats::connection::State::Connected {
+                down_since = None;
+            } else if down_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(3)
+            {
+                break;
+            }
+        }
+    }
+}
+
+/// Sends requests one after the other until `stop`, each recorded.
+async fn requester(
+    urls: Arc<std::sync::Mutex<Vec<String>>>,
+    requests: Arc<Requests>,
+    started: Arc<History>,
+    stop: Arc<AtomicBool>,
+) {
+    let fresh = |urls: &std::sync::Mutex<Vec<String>>| urls.lock().unwrap().clone();
+    let mut client = connect(&fresh(&urls), 2).await.client();
+    let mut n = 0u64;
+    let mut misses = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let request = format!("req-{n:06}");
+        let invoked = started.now_ms();
+        let r = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.request(SERVICE, request.clone().into()),
+        )
+        .await;
+        let outcome = match r {
+            Ok(Ok(m)) => Ok(String::from_utf8_lossy(&m.payload).into_owned()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".to_owned()),
+        };
+        misses = if outcome.is_ok() { 0 } else { misses + 1 };
+        requests
+            .lock()
+            .unwrap()
+            .push((invoked, started.now_ms(), request, outcome));
+        if misses >= 3 {
+            client = connect(&fresh(&urls), 2).await.client();
+            misses = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What is wrong with the requests' answers: an answer that is not its request's.
+fn check_requests(requests: &[(u128, u128, String, Result<String, String>)]) -> Vec<String> {
+    requests
+        .iter()
+        .filter_map(|(_, _, req, answer)| match answer {
+            Ok(a) if !a.starts_with(&format!("re:{req}:n")) => {
+                Some(format!("request {req} was answered {a}"))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What the consuming worker saw: stream sequences whose ack the server confirmed (a double
@@ -639,6 +748,22 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
         )));
     }
 
+    let requests: Arc<Requests> = Arc::default();
+    let service_stop = Arc::new(AtomicBool::new(false));
+    let mut responders = Vec::new();
+    for i in 0..3 {
+        responders.push(tokio::spawn(responder(
+            i,
+            Arc::clone(&urls),
+            Arc::clone(&service_stop),
+        )));
+    }
+    workers.push(tokio::spawn(requester(
+        Arc::clone(&urls),
+        Arc::clone(&requests),
+        Arc::clone(&history),
+        Arc::clone(&stop),
+    )));
     let kv_writes = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     for p in 0..KV_CLIENTS {
         workers.push(tokio::spawn(kv_client(
@@ -881,6 +1006,43 @@ async fn run_seed(seed: u64, history: Arc<History>, kv_history: Arc<KvHistory>) 
             &never[..never.len().min(10)]
         ));
     }
+    // Request/reply: every answer its request's; once healed, the service answers again.
+    let asked = requests.lock().unwrap().clone();
+    wrong.extend(check_requests(&asked));
+    let answered = asked.iter().filter(|r| r.3.is_ok()).count();
+    let client = context(&cl, 0).await.client();
+    let back = Instant::now() + Duration::from_secs(30);
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        let req = format!("after-{in_a_row}");
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            client.request(SERVICE, req.clone().into()),
+        )
+        .await
+        {
+            Ok(Ok(m))
+                if String::from_utf8_lossy(&m.payload).starts_with(&format!("re:{req}:n")) =>
+            {
+                in_a_row += 1;
+            }
+            _ => in_a_row = 0,
+        }
+        if Instant::now() > back {
+            wrong.push("core request/reply did not answer again within 30 s of the healing".into());
+            break;
+        }
+    }
+    service_stop.store(true, Ordering::Relaxed);
+    for r in responders {
+        r.await.unwrap();
+    }
+    eprintln!(
+        "seed {seed}: request/reply: {} requests, {answered} answered",
+        asked.len()
+    );
+    history.requests(&asked);
+
     // The key-value histories, against every revision the bucket holds.
     let revisions = bucket_revisions(&readers[0]).await;
     let kv_ops = kv_history.ops();

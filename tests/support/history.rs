@@ -50,6 +50,8 @@ pub struct History {
     ops: Mutex<Vec<Op>>,
     /// Faults as they were injected: (ms, what).
     faults: Mutex<Vec<(u128, String)>>,
+    /// Core requests (see [`History::requests`]).
+    requests: Mutex<Vec<(u128, u128, String, Result<String, String>)>>,
 }
 
 impl Default for History {
@@ -58,6 +60,7 @@ impl Default for History {
             start: Instant::now(),
             ops: Mutex::default(),
             faults: Mutex::default(),
+            requests: Mutex::default(),
         }
     }
 }
@@ -91,6 +94,16 @@ impl History {
         self.ops.lock().unwrap().clone()
     }
 
+    /// Records core requests as they ended — (invoked ms, completed ms, request, answer or
+    /// why none) — for the JSON-lines history (`f`: `request`; not judged by
+    /// [`check_stream`]).
+    pub fn requests(&self, requests: &[(u128, u128, String, Result<String, String>)]) {
+        self.requests
+            .lock()
+            .unwrap()
+            .extend(requests.iter().cloned());
+    }
+
     /// The history as JSON lines (faults and operations, by time).
     pub fn write_jsonl(&self, path: &Path) {
         let mut lines: Vec<(u128, String)> = Vec::new();
@@ -112,6 +125,22 @@ impl History {
                     "type": kind, "process": op.process, "f": "publish", "value": op.value,
                     "invoke_ms": op.invoked_ms, "complete_ms": op.completed_ms, "seq": seq,
                     "error": match &op.outcome { Outcome::Fail(e) => Some(e.as_str()), _ => None },
+                })
+                .to_string(),
+            ));
+        }
+        for (invoked, completed, request, answer) in self.requests.lock().unwrap().iter() {
+            let (kind, answer, error) = match answer {
+                Ok(a) => ("ok", Some(a.as_str()), None),
+                Err(e) if e.contains("timed out") => ("unknown", None, Some(e.as_str())),
+                Err(e) => ("fail", None, Some(e.as_str())),
+            };
+            lines.push((
+                *invoked,
+                serde_json::json!({
+                    "type": kind, "process": 99, "f": "request", "value": request,
+                    "answer": answer, "error": error,
+                    "invoke_ms": invoked, "complete_ms": completed,
                 })
                 .to_string(),
             ));
