@@ -118,6 +118,9 @@ pub struct Report {
     pub keyed: bool,
     /// Distinct plaintext fragments searched for.
     pub needles: usize,
+    /// Fragments left out of the search: so short that this much ciphertext would hold
+    /// them by chance (see `scan::Needles::significant`).
+    pub needles_too_short: usize,
     /// Streams (with a key).
     pub streams: Vec<StreamReport>,
     /// Everything found.
@@ -170,6 +173,7 @@ pub fn audit(o: &AuditOptions) -> Report {
         blocks_framed: 0,
         keyed: !o.no_key,
         needles: 0,
+        needles_too_short: 0,
         streams: vec![],
         findings: vec![],
     };
@@ -230,32 +234,55 @@ pub fn audit(o: &AuditOptions) -> Report {
     if !o.no_key {
         keyed_checks(&root, o, &mut report, &mut needles);
     }
+    // Needles short enough to turn up by chance in this much ciphertext are left out (and
+    // counted): a finding must mean a leak.
+    let (needles, too_short) = needles.significant(total_bytes);
+    let path_needles = needles.for_paths();
     report.needles = needles.len();
+    report.needles_too_short = too_short;
     if !needles.is_empty() {
         let pb = phase_bar(o, Some(total_bytes), "leak scan");
-        for (path, _, len) in &files {
-            pb.inc(*len);
-            let relp = path.display().to_string();
-            for hit in needles.found_in(relp.as_bytes()) {
-                report.findings.push(Finding {
-                    class: Class::Leak,
-                    path: relp.clone(),
-                    offset: None,
-                    detail: format!("path contains {hit:?}"),
-                });
-            }
-            if let Ok(bytes) = std::fs::read(root.join(path)) {
-                for hit in needles.found_in(&bytes) {
-                    let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
-                    report.findings.push(Finding {
+        // Two workers, each with the automaton, take files in turn (the search is CPU-bound:
+        // it reads at disk speed only when both cores search).
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let scan = || {
+            let mut found = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((path, _, len)) = files.get(i) else {
+                    return found;
+                };
+                pb.inc(*len);
+                let relp = path.display().to_string();
+                for hit in path_needles.found_in(relp.as_bytes()) {
+                    found.push(Finding {
                         class: Class::Leak,
                         path: relp.clone(),
-                        offset,
-                        detail: format!("plaintext {hit:?} in the raw bytes"),
+                        offset: None,
+                        detail: format!("path contains {hit:?}"),
                     });
                 }
+                if let Ok(bytes) = std::fs::read(root.join(path)) {
+                    for hit in needles.found_in(&bytes) {
+                        let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
+                        found.push(Finding {
+                            class: Class::Leak,
+                            path: relp.clone(),
+                            offset,
+                            detail: format!("plaintext {hit:?} in the raw bytes"),
+                        });
+                    }
+                }
             }
-        }
+        };
+        let mut found = std::thread::scope(|s| {
+            let other = s.spawn(scan);
+            let mut mine = scan();
+            mine.extend(other.join().unwrap_or_default());
+            mine
+        });
+        found.sort_by(|a, b| (&a.path, a.offset).cmp(&(&b.path, b.offset)));
+        report.findings.extend(found);
         pb.finish_and_clear();
     }
     report
@@ -442,7 +469,8 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
                     pb.inc(1);
                     needles.add_subject(&m.subject);
                     if m.payload.len() >= 8 {
-                        needles.add(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
+                        needles
+                            .add_payload(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
                     }
                 }
                 seq += 1;
@@ -550,6 +578,12 @@ pub fn print_summary(r: &Report) {
             msgs,
             r.needles
         );
+        if r.needles_too_short > 0 {
+            println!(
+                "         ({} fragments too short to tell a leak from chance in this much ciphertext were not searched)",
+                r.needles_too_short
+            );
+        }
     } else {
         println!("no key: structure and entropy checked only");
     }

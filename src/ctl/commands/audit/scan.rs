@@ -34,15 +34,51 @@ pub fn entropy_bits_per_byte(data: &[u8]) -> f64 {
 pub struct Needles {
     items: Vec<Vec<u8>>,
     seen: std::collections::HashSet<Vec<u8>>,
-    matcher: std::cell::OnceCell<Option<aho_corasick::AhoCorasick>>,
+    matcher: std::sync::OnceLock<Option<aho_corasick::AhoCorasick>>,
+    /// Payload prefixes: a uniform sample of at most [`PAYLOAD_SAMPLES`] (reservoir).
+    samples: Vec<Vec<u8>>,
+    offered: u64,
+    rng: u64,
 }
+
+/// How many payload prefixes the leak scan looks for. Payloads leak wholesale or not at all
+/// (a store either seals its blocks or it does not): a uniform sample this large finds a
+/// leak of even 0.01 % of the messages with near certainty, while one needle per message
+/// would make the search of a store of ten million messages cost gigabytes.
+pub const PAYLOAD_SAMPLES: usize = 65_536;
 
 impl Needles {
     /// Adds a needle (ignored when shorter than 4 bytes: too likely by chance in ciphertext).
     pub fn add(&mut self, needle: &[u8]) {
         if needle.len() >= 4 && self.seen.insert(needle.to_vec()) {
             self.items.push(needle.to_vec());
-            self.matcher = std::cell::OnceCell::new();
+            self.matcher = std::sync::OnceLock::new();
+        }
+    }
+
+    /// Offers a payload prefix to the sample (see [`PAYLOAD_SAMPLES`]).
+    pub fn add_payload(&mut self, prefix: &[u8]) {
+        if prefix.len() < 4 {
+            return;
+        }
+        self.offered += 1;
+        if self.samples.len() < PAYLOAD_SAMPLES {
+            self.samples.push(prefix.to_vec());
+            return;
+        }
+        // xorshift64*: a reservoir needs no cryptographic randomness.
+        if self.rng == 0 {
+            self.rng = 0x9E37_79B9_7F4A_7C15;
+        }
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let j = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.offered;
+        if let Some(slot) = self
+            .samples
+            .get_mut(usize::try_from(j).unwrap_or(usize::MAX))
+        {
+            *slot = prefix.to_vec();
         }
     }
 
@@ -54,14 +90,48 @@ impl Needles {
         }
     }
 
-    /// Number of needles.
+    /// The needles long enough that finding one in `haystack_bytes` of ciphertext by chance
+    /// is unlikely (fewer than one chance hit in a thousand audits, over every needle), and
+    /// how many were left out. A short token (`eu`, `00123`) is searched for only in a small
+    /// store: a random 5-byte string turns up once in about a terabyte, so 20,000 of them
+    /// turn up in a gigabyte of ciphertext — not a leak.
+    pub fn significant(&self, haystack_bytes: u64) -> (Needles, usize) {
+        let expected = (haystack_bytes.max(1) as f64) * (self.items.len().max(1) as f64) * 1000.0;
+        // 256^len > expected  <=>  len > log256(expected)
+        let min_len = ((expected.log2() / 8.0).floor() as usize + 1).max(4);
+        let mut out = Needles::default();
+        let mut dropped = 0;
+        for n in self.items.iter().chain(&self.samples) {
+            if n.len() >= min_len {
+                out.add(n);
+            } else {
+                dropped += 1;
+            }
+        }
+        (out, dropped)
+    }
+
+    /// The needles that could betray something in a path: not made of hex digits alone (every
+    /// name the store writes is hex — ids, pseudonyms — so a numeric subject token "matches"
+    /// them by chance).
+    pub fn for_paths(&self) -> Needles {
+        let mut out = Needles::default();
+        for n in &self.items {
+            if !n.iter().all(u8::is_ascii_hexdigit) {
+                out.add(n);
+            }
+        }
+        out
+    }
+
+    /// Number of needles (sampled payload prefixes included).
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.items.len() + self.samples.len()
     }
 
     /// True when there is nothing to look for.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.is_empty() && self.samples.is_empty()
     }
 
     /// The needles found in `haystack`, in the order they were added.
@@ -109,6 +179,51 @@ mod tests {
         n.add_subject("orders.europe.x");
         assert_eq!(n.found_in(b"....europe...."), vec!["europe".to_owned()]);
         assert!(n.found_in(b"nothing here").is_empty());
+    }
+
+    #[test]
+    fn short_needles_are_left_out_of_big_scans_and_hex_ones_out_of_paths() {
+        let mut n = Needles::default();
+        n.add(b"00123");
+        n.add(b"orders");
+        n.add(b"a-long-canary-string");
+        let (small, dropped) = n.significant(1 << 20);
+        assert_eq!(
+            (small.len(), dropped),
+            (3, 0),
+            "a megabyte: every needle counts"
+        );
+        let (big, dropped) = n.significant(10 << 30);
+        assert_eq!(
+            dropped, 1,
+            "ten gigabytes: a 5-byte token turns up by chance"
+        );
+        assert_eq!(
+            big.found_in(b"..a-long-canary-string.."),
+            vec!["a-long-canary-string"]
+        );
+        let paths = n.for_paths();
+        assert!(paths.found_in(b"s/00123abc/seg-1.log").is_empty());
+        assert_eq!(paths.found_in(b"s/orders/x"), vec!["orders"]);
+    }
+
+    #[test]
+    fn payload_prefixes_are_sampled_uniformly_up_to_the_cap() {
+        let mut n = Needles::default();
+        for i in 0..(PAYLOAD_SAMPLES as u64 * 3) {
+            n.add_payload(format!("payload-prefix-{i:08}").as_bytes());
+        }
+        assert_eq!(n.len(), PAYLOAD_SAMPLES);
+        let (all, _) = n.significant(1 << 20);
+        // Every third of the offers is about equally represented.
+        let late = all.found_in(
+            (PAYLOAD_SAMPLES as u64 * 2..PAYLOAD_SAMPLES as u64 * 3)
+                .map(|i| format!("payload-prefix-{i:08}|"))
+                .collect::<String>()
+                .as_bytes(),
+        );
+        let share = late.len() as f64 / PAYLOAD_SAMPLES as f64;
+        assert!((0.30..0.37).contains(&share), "{share}");
     }
 
     #[test]
