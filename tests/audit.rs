@@ -185,3 +185,111 @@ fn master_rotation_switches_the_key_without_rewriting_data() {
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["streams"][0]["messages"], 200);
 }
+
+fn sealctl(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args(args)
+        .env_remove("SEALSTREAM_STORE_KEY")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_signed_attestation_verifies_offline_and_tells_when_the_store_changed() {
+    let b = build_store();
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("audit.nk");
+    let report = dir.path().join("attestation.json");
+    let (seed_s, report_s) = (seed.to_str().unwrap(), report.to_str().unwrap());
+    let key = b.key.to_str().unwrap();
+    let root = b.root.to_str().unwrap();
+    // The auditor's key: a server-type nkey, its seed written 0600, never replaced.
+    let (code, public) = sealctl(&["audit-key", "init", "--out", seed_s]);
+    assert_eq!(code, 0);
+    let public = public.trim().to_owned();
+    assert!(public.starts_with('N'), "{public}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&seed).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_ne!(sealctl(&["audit-key", "init", "--out", seed_s]).0, 0);
+
+    let (code, out) = sealctl(&[
+        "audit",
+        root,
+        "--key-file",
+        key,
+        "--attest",
+        report_s,
+        "--sign-with",
+        seed_s,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let text = std::fs::read_to_string(&report).unwrap();
+    // What it holds: ids, counts, chain heads — no key material, no plaintext.
+    let seed_text = std::fs::read_to_string(&seed).unwrap();
+    let key_bytes = std::fs::read(&b.key).unwrap();
+    assert!(!text.contains(seed_text.trim()));
+    assert!(!text.contains(&data_encoding::HEXLOWER.encode(&key_bytes)));
+    assert!(!text.contains(PAYLOAD) && !text.contains(SUBJECT));
+    let signed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let inner: serde_json::Value =
+        serde_json::from_str(signed["attestation"].as_str().unwrap()).unwrap();
+    let store = &inner["stores"][0];
+    assert_eq!(store["streams"][0]["messages"], 200);
+    assert_eq!(store["cipher"], "XChaCha20-Poly1305");
+    assert!(store["store_id"].as_str().unwrap().len() == 32);
+    assert!(!store["segments"][0]["head"].as_str().unwrap().is_empty());
+
+    // The auditor, offline: the signature, and the store against it.
+    let (code, out) = sealctl(&["audit", "verify", report_s, "--signer", &public]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("signature: valid"), "{out}");
+    let (code, out) = sealctl(&[
+        "audit",
+        "verify",
+        report_s,
+        "--store",
+        root,
+        "--key-file",
+        key,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("matches the attestation"), "{out}");
+    // Another signer expected, or a figure changed after signing: invalid (exit 5).
+    let other = dir.path().join("other.nk");
+    let (_, other_public) = sealctl(&["audit-key", "init", "--out", other.to_str().unwrap()]);
+    assert_eq!(
+        sealctl(&["audit", "verify", report_s, "--signer", other_public.trim()]).0,
+        5
+    );
+    let forged = text.replace("\\\"messages\\\": 200", "\\\"messages\\\": 201");
+    assert_ne!(forged, text);
+    let forged_path = dir.path().join("forged.json");
+    std::fs::write(&forged_path, forged).unwrap();
+    let (code, out) = sealctl(&["audit", "verify", forged_path.to_str().unwrap()]);
+    assert_eq!(code, 5, "{out}");
+    // The store changed since (a byte of a sealed block flipped, as a rollback or an edit
+    // would change it): the segment's chain head differs (exit 6).
+    let seg = first_segment(&b.root);
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let last = bytes.iter().rposition(|x| *x != 0).unwrap();
+    bytes[last] ^= 0x01;
+    std::fs::write(&seg, bytes).unwrap();
+    let (code, out) = sealctl(&[
+        "audit",
+        "verify",
+        report_s,
+        "--store",
+        root,
+        "--key-file",
+        key,
+    ]);
+    assert_eq!(code, 6, "{out}");
+    assert!(out.contains("DIFFERS") && out.contains("head"), "{out}");
+}

@@ -157,8 +157,8 @@ async fn publisher(
 /// fault; what must hold is that every answer is the answer to that request.
 const SERVICE: &str = "svc.faults";
 
-/// Requests as they ended: (invoked ms, completed ms, request, answer or why none).
-type Requests = std::sync::Mutex<Vec<(u128, u128, String, Result<String, String>)>>;
+/// Requests as they ended.
+type Requests = std::sync::Mutex<Vec<support::history::Request>>;
 
 /// Serves `SERVICE` from node `i` (reconnecting with the nodes' current URLs when its
 /// connection has been down for 3 s) until `stop`.
@@ -246,7 +246,7 @@ async fn requester(
 }
 
 /// What is wrong with the requests' answers: an answer that is not its request's.
-fn check_requests(requests: &[(u128, u128, String, Result<String, String>)]) -> Vec<String> {
+fn check_requests(requests: &[support::history::Request]) -> Vec<String> {
     requests
         .iter()
         .filter_map(|(_, _, req, answer)| match answer {

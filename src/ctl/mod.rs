@@ -280,7 +280,103 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                     new_key_file,
                 },
         } => commands::audit::rotate_master(&store, key, key_file, new_key, new_key_file),
+        Command::AuditKey {
+            cmd: args::AuditKeyCmd::Init { out },
+        } => {
+            let key = crate::auth::nkeys::KeyPair::generate(crate::auth::nkeys::Role::Server);
+            {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                // Never over an existing key: losing it would orphan its attestations.
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&out)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+                f.write_all(key.seed().as_bytes())?;
+                f.sync_all()?;
+            }
+            println!("{}", key.public_key());
+            eprintln!(
+                "audit key seed written to {} (keep it secret; give auditors the public key above)",
+                out.display()
+            );
+            Ok(())
+        }
+        Command::Audit(args::AuditArgs {
+            cmd:
+                Some(args::AuditCmd::Verify {
+                    report,
+                    signer,
+                    stores,
+                    key,
+                    key_file,
+                }),
+            ..
+        }) => {
+            let text = std::fs::read_to_string(&report)?;
+            let attestation = match commands::audit::attest::verify(&text, signer.as_deref()) {
+                Ok(a) => a,
+                Err(e) => {
+                    println!("signature: INVALID ({e})");
+                    std::process::exit(5);
+                }
+            };
+            println!(
+                "signature: valid, by {} ({}, issued {})",
+                attestation.signer, attestation.tool, attestation.issued
+            );
+            for r in &attestation.stores {
+                println!(
+                    "attested: {} (store {}), {} streams, {} segments, {} findings, exit code {}",
+                    r.store,
+                    r.store_id.as_deref().unwrap_or("-"),
+                    r.streams.len(),
+                    r.segments.len(),
+                    r.findings.len(),
+                    attestation.exit_code
+                );
+            }
+            let mut differs = false;
+            for (i, store) in stores.iter().enumerate() {
+                let Some(attested) = attestation.stores.get(i) else {
+                    println!("{}: not in the attestation", store.display());
+                    differs = true;
+                    continue;
+                };
+                let opts = commands::audit::AuditOptions {
+                    store: store.clone(),
+                    key: key.clone().map(zeroize::Zeroizing::new),
+                    key_file: key_file.clone(),
+                    no_key: !attested.keyed,
+                    canaries: Vec::new(),
+                    progress: progress::enabled(false),
+                };
+                let now =
+                    tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
+                let d = commands::audit::attest::differences(attested, &now);
+                if d.is_empty() {
+                    println!("{}: matches the attestation", store.display());
+                } else {
+                    differs = true;
+                    println!("{}: DIFFERS from the attestation:", store.display());
+                    for line in d {
+                        println!("  {line}");
+                    }
+                }
+            }
+            if differs {
+                std::process::exit(6);
+            }
+            Ok(())
+        }
         Command::Audit(a) => {
+            if a.stores.is_empty() {
+                anyhow::bail!(
+                    "which store? `sealctl audit STORE...` or `sealctl audit verify REPORT`"
+                );
+            }
             // Every node's store in turn; the exit code is the first store's that is not
             // clean (0 when all are).
             let mut reports = Vec::new();
@@ -308,6 +404,15 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 .map(commands::audit::Report::exit_code)
                 .find(|c| *c != 0)
                 .unwrap_or(0);
+            if let (Some(out), Some(seed_file)) = (&a.attest, &a.sign_with) {
+                let seed = zeroize::Zeroizing::new(std::fs::read_to_string(seed_file)?);
+                let signed = commands::audit::attest::sign(&reports, code, seed.trim())
+                    .map_err(anyhow::Error::msg)?;
+                std::fs::write(out, signed)?;
+                if !a.json {
+                    println!("attestation: {} (signed)", out.display());
+                }
+            }
             if a.json {
                 match reports.as_slice() {
                     [one] => println!("{}", serde_json::to_string_pretty(one)?),

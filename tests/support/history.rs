@@ -44,6 +44,9 @@ pub struct Op {
     pub outcome: Outcome,
 }
 
+/// A core request as it ended: (invoked ms, completed ms, request, answer or why none).
+pub type Request = (u128, u128, String, Result<String, String>);
+
 /// The operations of one run, from every client, as they complete.
 pub struct History {
     start: Instant,
@@ -51,7 +54,7 @@ pub struct History {
     /// Faults as they were injected: (ms, what).
     faults: Mutex<Vec<(u128, String)>>,
     /// Core requests (see [`History::requests`]).
-    requests: Mutex<Vec<(u128, u128, String, Result<String, String>)>>,
+    requests: Mutex<Vec<Request>>,
 }
 
 impl Default for History {
@@ -97,7 +100,7 @@ impl History {
     /// Records core requests as they ended — (invoked ms, completed ms, request, answer or
     /// why none) — for the JSON-lines history (`f`: `request`; not judged by
     /// [`check_stream`]).
-    pub fn requests(&self, requests: &[(u128, u128, String, Result<String, String>)]) {
+    pub fn requests(&self, requests: &[Request]) {
         self.requests
             .lock()
             .unwrap()

@@ -16,8 +16,8 @@ pub use context::ContextCmd;
 pub use kv::{KvArgs, KvCmd};
 pub use msg::{PubArgs, ReplyArgs, ReqArgs, SubArgs};
 pub use server::{
-    AuditArgs, CheckCmd, CheckHealthzArgs, CheckJsArgs, RaftCmd, ReportCmd, ReportJsArgs,
-    ServerCmd, StoreCmd,
+    AuditArgs, AuditCmd, AuditKeyCmd, CheckCmd, CheckHealthzArgs, CheckJsArgs, RaftCmd, ReportCmd,
+    ReportJsArgs, ServerCmd, StoreCmd,
 };
 pub use stream::{StreamArgs, StreamClusterCmd, StreamCmd, StreamConfigArgs};
 pub use tenant::{AccountCmd, CredsArgs, KeysArg, OperatorCmd, SigningKeyCmd, UserCmd};
@@ -91,6 +91,12 @@ pub enum Command {
     /// Offline, read-only proof that a store is sealed and intact (exit codes: 0 clean,
     /// 1 integrity, 2 leak, 3 key/header, 4 layout).
     Audit(AuditArgs),
+    /// The key that signs audit attestations.
+    AuditKey {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: AuditKeyCmd,
+    },
     /// JetStream streams: add, edit, info, ls, rm, purge, get, rmm, view.
     Stream(StreamArgs),
     /// JetStream consumers: add, info, ls, rm, next.

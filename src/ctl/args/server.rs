@@ -151,12 +151,23 @@ pub struct CheckJsArgs {
 
 /// `sealctl audit`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct AuditArgs {
+    /// `verify`: check a signed attestation.
+    #[command(subcommand)]
+    pub cmd: Option<AuditCmd>,
     /// The store directory (`store_dir` or `store_dir/jetstream`); several, one per node of a
     /// cluster, to audit them all in one call (each with its own `<store>.key` unless a key
     /// is given).
-    #[arg(required = true, num_args = 1..)]
+    #[arg(num_args = 0..)]
     pub stores: Vec<std::path::PathBuf>,
+    /// Write a signed attestation of this audit to this file (needs `--sign-with`).
+    #[arg(long, requires = "sign_with")]
+    pub attest: Option<std::path::PathBuf>,
+    /// The nkey seed file that signs the attestation: an audit key (`sealctl audit-key init`)
+    /// or the operator's.
+    #[arg(long)]
+    pub sign_with: Option<std::path::PathBuf>,
     /// The store passphrase (or set SEALSTREAM_STORE_KEY).
     #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
     pub key: Option<String>,
@@ -172,6 +183,40 @@ pub struct AuditArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `sealctl audit verify`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuditCmd {
+    /// Check a signed attestation's signature and, with stores, that they still match it
+    /// (exit codes: 0 valid and matching, 5 signature invalid, 6 a store differs).
+    Verify {
+        /// The attestation file (`sealctl audit ... --attest`).
+        report: std::path::PathBuf,
+        /// The public nkey that must have signed it.
+        #[arg(long)]
+        signer: Option<String>,
+        /// The attested stores, in the same order, to audit again and compare.
+        #[arg(long = "store")]
+        stores: Vec<std::path::PathBuf>,
+        /// The stores' passphrase (or set SEALSTREAM_STORE_KEY).
+        #[arg(long, env = "SEALSTREAM_STORE_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// The stores' key file (default: `<store>.key` next to each store).
+        #[arg(long)]
+        key_file: Option<std::path::PathBuf>,
+    },
+}
+
+/// `sealctl audit-key ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AuditKeyCmd {
+    /// Make a dedicated audit signing key (an nkey seed, written 0600) and print its public key.
+    Init {
+        /// Where to write the seed.
+        #[arg(long, default_value = "audit.nk")]
+        out: std::path::PathBuf,
+    },
 }
 
 /// `sealctl store ...`.

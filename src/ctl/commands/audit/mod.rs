@@ -17,13 +17,14 @@
 //!
 //! Nothing is written: the store is opened with a shared lock and read-only options.
 
+pub mod attest;
 pub mod layout;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::store::block::{FRAME_HEADER_LEN, MAX_BLOCK_LEN, SYNC_MARKER};
@@ -37,7 +38,7 @@ use layout::FileKind;
 use scan::{entropy_bits_per_byte, Needles};
 
 /// Finding classes, with their exit codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     /// A block, header or state file that does not authenticate or frame correctly (exit 1).
@@ -71,7 +72,7 @@ impl Class {
 }
 
 /// One problem.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     /// Its class.
     pub class: Class,
@@ -84,8 +85,20 @@ pub struct Finding {
     pub detail: String,
 }
 
+/// One segment file's hash-chain head: its last block's tag, which every earlier block's
+/// tag feeds (each block carries its predecessor's), so it stands for the whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentHead {
+    /// The file (relative to the store root).
+    pub path: String,
+    /// Blocks framed in it.
+    pub blocks: u64,
+    /// Its last block's tag (hex); empty for a file without blocks.
+    pub head: String,
+}
+
 /// Per-stream figures (with a key).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamReport {
     /// Stream id (hex).
     pub id: String,
@@ -101,13 +114,31 @@ pub struct StreamReport {
     pub torn_tail_bytes: u64,
     /// Consumers whose state opened.
     pub consumers: u64,
+    /// The data key versions (generations) the keyring holds for it — ids, never keys.
+    #[serde(default)]
+    pub dek_versions: Vec<u32>,
+    /// The catalog's durable mark: segment, block, last sequence.
+    #[serde(default)]
+    pub durable_mark: Option<[u64; 3]>,
 }
 
 /// The whole report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     /// The store root audited.
     pub store: String,
+    /// The store's id (hex of its header's uuid; with a key).
+    #[serde(default)]
+    pub store_id: Option<String>,
+    /// How the master key is obtained (`argon2id passphrase` or `key file`; with a key).
+    #[serde(default)]
+    pub kdf: Option<String>,
+    /// The AEAD every block, key and record is sealed with.
+    #[serde(default)]
+    pub cipher: String,
+    /// Every segment file's chain head.
+    #[serde(default)]
+    pub segments: Vec<SegmentHead>,
     /// Files examined.
     pub files: u64,
     /// Bytes examined.
@@ -158,6 +189,9 @@ fn rel(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
+/// The AEAD of the store's blocks, keys and records (`crypto::seal`).
+pub const CIPHER: &str = "XChaCha20-Poly1305";
+
 /// Runs the audit.
 pub fn audit(o: &AuditOptions) -> Report {
     let root =
@@ -168,6 +202,10 @@ pub fn audit(o: &AuditOptions) -> Report {
         };
     let mut report = Report {
         store: root.display().to_string(),
+        store_id: None,
+        kdf: None,
+        cipher: CIPHER.to_owned(),
+        segments: vec![],
         files: 0,
         bytes: 0,
         blocks_framed: 0,
@@ -326,6 +364,12 @@ fn check_segment_framing(full: &Path, relp: &str, report: &mut Report) {
         return;
     }
     let mut off = SEGMENT_HEADER_LEN;
+    let mut head = SegmentHead {
+        path: relp.to_owned(),
+        blocks: 0,
+        head: String::new(),
+    };
+    let record = |report: &mut Report, head: SegmentHead| report.segments.push(head);
     while off < bytes.len() {
         // Zeros the writer filled ahead of its appends (docs/storage-format.md §1): unused
         // space, as recovery reads it. Not plaintext either.
@@ -379,8 +423,12 @@ fn check_segment_framing(full: &Path, relp: &str, report: &mut Report) {
             });
         }
         report.blocks_framed += 1;
+        head.blocks += 1;
+        head.head = data_encoding::HEXLOWER
+            .encode(block.get(block.len().saturating_sub(16)..).unwrap_or(&[]));
         off = end;
     }
+    record(report, head);
 }
 
 fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mut Needles) {
@@ -401,6 +449,14 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
             return;
         }
     };
+    report.store_id = Some(data_encoding::HEXLOWER.encode(&meta.store_uuid()));
+    report.kdf = Some(
+        match meta.kdf_kind() {
+            crate::store::meta::KdfKind::Passphrase => "argon2id passphrase",
+            crate::store::meta::KdfKind::KeyFile => "key file",
+        }
+        .to_owned(),
+    );
     raft_extent(root, &meta, report);
     let io: Arc<dyn crate::store::io::SegmentIo> = Arc::new(OsIo);
     let pb = phase_bar(o, None, "decrypt");
@@ -512,6 +568,13 @@ fn keyed_checks(root: &Path, o: &AuditOptions, report: &mut Report, needles: &mu
                 bytes: store.disk_bytes(),
                 torn_tail_bytes: rep.torn_tail.as_ref().map_or(0, |t| t.bytes),
                 consumers,
+                dek_versions: meta
+                    .stream_meta(sm.stream_id)
+                    .map(|m| m.dek_versions)
+                    .unwrap_or_default(),
+                durable_mark: checkpoint
+                    .mark
+                    .map(|m| [m.segment_id, m.block_index, m.last_seq]),
             });
         }
     }
