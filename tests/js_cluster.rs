@@ -1559,6 +1559,24 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
     }
 }
 
+/// The acknowledged sequences are 1..=`last` (dense, none reused) and every node's replica
+/// holds exactly that history.
+async fn every_node_holds(
+    js: &[jetstream::Context],
+    name: &str,
+    acked: &BTreeMap<u64, String>,
+    last: u64,
+) {
+    assert_eq!(
+        acked.keys().copied().collect::<Vec<_>>(),
+        (1..=last).collect::<Vec<_>>()
+    );
+    for j in js {
+        wait_messages(j, name, last).await;
+        assert_eq!(settled_history(j, name, acked).await, *acked);
+    }
+}
+
 /// Creates an R1 stream on node `js`'s server, retrying while the cluster is still forming.
 async fn create_r1(js: &jetstream::Context, name: &str, subjects: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1673,14 +1691,7 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
         let seq = publish_until_acked(&js, n, "growing.orders.x", order(n)).await;
         acked.insert(seq, order(n));
     }
-    assert_eq!(
-        acked.keys().copied().collect::<Vec<_>>(),
-        (1..=50).collect::<Vec<_>>()
-    );
-    for j in &js {
-        wait_messages(j, "GROWINGORDERS", 50).await;
-        assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
-    }
+    every_node_holds(&js, "GROWINGORDERS", &acked, 50).await;
     // The consumer kept its acks: the next deliveries are 16 onwards.
     assert_eq!(
         take_and_ack(&js[2], "GROWINGORDERS", 5).await,
@@ -1715,14 +1726,7 @@ async fn an_r1_stream_becomes_r3_with_its_history_and_consumer_and_scales_back_t
     assert_eq!(wait_replicas(&cl, &js, "GROWINGORDERS", 3).await.len(), 3);
     let seq = publish_until_acked(&js, 2, "growing.orders.x", order(52)).await;
     acked.insert(seq, order(52));
-    assert_eq!(
-        acked.keys().copied().collect::<Vec<_>>(),
-        (1..=53).collect::<Vec<_>>()
-    );
-    for j in &js {
-        wait_messages(j, "GROWINGORDERS", 53).await;
-        assert_eq!(settled_history(j, "GROWINGORDERS", &acked).await, acked);
-    }
+    every_node_holds(&js, "GROWINGORDERS", &acked, 53).await;
     assert_eq!(
         take_and_ack(&js[1], "GROWINGORDERS", 2).await,
         vec![21, 22],

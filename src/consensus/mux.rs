@@ -784,19 +784,13 @@ impl MuxNode {
     /// # Errors
     /// [`ProposeError::NoLeader`] when this node does not lead the group; openraft's refusal.
     pub async fn remove_voter(&self, group: GroupId, id: NodeId) -> Result<(), ProposeError> {
-        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
-        let voters: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
         // Kept as a learner: it is still sent the log, so it learns that it no longer votes
         // (and leaves the group then); a node dropped outright would never hear of it and
         // would stand for election again and again. [`remove_learner`](Self::remove_learner)
         // takes it out afterwards.
-        raft.change_membership(openraft::ChangeMembers::RemoveVoters(voters), true)
+        let voters = [id].into_iter().collect();
+        self.change_members(group, openraft::ChangeMembers::RemoveVoters(voters), true)
             .await
-            .map_err(|e| match e {
-                RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,
-                e => ProposeError::Failed(e.to_string()),
-            })?;
-        Ok(())
     }
 
     /// Takes learner `id` out of the group's membership. Called on the leader.
@@ -804,9 +798,19 @@ impl MuxNode {
     /// # Errors
     /// Not the leader, or openraft's refusal.
     pub async fn remove_learner(&self, group: GroupId, id: NodeId) -> Result<(), ProposeError> {
+        let nodes = [id].into_iter().collect();
+        self.change_members(group, openraft::ChangeMembers::RemoveNodes(nodes), false)
+            .await
+    }
+
+    async fn change_members(
+        &self,
+        group: GroupId,
+        change: openraft::ChangeMembers<NodeId, BasicNode>,
+        retain: bool,
+    ) -> Result<(), ProposeError> {
         let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
-        let nodes: std::collections::BTreeSet<NodeId> = [id].into_iter().collect();
-        raft.change_membership(openraft::ChangeMembers::RemoveNodes(nodes), false)
+        raft.change_membership(change, retain)
             .await
             .map_err(|e| match e {
                 RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ProposeError::NoLeader,

@@ -57,13 +57,7 @@ impl ClusterJs {
         acc: &Arc<AccountJs>,
         cfg: StreamConfig,
     ) -> Result<Value, ApiError> {
-        if !cfg.sources.is_empty() || cfg.mirror.is_some() {
-            return Err(ApiError::new(
-                500,
-                10052,
-                "replicated mirrors and sources are not supported yet",
-            ));
-        }
+        super::refuse_copying(&cfg)?;
         let name = cfg.name.clone();
         let cur = acc
             .streams
