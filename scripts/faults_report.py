@@ -109,11 +109,16 @@ def main():
         print(__doc__)
         sys.exit(2)
     out, dirs = pathlib.Path(sys.argv[1]), [pathlib.Path(d) for d in sys.argv[2:]]
-    parts = ["<!doctype html><meta charset=utf-8><title>sealstream fault battery</title>",
-             "<style>body{font:14px sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 8px}.clean{color:#2e7d32}"
-             ".bad{color:#c62828}.runs{display:flex;gap:2em;flex-wrap:wrap}</style>",
-             "<h1>Fault battery</h1>",
+    # The style of `sealctl bench --report` (src/ctl/commands/bench/report.rs).
+    parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+             "<title>sealstream fault battery</title>",
+             "<style>body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1000px;"
+             "color:#222} h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em} "
+             "h3{font-size:1em} table{border-collapse:collapse} th,td{padding:2px 10px;"
+             "border-bottom:1px solid #ddd;text-align:left} td{font-variant-numeric:tabular-nums}"
+             " svg{background:#fff;border:1px solid #ddd} .clean{color:#2e7d32}"
+             " .bad{color:#c62828}</style></head><body>",
+             "<h1>sealstream fault battery</h1>",
              "<p>Each run: a three-node cluster, an R3 stream with three publishers "
              "(<code>Nats-Msg-Id</code>, retried until acknowledged) and a durable pull "
              "consumer, an R3 key-value bucket with two clients (reads, compare-and-set "
@@ -123,7 +128,8 @@ def main():
              "unknown; dashed lines: faults. The verdict is the history checker's.</p>"]
     verdicts = []
     for d in dirs:
-        parts.append(f"<h2>{html.escape(d.name)}</h2><div class=runs>")
+        parts.append(f"<h2>{html.escape(d.name)}: timeline of faults and operations, "
+                     "latency and throughput over time</h2><div>")
         for hist in sorted(d.glob("faults-seed-*.jsonl")):
             seed = hist.stem.split("-")[-1]
             vpath = d / f"faults-seed-{seed}.verdict.json"
@@ -141,7 +147,8 @@ def main():
     rows = "".join(f"<tr><td>{html.escape(n)}</td><td>{s}</td>"
                    f"<td class={'clean' if not f else 'bad'}>{'clean' if not f else f'{len(f)} findings'}</td></tr>"
                    for n, s, f in verdicts)
-    parts.insert(4, f"<table><tr><th>set-up</th><th>seed</th><th>verdict</th></tr>{rows}</table>")
+    parts.insert(4, "<h2>Summary</h2><table><tr><th>set-up</th><th>seed</th><th>verdict</th></tr>"
+                    f"{rows}</table>")
     out.write_text("\n".join(parts))
     print(f"report: {out}")
 
