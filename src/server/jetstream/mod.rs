@@ -423,7 +423,15 @@ impl AccountJs {
                 self.api_total.fetch_add(1, Ordering::Relaxed);
                 if self.limits().is_some() {
                     if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
-                        if matches!(call, ApiCall::DirectGet(..) | ApiCall::MsgGet(_))
+                        // Reads answered here, on the connection's thread, when the stream is
+                        // idle — except a replicated stream's MSG.GET, which goes through its
+                        // group's log to be linearizable (see `round::read_only`).
+                        let local_read = match call {
+                            ApiCall::DirectGet(..) => true,
+                            ApiCall::MsgGet(_) => s.group.is_none(),
+                            _ => false,
+                        };
+                        if local_read
                             && stream_worker::try_read(
                                 &s.stream,
                                 &self.account,
