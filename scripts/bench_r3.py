@@ -111,16 +111,21 @@ class Cluster:
         return -1
 
 
-async def create_r3(js):
+async def add_stream(js, name, subject, replicas):
+    """Creates a stream, retrying while the cluster is still forming (up to 30 s)."""
     deadline = time.time() + 30
     while True:
         try:
-            await js.add_stream(name="R3", subjects=["r3.>"], num_replicas=3)
+            await js.add_stream(name=name, subjects=[subject], num_replicas=replicas)
             return
         except Exception as e:
             if time.time() > deadline:
-                raise RuntimeError(f"no R3 stream: {e}")
+                raise RuntimeError(f"no R{replicas} stream {name}: {e}")
             await asyncio.sleep(0.3)
+
+
+async def create_r3(js):
+    await add_stream(js, "R3", "r3.>", 3)
 
 
 async def stream_leader(js):
@@ -235,15 +240,7 @@ async def promote(cl, args):
     and until every node's own replica holds every message."""
     nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
     js = nc.jetstream(timeout=60)
-    deadline = time.time() + 30
-    while True:
-        try:
-            await js.add_stream(name="P1", subjects=["p1.>"], num_replicas=1)
-            break
-        except Exception as e:
-            if time.time() > deadline:
-                raise RuntimeError(f"no R1 stream: {e}")
-            await asyncio.sleep(0.3)
+    await add_stream(js, "P1", "p1.>", 1)
     payload = os.urandom(1024)
     n = args.promote * 1024
     sem = asyncio.Semaphore(256)
