@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use sealstream::ctl::commands::audit::{audit, print_summary, AuditOptions};
+use sealstream::audit::{audit, AuditOptions, Progress};
+use sealstream::ctl::commands::audit::print_summary;
 use sealstream::store::file_store::{FileStore, FileStoreConfig};
 use sealstream::store::io::OsIo;
 use sealstream::store::meta::{KeySource, MetaOptions, MetaStore};
@@ -50,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         key_file: Some(key.clone()),
         no_key: false,
         canaries,
-        progress: false,
+        progress: Progress::new(),
     };
     println!("== audit of the sealed store ==");
     let report = audit(&opts(vec![]));

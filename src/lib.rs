@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![recursion_limit = "256"]
 
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod consensus;

@@ -125,3 +125,219 @@ async fn a_jetstream_workload_leaves_a_sealed_store_that_audits_clean() {
     let streams = v["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 2, "PAYROLL and KV_secrets-bucket: {v:#}");
 }
+
+const LIVE_CONF: &str = r#"
+accounts {
+  SYS: { users: [ {user: admin, password: pw} ] }
+  ACME: { jetstream: enabled, users: [ {user: acme, password: pw} ] }
+  GLOBEX: { jetstream: enabled, users: [ {user: globex, password: pw} ] }
+}
+system_account: SYS
+"#;
+
+/// `sealctl` with `args`: exit code, stdout, stderr.
+fn sealctl(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args(args)
+        .env_remove("SEALSTREAM_STORE_KEY")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Publishes to `subject` with acks until `stop`; returns how many were acknowledged.
+async fn keep_publishing(
+    url: String,
+    user: &'static str,
+    subject: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u64 {
+    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+        .connect(url)
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    let mut acked = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        js.publish(subject, format!("confidential-ledger-entry-{acked}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        acked += 1;
+    }
+    acked
+}
+
+async fn add_stream(url: &str, user: &str, name: &str, subjects: &str) {
+    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+        .connect(url)
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.into(),
+            subjects: vec![subjects.into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some(format!("{name}-reader")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// Issue 17: the operator audits the running server while a client keeps publishing, hands
+/// the auditor a signed report that verifies offline, and `/metrics` counted the audit; a
+/// canary planted in the store is found live; a tenant's own audit covers its streams and
+/// names nothing of the other tenant's.
+#[tokio::test]
+async fn a_running_server_audits_its_live_store_for_the_operator_and_for_a_tenant() {
+    let s = TestServer::start_js_with(&["-m", "-1"], Some(LIVE_CONF));
+    if s.is_reference() {
+        return; // nats-server has no audit
+    }
+    add_stream(&s.url(), "acme", "ACME_LEDGER", "ledger.acme.>").await;
+    add_stream(&s.url(), "globex", "GLOBEX_BOOKS", "books.globex.>").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acme = tokio::spawn(keep_publishing(
+        s.url(),
+        "acme",
+        "ledger.acme.eu",
+        stop.clone(),
+    ));
+    let globex = tokio::spawn(keep_publishing(
+        s.url(),
+        "globex",
+        "books.globex.us",
+        stop.clone(),
+    ));
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            let (_, m) = s.http_get("/metrics");
+            m.contains("sealstream_in_msgs_total") && !m.contains("sealstream_in_msgs_total 0\n")
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The operator: the whole store, signed.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.nk");
+    let report = dir.path().join("live.attestation");
+    let (code, public, err) = sealctl(&["audit-key", "init", "--out", key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let url = s.url();
+    let (code, out, err) = sealctl(&[
+        "audit",
+        "--live",
+        "--server",
+        &url,
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+        "--attest",
+        report.to_str().unwrap(),
+        "--sign-with",
+        key.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "live audit while publishing: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["live"], true, "{v:#}");
+    assert_eq!(v["streams"].as_array().unwrap().len(), 2, "{v:#}");
+    assert!(v["streams"][0]["messages"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["needles"].as_u64().unwrap() > 0, "{v:#}");
+    let (code, out, err) = sealctl(&[
+        "audit",
+        "verify",
+        report.to_str().unwrap(),
+        "--signer",
+        public.trim(),
+    ]);
+    assert_eq!(
+        code, 0,
+        "the signed live report verifies offline: {out}{err}"
+    );
+    let (_, metrics) = s.http_get("/metrics");
+    assert!(
+        metrics.contains("sealstream_audits_total 1")
+            && metrics.contains("sealstream_audit_running 0"),
+        "{metrics}"
+    );
+
+    // A canary planted under the store is found while the server runs.
+    let store = s.store_dir().unwrap().join("jetstream");
+    std::fs::write(store.join("tmp").join("debug-dump"), "CANARY-live-41c7").unwrap();
+    let (code, out, _) = sealctl(&[
+        "audit",
+        "--server",
+        &url,
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+        "--canary",
+        "CANARY-live-41c7",
+    ]);
+    assert_eq!(code, 2, "a leak: {out}");
+    assert!(out.contains("tmp/debug-dump"), "{out}");
+    std::fs::remove_file(store.join("tmp").join("debug-dump")).unwrap();
+
+    // A tenant: its own account only, and nothing of the other tenant in the report.
+    let (code, out, err) = sealctl(&[
+        "audit",
+        "--live",
+        "--tenant",
+        "--server",
+        &url,
+        "--user",
+        "acme",
+        "--password",
+        "pw",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "tenant audit: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["account"], "ACME", "{v:#}");
+    assert_eq!(v["streams"].as_array().unwrap().len(), 1, "{v:#}");
+    assert!(!out.contains("GLOBEX") && !out.contains("globex"), "{out}");
+    let globex_id = {
+        let c = async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw".into())
+            .connect(s.url())
+            .await
+            .unwrap();
+        let m = c
+            .request(
+                "$SYS.REQ.SERVER.PING.AUDIT",
+                r#"{"account":"GLOBEX"}"#.into(),
+            )
+            .await
+            .unwrap();
+        let g: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(g["data"]["account"], "GLOBEX", "{g:#}");
+        g["data"]["streams"][0]["id"].as_str().unwrap().to_owned()
+    };
+    assert!(
+        !out.contains(&globex_id),
+        "the other tenant's stream id: {out}"
+    );
+    assert!(
+        !out.contains(store.to_str().unwrap()),
+        "the server's paths: {out}"
+    );
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(acme.await.unwrap() > 0);
+    assert!(globex.await.unwrap() > 0);
+}

@@ -179,6 +179,10 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
             let s = Session::open(&target, &conn).await?;
             commands::server::raft_peer_remove(&s, &peer, peer_id).await
         }
+        Command::Audit(a) if a.stores.is_empty() && (a.live || server_explicit) => {
+            let reports = commands::audit::live(&target, &a).await?;
+            finish_audit(&a, reports)
+        }
         other => {
             run(args::Cli {
                 server: cli.server,
@@ -316,7 +320,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             ..
         }) => {
             let text = std::fs::read_to_string(&report)?;
-            let attestation = match commands::audit::attest::verify(&text, signer.as_deref()) {
+            let attestation = match crate::audit::attest::verify(&text, signer.as_deref()) {
                 Ok(a) => a,
                 Err(e) => {
                     println!("signature: INVALID ({e})");
@@ -345,17 +349,20 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                     differs = true;
                     continue;
                 };
-                let opts = commands::audit::AuditOptions {
+                let opts = crate::audit::AuditOptions {
                     store: store.clone(),
                     key: key.clone().map(zeroize::Zeroizing::new),
                     key_file: key_file.clone(),
                     no_key: !attested.keyed,
                     canaries: Vec::new(),
-                    progress: progress::enabled(false),
+                    progress: crate::audit::Progress::new(),
                 };
-                let now =
-                    tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
-                let d = commands::audit::attest::differences(attested, &now);
+                let bar = commands::audit::draw(opts.progress.clone(), progress::enabled(false));
+                let now = tokio::task::spawn_blocking(move || crate::audit::audit(&opts)).await?;
+                if let Some(bar) = bar {
+                    let _ = bar.join();
+                }
+                let d = crate::audit::attest::differences(attested, &now);
                 if d.is_empty() {
                     println!("{}: matches the attestation", store.display());
                 } else {
@@ -381,17 +388,22 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             // clean (0 when all are).
             let mut reports = Vec::new();
             for store in &a.stores {
-                let opts = commands::audit::AuditOptions {
+                let opts = crate::audit::AuditOptions {
                     store: store.clone(),
                     key: a.key.clone().map(zeroize::Zeroizing::new),
                     key_file: a.key_file.clone(),
                     no_key: a.no_key,
                     canaries: a.canary.clone(),
-                    progress: progress::enabled(a.json),
+                    progress: crate::audit::Progress::new(),
                 };
+                let bar =
+                    commands::audit::draw(opts.progress.clone(), progress::enabled(a.conn.json));
                 let report =
-                    tokio::task::spawn_blocking(move || commands::audit::audit(&opts)).await?;
-                if !a.json {
+                    tokio::task::spawn_blocking(move || crate::audit::audit(&opts)).await?;
+                if let Some(bar) = bar {
+                    let _ = bar.join();
+                }
+                if !a.conn.json {
                     if a.stores.len() > 1 {
                         println!("== {}", store.display());
                     }
@@ -399,35 +411,7 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 }
                 reports.push(report);
             }
-            let code = reports
-                .iter()
-                .map(commands::audit::Report::exit_code)
-                .find(|c| *c != 0)
-                .unwrap_or(0);
-            if let (Some(out), Some(seed_file)) = (&a.attest, &a.sign_with) {
-                let seed = zeroize::Zeroizing::new(std::fs::read_to_string(seed_file)?);
-                let signed = commands::audit::attest::sign(&reports, code, seed.trim())
-                    .map_err(anyhow::Error::msg)?;
-                std::fs::write(out, signed)?;
-                if !a.json {
-                    println!("attestation: {} (signed)", out.display());
-                }
-            }
-            if a.json {
-                match reports.as_slice() {
-                    [one] => println!("{}", serde_json::to_string_pretty(one)?),
-                    all => println!(
-                        "{}",
-                        serde_json::to_string_pretty(
-                            &serde_json::json!({"stores": all, "exit_code": code})
-                        )?
-                    ),
-                }
-            }
-            if code != 0 {
-                std::process::exit(i32::from(code));
-            }
-            Ok(())
+            finish_audit(&a, reports)
         }
         Command::Server {
             cmd: ServerCmd::Config { keys, resolver_dir },
@@ -452,4 +436,38 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             .await
         }
     }
+}
+
+/// The end of every `sealctl audit`: the signed attestation, the JSON, the exit code (the
+/// first report's that is not clean).
+fn finish_audit(a: &args::AuditArgs, reports: Vec<crate::audit::Report>) -> anyhow::Result<()> {
+    let code = reports
+        .iter()
+        .map(crate::audit::Report::exit_code)
+        .find(|c| *c != 0)
+        .unwrap_or(0);
+    if let (Some(out), Some(seed_file)) = (&a.attest, &a.sign_with) {
+        let seed = zeroize::Zeroizing::new(std::fs::read_to_string(seed_file)?);
+        let signed =
+            crate::audit::attest::sign(&reports, code, seed.trim()).map_err(anyhow::Error::msg)?;
+        std::fs::write(out, signed)?;
+        if !a.conn.json {
+            println!("attestation: {} (signed)", out.display());
+        }
+    }
+    if a.conn.json {
+        match reports.as_slice() {
+            [one] => println!("{}", serde_json::to_string_pretty(one)?),
+            all => println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"stores": all, "exit_code": code})
+                )?
+            ),
+        }
+    }
+    if code != 0 {
+        std::process::exit(i32::from(code));
+    }
+    Ok(())
 }

@@ -245,7 +245,7 @@ impl Shared {
                 .and_then(|t| t.system_account.clone())
                 .or_else(|| opts.system_account.clone())
                 .unwrap_or_else(|| "$SYS".to_owned());
-            Some(system::System::new(accounts.create(&name)))
+            Some(system::System::new(accounts.create(&name), &server_id))
         };
         if let (Some(c), Some(sys)) = (&cluster, &system) {
             let _ = c.system_account.set(sys.account.name.clone());

@@ -12,6 +12,8 @@
 //! - `$SYS.REQ.ACCOUNT.<id>.CLAIMS.LOOKUP`: the stored account JWT.
 //! - `$SYS.REQ.SERVER.PING` (and `.STATSZ`): server statistics, with the cluster's routes
 //!   and `active_servers` as nats-server gives them.
+//! - `$SYS.REQ.SERVER.<id>.AUDIT` (this server) and `$SYS.REQ.SERVER.PING.AUDIT` (every
+//!   server): a live audit of the store (`jetstream/audit.rs`), answered when it is done.
 //!
 //! It publishes `$SYS.ACCOUNT.<account>.CONNECT` / `DISCONNECT` events. Tenants cannot reach
 //! any of this: `$SYS.>` in their account is their own subject space.
@@ -62,14 +64,16 @@ pub(crate) struct System {
 
 impl System {
     /// Creates the internal client and its subscriptions in `account`.
-    pub(crate) fn new(account: Arc<Account>) -> Arc<Self> {
+    pub(crate) fn new(account: Arc<Account>, server_id: &str) -> Arc<Self> {
         let client = Arc::new(ClientHandle::new(
             INTERNAL_CID,
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             INTERNAL_MAX_PENDING,
         ));
         client.headers.store(true, Ordering::Relaxed);
+        let audit = format!("$SYS.REQ.SERVER.{server_id}.AUDIT");
         let subjects = [
+            audit.as_str(),
             "$SYS.REQ.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
@@ -83,7 +87,7 @@ impl System {
             let sub = Arc::new(Subscription {
                 subscriber: Subscriber::Client(Arc::clone(&client)),
                 sid: Bytes::from(i.to_string()),
-                subject: Bytes::from_static(s.as_bytes()),
+                subject: Bytes::copy_from_slice(s.as_bytes()),
                 queue: None,
                 delivered: AtomicU64::new(0),
                 max: AtomicU64::new(0),
@@ -286,6 +290,58 @@ impl System {
                         });
                 me.publish(&reply, &answer);
             });
+            return true;
+        }
+        if subject == "$SYS.REQ.SERVER.PING.AUDIT"
+            || (subject.starts_with("$SYS.REQ.SERVER.") && subject.ends_with(".AUDIT"))
+        {
+            let server = Self::server_block(&shared);
+            let max_payload = usize::try_from(shared.opts.max_payload).unwrap_or(usize::MAX);
+            let answer = move |r: Result<crate::audit::Report, String>| {
+                let answer = match r {
+                    Ok(report) => {
+                        let v = json!({ "server": server, "data": report });
+                        // The reply must fit a message; a report too large says so.
+                        if v.to_string().len() > max_payload {
+                            json!({ "server": server, "error": { "code": 413, "description": format!("the audit report ({} findings, {} segments) is larger than max_payload; audit per account or offline", report.findings.len(), report.segments.len()) } })
+                        } else {
+                            v
+                        }
+                    }
+                    Err(e) => {
+                        json!({ "server": server, "error": { "code": 409, "description": e } })
+                    }
+                };
+                me.publish(&reply, &answer);
+            };
+            let Some(js) = shared.jetstream.get() else {
+                answer(Err("JetStream is not enabled on this server".into()));
+                return true;
+            };
+            let request = match super::jetstream::audit::AuditRequest::parse(&payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    answer(Err(e));
+                    return true;
+                }
+            };
+            let scope = match &request.account {
+                Some(a) => crate::audit::Scope::Account(a.clone()),
+                None => crate::audit::Scope::Store,
+            };
+            // One closure answers either way: started (later, with the report) or refused.
+            let answer = Arc::new(Mutex::new(Some(answer)));
+            let later = Arc::clone(&answer);
+            let started = super::jetstream::audit::start(js, scope, request, move |report| {
+                if let Some(a) = later.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    a(Ok(report));
+                }
+            });
+            if let Err(e) = started {
+                if let Some(a) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    a(Err(e.to_owned()));
+                }
+            }
             return true;
         }
         let Some(kind) = subject.strip_prefix("$SYS.REQ.SERVER.PING.") else {

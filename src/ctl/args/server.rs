@@ -180,9 +180,26 @@ pub struct AuditArgs {
     /// A string that must not appear in any file or path (repeatable).
     #[arg(long)]
     pub canary: Vec<String>,
-    /// Print the report as JSON.
+    /// Audit the running servers instead (with `--server` and a system account user's
+    /// `--creds`): every server of the cluster audits its own live store.
     #[arg(long)]
-    pub json: bool,
+    pub live: bool,
+    /// Live: only this account's streams.
+    #[arg(long, requires = "live")]
+    pub account: Option<String>,
+    /// Live, as a tenant: audit your own account's streams (`$JS.API.ACCOUNT.AUDIT`) on each
+    /// server of `--server` (comma-separated).
+    #[arg(long, requires = "live", conflicts_with = "account")]
+    pub tenant: bool,
+    /// Live: the servers' reading pace in bytes per second (default: the server's, 32 MiB/s).
+    #[arg(long, requires = "live")]
+    pub bytes_per_sec: Option<u64>,
+    /// Live: how long to wait for the reports, e.g. `10m`.
+    #[arg(long, requires = "live", default_value = "10m")]
+    pub wait: String,
+    /// Connection options (live).
+    #[command(flatten)]
+    pub conn: super::ConnArgs,
 }
 
 /// `sealctl audit verify`.

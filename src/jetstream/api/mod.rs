@@ -70,6 +70,9 @@ pub enum ApiCall {
     StreamPeerRemove(String),
     /// `CONSUMER.LEADER.STEPDOWN.<S>.<C>`.
     ConsumerLeaderStepdown(String, String),
+    /// `ACCOUNT.AUDIT`: sealstream's own call (not nats-server's) — a live audit of the
+    /// calling account's streams on the server that answers (`server/jetstream/audit.rs`).
+    AccountAudit,
 }
 
 impl ApiCall {
@@ -128,6 +131,7 @@ impl ApiCall {
             ["STREAM", "LEADER", "STEPDOWN", n] => ApiCall::StreamLeaderStepdown(s(n)),
             ["STREAM", "PEER", "REMOVE", n] => ApiCall::StreamPeerRemove(s(n)),
             ["CONSUMER", "LEADER", "STEPDOWN", n, c] => ApiCall::ConsumerLeaderStepdown(s(n), s(c)),
+            ["ACCOUNT", "AUDIT"] => ApiCall::AccountAudit,
             _ => return None,
         })
     }
@@ -181,6 +185,7 @@ impl ApiCall {
             ApiCall::StreamLeaderStepdown(_) => "stream_leader_stepdown",
             ApiCall::StreamPeerRemove(_) => "stream_remove_peer",
             ApiCall::ConsumerLeaderStepdown(..) => "consumer_leader_stepdown",
+            ApiCall::AccountAudit => "account_audit",
         }
     }
 

@@ -125,6 +125,9 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
         sink.reply(&m.reply, err_reply(call, &ApiError::stream_not_found()));
         return;
     }
+    if *call == ApiCall::AccountAudit {
+        return audit_account(js, acc, sink, m);
+    }
     let r = match call {
         ApiCall::AccountInfo => Ok(account_info(js, acc)),
         ApiCall::StreamCreate(name) => create(js, acc, name, &m.payload),
@@ -151,6 +154,52 @@ fn handle(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: A
         }
     };
     sink.reply(&m.reply, bytes);
+}
+
+/// `$JS.API.ACCOUNT.AUDIT`: a live audit of this account's streams in this server's store,
+/// answered from the audit's thread when it is done (the API thread goes on serving).
+fn audit_account(js: &Arc<JetStream>, acc: &Arc<AccountJs>, sink: &mut RouterSink, m: ApiMsg) {
+    let call = ApiCall::AccountAudit;
+    let fail = |sink: &mut RouterSink, e: ApiError| {
+        acc.api_errors.fetch_add(1, Ordering::Relaxed);
+        sink.reply(&m.reply, err_reply(&call, &e));
+    };
+    let mut request = match super::audit::AuditRequest::parse(&m.payload) {
+        Ok(r) => r,
+        Err(e) => return fail(sink, ApiError::with_detail(ErrorKind::InvalidJson, &e)),
+    };
+    // A tenant audits its own account, whatever the body says.
+    if request.account.as_ref().is_some_and(|a| *a != acc.name) {
+        return fail(sink, ApiError::bad_request());
+    }
+    request.account = Some(acc.name.clone());
+    let (account, seed, reply) = (Arc::clone(&acc.account), js.next_seed(), m.reply.clone());
+    let max_payload = js.max_payload;
+    let scope = crate::audit::Scope::Account(acc.name.clone());
+    let started = super::audit::start(js, scope, request, move |report| {
+        let call = ApiCall::AccountAudit;
+        let mut sink = RouterSink::new(account, seed);
+        let body = ok_reply(&call, json!({ "report": report }));
+        let body = if body.len() > max_payload {
+            err_reply(
+                &call,
+                &ApiError::with_detail(
+                    ErrorKind::AuditReportTooLarge,
+                    &format!(
+                        "the audit report ({} bytes) is larger than max_payload",
+                        body.len()
+                    ),
+                ),
+            )
+        } else {
+            body
+        };
+        sink.reply(&reply, body);
+        sink.flush();
+    });
+    if let Err(e) = started {
+        fail(sink, ApiError::with_detail(ErrorKind::AuditRunning, e));
+    }
 }
 
 fn lim(v: i64) -> i64 {

@@ -23,6 +23,7 @@
 //! Replies and deliveries go out through [`sink::RouterSink`].
 
 mod api;
+pub(crate) mod audit;
 mod cluster;
 mod cmd;
 mod gather;
@@ -124,6 +125,10 @@ pub(crate) struct JetStream {
     cluster: std::sync::OnceLock<Arc<cluster::ClusterJs>>,
     /// The system account, which gets a copy of leader and quorum advisories.
     pub(crate) system_account: Option<Arc<Account>>,
+    /// The live audit's slot and counters.
+    pub(crate) auditor: audit::Auditor,
+    /// The server's `max_payload`: the largest reply a client takes.
+    pub(crate) max_payload: usize,
 }
 
 /// One account's JetStream.
@@ -636,6 +641,8 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         runtime: tokio::runtime::Handle::current(),
         shards,
         cluster: std::sync::OnceLock::new(),
+        auditor: audit::Auditor::default(),
+        max_payload: usize::try_from(opts.max_payload).unwrap_or(usize::MAX),
         system_account: shared.system.as_ref().map(|s| Arc::clone(&s.account)),
     });
     shared.accounts.add_claims_hook(Arc::new(JwtAccounts {

@@ -268,6 +268,66 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The live audit's progress (`$SYS.REQ.SERVER.<id>.AUDIT`, `$JS.API.ACCOUNT.AUDIT`).
+fn audit_metrics(o: &mut String, js: &crate::server::jetstream::JetStream) {
+    let a = &js.auditor;
+    let s = a.status();
+    metric(
+        o,
+        "sealstream_audit_running",
+        "gauge",
+        "1 while a live audit of the store runs.",
+    );
+    let _ = writeln!(o, "sealstream_audit_running {}", u8::from(s.running));
+    metric(
+        o,
+        "sealstream_audit_phase_bytes",
+        "gauge",
+        "Bytes the running audit read in its current phase (done) and will read in it (total).",
+    );
+    for (which, v) in [("done", s.phase_done), ("total", s.phase_total)] {
+        let _ = writeln!(
+            o,
+            "sealstream_audit_phase_bytes{{phase=\"{}\",which=\"{which}\"}} {v}",
+            s.phase
+        );
+    }
+    metric(
+        o,
+        "sealstream_audit_read_bytes",
+        "gauge",
+        "Bytes the running audit read so far, every phase (the last audit's once it finished).",
+    );
+    let read = if s.running {
+        s.bytes_read
+    } else {
+        a.last_bytes.load(Ordering::Relaxed)
+    };
+    let _ = writeln!(o, "sealstream_audit_read_bytes {read}");
+    metric(
+        o,
+        "sealstream_audits_total",
+        "counter",
+        "Live audits finished since the server started.",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_audits_total {}",
+        a.finished.load(Ordering::Relaxed)
+    );
+    metric(
+        o,
+        "sealstream_audit_last_exit_code",
+        "gauge",
+        "The last finished live audit's exit code (0 clean, 1 integrity, 2 leak, 3 key, 4 layout; 0 before any).",
+    );
+    let _ = writeln!(
+        o,
+        "sealstream_audit_last_exit_code {}",
+        a.last_exit_code.load(Ordering::Relaxed)
+    );
+}
+
 /// Prometheus text exposition (`/metrics`).
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
@@ -432,6 +492,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
         "1 when JetStream is on.",
     );
     let _ = writeln!(o, "sealstream_jetstream_enabled 1");
+    audit_metrics(&mut o, js);
     let details = super::tenant_details_allowed(shared);
     let figures = collect(js);
     let (mut file, mut mem, mut msgs, mut consumers) = (0, 0, 0, 0);

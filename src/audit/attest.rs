@@ -202,6 +202,8 @@ mod tests {
             needles: 1,
             needles_too_short: 0,
             streams: vec![],
+            account: None,
+            live: false,
             findings: vec![],
         }
     }

@@ -1,0 +1,1025 @@
+//! The audit of a sealed store (security spec §5.3): a read-only proof that nothing under
+//! `store_dir` is plaintext and that every block, key and state file is authentic. Run by
+//! `sealctl audit` on a stopped store ([`audit`]) and by the running server on its live store
+//! ([`audit_live`]; `$SYS.REQ.SERVER.<id>.AUDIT`, a tenant's `$JS.API.ACCOUNT.AUDIT`).
+//!
+//! 1. **Layout** ([`layout`]): every path matches the layout grammar; no symlinks, devices,
+//!    extra hard links or (on a stopped store) leftover `tmp/` files.
+//! 2. **Structure, no key**: `STORE` and segment magics, block framing (sync marker, length,
+//!    contiguous blocks), and ciphertext entropy above 7.5 bits/byte for blocks over 256 bytes.
+//! 3. **Authentication, with key**: the store's keys (header MAC, keyring, catalog); every
+//!    block of every stream authenticates at its position, chains and seals hold, the log
+//!    reaches its durable mark, every consumer state file opens and is not older than the
+//!    catalog records.
+//! 4. **Leak scan, with key**: every decrypted subject (and token of 4+ bytes), stream, account
+//!    and consumer name and a sample of payload prefixes, plus canary strings, is searched for
+//!    in every raw file and path ([`scan`]).
+//! 5. **Report** ([`Report`]) and its exit code: 0 clean, 1 integrity failure, 2 leak, 3 key
+//!    or header error, 4 layout violation (the most serious class found wins, in that order:
+//!    3, 1, 2, 4). [`attest`] signs reports.
+//!
+//! Why one module for both: the live audit is the same checks from a consistent point. The
+//! catalog's checkpoints and consumer states are read under the store's lock, in one go; the
+//! segment files are append-only past those checkpoints, so reading them afterwards sees at
+//! least what was checkpointed. What a running server does meanwhile is not a finding: a block
+//! being appended at a stream's newest segment's end, a segment retention deleted after it was
+//! listed (the stream is read again from a fresh checkpoint), files in `tmp/`. A [`Progress`]
+//! counts the bytes read and, for the live audit, paces them ([`Progress::paced`]) so serving
+//! keeps its share of the disk and the CPU.
+//!
+//! [`Scope::Account`] audits one account's streams only: its files, its names and messages as
+//! needles, nothing of the store that other tenants share (no store-wide files, no Raft log):
+//! the report names nothing of other tenants.
+
+pub mod attest;
+pub mod layout;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::store::block::{FRAME_HEADER_LEN, MAX_BLOCK_LEN, SYNC_MARKER};
+use crate::store::file_store::{FileStore, FileStoreConfig};
+use crate::store::io::OsIo;
+use crate::store::meta::{KeySource, MetaOptions, MetaStore, StreamCheckpoint, StreamId};
+use crate::store::segment::{StreamKeys, SEGMENT_HEADER_LEN};
+use crate::store::StreamStore;
+
+use layout::FileKind;
+use scan::{entropy_bits_per_byte, Needles};
+
+/// Finding classes, with their exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// A block, header or state file that does not authenticate or frame correctly (exit 1).
+    Integrity,
+    /// Plaintext found in a raw file or path (exit 2).
+    Leak,
+    /// The key does not open the store, or a header is damaged (exit 3).
+    Key,
+    /// A path outside the layout grammar (exit 4).
+    Layout,
+}
+
+impl Class {
+    fn exit_code(self) -> u8 {
+        match self {
+            Class::Integrity => 1,
+            Class::Leak => 2,
+            Class::Key => 3,
+            Class::Layout => 4,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Class::Key => 0,
+            Class::Integrity => 1,
+            Class::Leak => 2,
+            Class::Layout => 3,
+        }
+    }
+}
+
+/// One problem.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    /// Its class.
+    pub class: Class,
+    /// The file (relative to the store root).
+    pub path: String,
+    /// Byte offset, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+/// One segment file's hash-chain head: its last block's tag, which every earlier block's
+/// tag feeds (each block carries its predecessor's), so it stands for the whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentHead {
+    /// The file (relative to the store root).
+    pub path: String,
+    /// Blocks framed in it.
+    pub blocks: u64,
+    /// Its last block's tag (hex); empty for a file without blocks.
+    pub head: String,
+}
+
+/// Per-stream figures (with a key).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// Stream id (hex).
+    pub id: String,
+    /// Segments scanned.
+    pub segments: u64,
+    /// Blocks authenticated.
+    pub blocks: u64,
+    /// Messages readable.
+    pub messages: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Bytes a torn tail would cut.
+    pub torn_tail_bytes: u64,
+    /// Consumers whose state opened.
+    pub consumers: u64,
+    /// The data key versions (generations) the keyring holds for it — ids, never keys.
+    #[serde(default)]
+    pub dek_versions: Vec<u32>,
+    /// The catalog's durable mark: segment, block, last sequence.
+    #[serde(default)]
+    pub durable_mark: Option<[u64; 3]>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The store root audited.
+    pub store: String,
+    /// The store's id (hex of its header's uuid; with a key).
+    #[serde(default)]
+    pub store_id: Option<String>,
+    /// How the master key is obtained (`argon2id passphrase` or `key file`; with a key).
+    #[serde(default)]
+    pub kdf: Option<String>,
+    /// The AEAD every block, key and record is sealed with.
+    #[serde(default)]
+    pub cipher: String,
+    /// Every segment file's chain head.
+    #[serde(default)]
+    pub segments: Vec<SegmentHead>,
+    /// Files examined.
+    pub files: u64,
+    /// Bytes examined.
+    pub bytes: u64,
+    /// Segment blocks whose framing was checked without the key.
+    pub blocks_framed: u64,
+    /// Whether a key was used.
+    pub keyed: bool,
+    /// Distinct plaintext fragments searched for.
+    pub needles: usize,
+    /// Fragments left out of the search: so short that this much ciphertext would hold
+    /// them by chance (see `scan::Needles::significant`).
+    pub needles_too_short: usize,
+    /// Streams (with a key).
+    pub streams: Vec<StreamReport>,
+    /// The account audited alone ([`Scope::Account`]); none: the whole store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Audited while the server ran ([`audit_live`]).
+    #[serde(default)]
+    pub live: bool,
+    /// Everything found.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// The exit code for this report.
+    pub fn exit_code(&self) -> u8 {
+        self.findings
+            .iter()
+            .map(|f| f.class)
+            .min_by_key(|c| c.rank())
+            .map_or(0, Class::exit_code)
+    }
+}
+
+/// What to audit and with which key (a stopped store).
+pub struct AuditOptions {
+    /// The store (`store_dir`, or `store_dir/jetstream`).
+    pub store: PathBuf,
+    /// A passphrase.
+    pub key: Option<Zeroizing<String>>,
+    /// A key file.
+    pub key_file: Option<PathBuf>,
+    /// Check structure and entropy only.
+    pub no_key: bool,
+    /// Extra strings that must not appear anywhere.
+    pub canaries: Vec<String>,
+    /// Counts what was read (the caller may draw it).
+    pub progress: Arc<Progress>,
+}
+
+/// Which streams an audit covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// The whole store.
+    Store,
+    /// One account's streams, and nothing the store's tenants share.
+    Account(String),
+}
+
+/// A live audit of the running server's store.
+pub struct LiveOptions<'a> {
+    /// The store's root (`MetaStore::root`).
+    pub root: PathBuf,
+    /// The server's open catalog and keyring.
+    pub meta: &'a Mutex<MetaStore>,
+    /// What to cover.
+    pub scope: Scope,
+    /// Extra strings that must not appear anywhere.
+    pub canaries: Vec<String>,
+    /// Counts and paces what is read.
+    pub progress: Arc<Progress>,
+}
+
+/// The phases, as [`Progress::phase`] reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Not running.
+    Idle = 0,
+    /// Layout, magics, framing and entropy.
+    Structure = 1,
+    /// Every block authenticated, every message read.
+    Decrypt = 2,
+    /// Every raw file searched for plaintext.
+    LeakScan = 3,
+}
+
+impl Phase {
+    /// Its name (metrics label, progress bar).
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Structure => "structure",
+            Phase::Decrypt => "decrypt",
+            Phase::LeakScan => "leak scan",
+        }
+    }
+}
+
+/// How far an audit is: its phase and the bytes read in it, out of how many. Shared by the
+/// auditing thread and whoever shows it (a progress bar, `/metrics`). With a pace, reading
+/// waits so that the bytes read since the start never run ahead of `bytes_per_sec`.
+#[derive(Debug)]
+pub struct Progress {
+    phase: AtomicU8,
+    done: AtomicU64,
+    total: AtomicU64,
+    read: AtomicU64,
+    started: Instant,
+    bytes_per_sec: u64,
+}
+
+impl Progress {
+    /// Unpaced (a stopped store: read as fast as the disk allows).
+    pub fn new() -> Arc<Self> {
+        Self::paced(0)
+    }
+
+    /// Paced at `bytes_per_sec` (0: unpaced).
+    pub fn paced(bytes_per_sec: u64) -> Arc<Self> {
+        Arc::new(Progress {
+            phase: AtomicU8::new(Phase::Idle as u8),
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            read: AtomicU64::new(0),
+            started: Instant::now(),
+            bytes_per_sec,
+        })
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            1 => Phase::Structure,
+            2 => Phase::Decrypt,
+            3 => Phase::LeakScan,
+            _ => Phase::Idle,
+        }
+    }
+
+    /// Bytes read in this phase, and of how many.
+    pub fn position(&self) -> (u64, u64) {
+        (
+            self.done.load(Ordering::Relaxed),
+            self.total.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes read since the audit started, in every phase.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    fn begin(&self, phase: Phase, total: u64) {
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+        self.phase.store(phase as u8, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.phase.store(Phase::Idle as u8, Ordering::Relaxed);
+    }
+
+    /// Counts `bytes` read; paced, waits until the pace allows them.
+    fn advance(&self, bytes: u64) {
+        self.done.fetch_add(bytes, Ordering::Relaxed);
+        let read = self.read.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if self.bytes_per_sec > 0 {
+            let due = Duration::from_secs_f64(read as f64 / self.bytes_per_sec as f64);
+            let elapsed = self.started.elapsed();
+            if due > elapsed {
+                std::thread::sleep(due - elapsed);
+            }
+        }
+    }
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// The AEAD of the store's blocks, keys and records (`crypto::seal`).
+pub const CIPHER: &str = "XChaCha20-Poly1305";
+
+/// Where the keyed checks get the catalog and the keys: a store opened read-only for the
+/// audit, or the running server's (locked briefly, for each gathering).
+enum Catalog<'a> {
+    Opened(MetaStore),
+    Live(&'a Mutex<MetaStore>),
+}
+
+impl Catalog<'_> {
+    fn with<R>(&self, f: impl FnOnce(&MetaStore) -> R) -> R {
+        match self {
+            Catalog::Opened(m) => f(m),
+            Catalog::Live(m) => f(&m.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+}
+
+/// Everything about one stream the keyed checks need, read from the catalog in one go: the
+/// consistent point its files are checked against.
+struct StreamPlan {
+    id: StreamId,
+    dir: PathBuf,
+    /// Taken by the one opening of its files.
+    keys: Option<StreamKeys>,
+    checkpoint: StreamCheckpoint,
+    dek_versions: Vec<u32>,
+    names: Vec<String>,
+    consumers: u64,
+    consumer_findings: Vec<Finding>,
+}
+
+/// What the catalog gave: the plans, and what it could not give.
+#[derive(Default)]
+struct Gathered {
+    plans: Vec<StreamPlan>,
+    findings: Vec<Finding>,
+    names: Vec<String>,
+}
+
+/// Reads the catalog's view of the streams in `scope` (`only`: of one stream).
+fn gather(meta: &MetaStore, scope: &Scope, only: Option<StreamId>) -> Gathered {
+    let mut g = Gathered::default();
+    let accounts = match scope {
+        Scope::Store => meta.list_accounts(),
+        Scope::Account(a) => vec![a.clone()],
+    };
+    for account in accounts {
+        g.names.push(account.clone());
+        for sm in meta.list_streams(&account) {
+            if only.is_some_and(|id| id != sm.stream_id) {
+                continue;
+            }
+            g.names.push(sm.name.clone());
+            let handle = match meta.open_stream(sm.stream_id) {
+                Ok(h) => h,
+                Err(e) => {
+                    g.findings.push(Finding {
+                        class: Class::Integrity,
+                        path: format!("s/{}", sm.stream_id.to_hex()),
+                        offset: None,
+                        detail: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            let mut keys = StreamKeys::new(
+                handle.store_uuid,
+                *handle.stream_id.as_bytes(),
+                handle.dek_version,
+                handle.dek,
+            );
+            for v in 1..handle.dek_version {
+                if let Ok(old) = meta.stream_key(sm.stream_id, v) {
+                    keys = keys.with_previous(v, old);
+                }
+            }
+            // The catalog's rollback checkpoint: the log must reach its durable mark and no
+            // consumer state may be older than it records.
+            let checkpoint = meta
+                .stream_checkpoint(sm.stream_id)
+                .and_then(StreamCheckpoint::decode)
+                .unwrap_or_default();
+            let mut plan = StreamPlan {
+                id: sm.stream_id,
+                dir: handle.dir.clone(),
+                keys: Some(keys),
+                dek_versions: meta
+                    .stream_meta(sm.stream_id)
+                    .map(|m| m.dek_versions)
+                    .unwrap_or_default(),
+                names: Vec::new(),
+                consumers: 0,
+                consumer_findings: Vec::new(),
+                checkpoint,
+            };
+            if let Ok(list) = meta.list_consumers(sm.stream_id) {
+                for c in list {
+                    plan.names.push(c.name.clone());
+                    let loaded = meta.load_consumer_state(sm.stream_id, c.consumer_id);
+                    let found = match &loaded {
+                        Ok(Some(st)) => Some(st.generation),
+                        _ => None,
+                    };
+                    let problem = match (
+                        &loaded,
+                        plan.checkpoint.check_consumer(c.consumer_id, found),
+                    ) {
+                        (Err(e), _) => Some(e.to_string()),
+                        (Ok(_), Err(why)) => Some(why),
+                        (Ok(_), Ok(())) => None,
+                    };
+                    match problem {
+                        None => plan.consumers += 1,
+                        Some(detail) => plan.consumer_findings.push(Finding {
+                            class: Class::Integrity,
+                            path: format!(
+                                "s/{}/c/{}.st",
+                                sm.stream_id.to_hex(),
+                                c.consumer_id.to_hex()
+                            ),
+                            offset: None,
+                            detail,
+                        }),
+                    }
+                }
+            }
+            g.plans.push(plan);
+        }
+    }
+    g
+}
+
+/// Runs the audit of a stopped store.
+pub fn audit(o: &AuditOptions) -> Report {
+    let root =
+        if o.store.join("STORE").exists() || !o.store.join("jetstream").join("STORE").exists() {
+            o.store.clone()
+        } else {
+            o.store.join("jetstream")
+        };
+    let mut report = empty_report(&root, !o.no_key);
+    if !root.join("STORE").is_file() {
+        report.findings.push(Finding {
+            class: Class::Key,
+            path: "STORE".into(),
+            offset: None,
+            detail: "no STORE header: not a sealstream store".into(),
+        });
+        return report;
+    }
+    let catalog = if o.no_key {
+        None
+    } else {
+        let source = match (&o.key, &o.key_file) {
+            (Some(k), _) => KeySource::Passphrase(k.clone()),
+            (None, Some(f)) => KeySource::KeyFile(f.clone()),
+            (None, None) => KeySource::Auto,
+        };
+        match MetaStore::open(&root, source, MetaOptions::read_only()) {
+            Ok(m) => Some(Catalog::Opened(m)),
+            Err(e) => {
+                report.findings.push(Finding {
+                    class: Class::Key,
+                    path: "STORE".into(),
+                    offset: None,
+                    detail: e.to_string(),
+                });
+                None
+            }
+        }
+    };
+    let run = Run {
+        root: &root,
+        catalog: catalog.as_ref(),
+        scope: Scope::Store,
+        live: false,
+        canaries: &o.canaries,
+        progress: &o.progress,
+        threads: 2,
+    };
+    run.run(report)
+}
+
+/// Audits the running server's store (or one account's part of it) while it serves.
+pub fn audit_live(o: &LiveOptions<'_>) -> Report {
+    let mut report = empty_report(&o.root, true);
+    report.live = true;
+    if let Scope::Account(a) = &o.scope {
+        report.account = Some(a.clone());
+        // Where the server keeps its store is not the tenant's business.
+        report.store = format!("account {a}");
+    }
+    let catalog = Catalog::Live(o.meta);
+    let run = Run {
+        root: &o.root,
+        catalog: Some(&catalog),
+        scope: o.scope.clone(),
+        live: true,
+        canaries: &o.canaries,
+        progress: &o.progress,
+        // One thread: the server's work comes first.
+        threads: 1,
+    };
+    run.run(report)
+}
+
+fn empty_report(root: &Path, keyed: bool) -> Report {
+    Report {
+        store: root.display().to_string(),
+        store_id: None,
+        kdf: None,
+        cipher: CIPHER.to_owned(),
+        segments: vec![],
+        files: 0,
+        bytes: 0,
+        blocks_framed: 0,
+        keyed,
+        needles: 0,
+        needles_too_short: 0,
+        streams: vec![],
+        account: None,
+        live: false,
+        findings: vec![],
+    }
+}
+
+/// One audit's settings.
+struct Run<'a> {
+    root: &'a Path,
+    catalog: Option<&'a Catalog<'a>>,
+    scope: Scope,
+    live: bool,
+    canaries: &'a [String],
+    progress: &'a Progress,
+    threads: usize,
+}
+
+impl Run<'_> {
+    fn run(&self, mut report: Report) -> Report {
+        let root = self.root;
+        let mut needles = Needles::default();
+        for c in self.canaries {
+            needles.add(c.as_bytes());
+        }
+        // The consistent point: the catalog's checkpoints and consumer states, read first.
+        let gathered = self.catalog.map(|c| {
+            c.with(|meta| {
+                report.store_id = Some(data_encoding::HEXLOWER.encode(&meta.store_uuid()));
+                report.kdf = Some(
+                    match meta.kdf_kind() {
+                        crate::store::meta::KdfKind::Passphrase => "argon2id passphrase",
+                        crate::store::meta::KdfKind::KeyFile => "key file",
+                    }
+                    .to_owned(),
+                );
+                if self.scope == Scope::Store {
+                    raft_extent(root, meta, &mut report);
+                }
+                gather(meta, &self.scope, None)
+            })
+        });
+        let (mut files, layout_findings) = layout::walk(root);
+        let mut layout_findings: Vec<_> = layout_findings
+            .into_iter()
+            .map(|f| (f.path.display().to_string(), f.reason))
+            .collect();
+        if let (Scope::Account(_), Some(g)) = (&self.scope, &gathered) {
+            // The account's streams' directories only.
+            let mine: Vec<String> = g.plans.iter().map(|p| p.id.to_hex()).collect();
+            let own = |p: &str| {
+                mine.iter().any(|id| {
+                    p.strip_prefix("s/")
+                        .and_then(|r| r.strip_prefix(id.as_str()))
+                        .is_some_and(|r| r.is_empty() || r.starts_with('/'))
+                })
+            };
+            files.retain(|(p, _, _)| own(&p.display().to_string()));
+            layout_findings.retain(|(p, _)| own(p));
+        }
+        for (path, reason) in layout_findings {
+            report.findings.push(Finding {
+                class: Class::Layout,
+                path,
+                offset: None,
+                detail: reason,
+            });
+        }
+        // A stream's newest segment, where a live server may be appending a block.
+        let mut newest: std::collections::HashMap<String, u64> = Default::default();
+        for (_, kind, _) in &files {
+            if let FileKind::Segment { stream, segment } = kind {
+                let n = newest.entry(stream.clone()).or_default();
+                *n = (*n).max(*segment);
+            }
+        }
+        let total_bytes: u64 = files.iter().map(|(_, _, len)| *len).sum();
+        self.progress.begin(Phase::Structure, total_bytes);
+        for (path, kind, len) in &files {
+            self.progress.advance(*len);
+            report.files += 1;
+            report.bytes += len;
+            let full = root.join(path);
+            let relp = path.display().to_string();
+            match kind {
+                // A running server writes by rename through `tmp/`.
+                FileKind::Temp if self.live => {}
+                FileKind::Temp => report.findings.push(Finding {
+                    class: Class::Layout,
+                    path: relp,
+                    offset: None,
+                    detail: "leftover tmp/ file on a stopped store".into(),
+                }),
+                FileKind::StoreHeader
+                    if std::fs::read(&full)
+                        .map(|b| !b.starts_with(b"SEALSTOR"))
+                        .unwrap_or(true) =>
+                {
+                    report.findings.push(Finding {
+                        class: Class::Key,
+                        path: relp,
+                        offset: Some(0),
+                        detail: "bad STORE magic".into(),
+                    });
+                }
+                FileKind::Segment { stream, segment } => {
+                    let appending = self.live && newest.get(stream) == Some(segment);
+                    check_segment_framing(&full, &relp, appending, self.live, &mut report);
+                }
+                _ => {}
+            }
+        }
+        if let (Some(catalog), Some(g)) = (self.catalog, gathered) {
+            for n in &g.names {
+                needles.add(n.as_bytes());
+            }
+            report.findings.extend(g.findings);
+            self.keyed_checks(catalog, g.plans, &mut report, &mut needles);
+        }
+        // Needles short enough to turn up by chance in this much ciphertext are left out (and
+        // counted): a finding must mean a leak.
+        let (needles, too_short) = needles.significant(total_bytes);
+        report.needles = needles.len();
+        report.needles_too_short = too_short;
+        if !needles.is_empty() {
+            self.progress.begin(Phase::LeakScan, total_bytes);
+            let mut found = self.leak_scan(&files, &needles);
+            found.sort_by(|a, b| (&a.path, a.offset).cmp(&(&b.path, b.offset)));
+            report.findings.extend(found);
+        }
+        self.progress.end();
+        report
+    }
+
+    /// Searches every file's bytes and path for every needle, on `threads` threads taking
+    /// files in turn (the search is CPU-bound: it reads at disk speed only when both cores
+    /// search).
+    fn leak_scan(&self, files: &[(PathBuf, FileKind, u64)], needles: &Needles) -> Vec<Finding> {
+        let path_needles = needles.for_paths();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let scan = || {
+            let mut found = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((path, _, len)) = files.get(i) else {
+                    return found;
+                };
+                self.progress.advance(*len);
+                let relp = path.display().to_string();
+                for hit in path_needles.found_in(relp.as_bytes()) {
+                    found.push(Finding {
+                        class: Class::Leak,
+                        path: relp.clone(),
+                        offset: None,
+                        detail: format!("path contains {hit:?}"),
+                    });
+                }
+                // A file gone since the listing (live: retention, a rename) has nothing left
+                // to leak.
+                if let Ok(bytes) = std::fs::read(self.root.join(path)) {
+                    for hit in needles.found_in(&bytes) {
+                        let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
+                        found.push(Finding {
+                            class: Class::Leak,
+                            path: relp.clone(),
+                            offset,
+                            detail: format!("plaintext {hit:?} in the raw bytes"),
+                        });
+                    }
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..self.threads.max(1)).map(|_| s.spawn(scan)).collect();
+            let mut mine = scan();
+            for o in others {
+                mine.extend(o.join().unwrap_or_default());
+            }
+            mine
+        })
+    }
+
+    fn keyed_checks(
+        &self,
+        catalog: &Catalog<'_>,
+        plans: Vec<StreamPlan>,
+        report: &mut Report,
+        needles: &mut Needles,
+    ) {
+        let io: Arc<dyn crate::store::io::SegmentIo> = Arc::new(OsIo);
+        let planned: u64 = plans.iter().map(|p| dir_bytes(&p.dir)).sum();
+        self.progress.begin(Phase::Decrypt, planned);
+        for plan in plans {
+            let mut plan = plan;
+            let mut opened = open_stream(&io, &mut plan);
+            if self.live
+                && !opened
+                    .as_ref()
+                    .is_ok_and(|s| s.report().corruption.is_empty())
+            {
+                // Live, the stream may have moved on since its checkpoint was read (a segment
+                // deleted by retention, the stream deleted): read it again from a fresh one.
+                match catalog.with(|meta| gather(meta, &self.scope, Some(plan.id))) {
+                    g if g.plans.is_empty() && g.findings.is_empty() => continue,
+                    mut g => match g.plans.pop() {
+                        Some(fresh) => {
+                            plan = fresh;
+                            opened = open_stream(&io, &mut plan);
+                        }
+                        None => {
+                            report.findings.extend(g.findings);
+                            continue;
+                        }
+                    },
+                }
+            }
+            for n in &plan.names {
+                needles.add(n.as_bytes());
+            }
+            report.findings.append(&mut plan.consumer_findings);
+            let store = match opened {
+                Ok(s) => s,
+                Err(e) => {
+                    report.findings.push(Finding {
+                        class: Class::Integrity,
+                        path: rel(self.root, &plan.dir),
+                        offset: None,
+                        detail: e,
+                    });
+                    continue;
+                }
+            };
+            self.progress.advance(store.disk_bytes());
+            let rep = store.report().clone();
+            for c in &rep.corruption {
+                report.findings.push(Finding {
+                    class: Class::Integrity,
+                    path: rel(self.root, &c.file),
+                    offset: Some(c.offset),
+                    detail: c.reason.clone(),
+                });
+            }
+            let st = store.state();
+            let mut messages = 0;
+            let mut seq = st.first_seq;
+            while seq != 0 && seq <= st.last_seq {
+                if let Ok(Some(m)) = store.get(seq) {
+                    messages += 1;
+                    needles.add_subject(&m.subject);
+                    if m.payload.len() >= 8 {
+                        needles
+                            .add_payload(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
+                    }
+                }
+                seq += 1;
+            }
+            report.streams.push(StreamReport {
+                id: plan.id.to_hex(),
+                segments: rep.segments_scanned,
+                blocks: rep.blocks_verified,
+                messages,
+                bytes: store.disk_bytes(),
+                torn_tail_bytes: rep.torn_tail.as_ref().map_or(0, |t| t.bytes),
+                consumers: plan.consumers,
+                dek_versions: plan.dek_versions,
+                durable_mark: plan
+                    .checkpoint
+                    .mark
+                    .map(|m| [m.segment_id, m.block_index, m.last_seq]),
+            });
+        }
+    }
+}
+
+/// Opens one stream's files for inspection against its plan's checkpoint.
+fn open_stream(
+    io: &Arc<dyn crate::store::io::SegmentIo>,
+    plan: &mut StreamPlan,
+) -> Result<FileStore, String> {
+    let keys = plan
+        .keys
+        .take()
+        .ok_or("the stream's keys were used already")?;
+    let mut fcfg = FileStoreConfig::new(plan.dir.clone());
+    fcfg.min_durable = plan.checkpoint.mark;
+    FileStore::open_inspect(Arc::clone(io), keys, fcfg).map_err(|e| e.to_string())
+}
+
+/// The bytes of a directory's files (not recursive): what decrypting a stream reads.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Walks a segment's blocks by their framing (no key needed) and checks ciphertext entropy.
+/// `appending`: a live stream's newest segment, whose last block may be being written — a
+/// problem at its end is not a finding (the keyed pass reads it as a torn tail, the next audit
+/// sees it whole). `live`: a segment deleted since it was listed is not a finding either.
+fn check_segment_framing(
+    full: &Path,
+    relp: &str,
+    appending: bool,
+    live: bool,
+    report: &mut Report,
+) {
+    let bytes = match std::fs::read(full) {
+        Ok(b) => b,
+        Err(e) if live && e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(_) => {
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: None,
+                detail: "unreadable".into(),
+            });
+            return;
+        }
+    };
+    if !bytes.starts_with(b"SEALSEG1") {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path: relp.into(),
+            offset: Some(0),
+            detail: "bad segment magic".into(),
+        });
+        return;
+    }
+    let mut off = SEGMENT_HEADER_LEN;
+    let mut head = SegmentHead {
+        path: relp.to_owned(),
+        blocks: 0,
+        head: String::new(),
+    };
+    let record = |report: &mut Report, head: SegmentHead| report.segments.push(head);
+    // The last block's low-entropy finding waits for the next block while appending: a block
+    // being written is zeros until its bytes land.
+    let mut held: Option<Finding> = None;
+    while off < bytes.len() {
+        // Zeros the writer filled ahead of its appends (docs/storage-format.md §1): unused
+        // space, as recovery reads it. Not plaintext either.
+        if bytes
+            .get(off..)
+            .is_some_and(|rest| rest.iter().all(|b| *b == 0))
+        {
+            break;
+        }
+        let word = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_le_bytes)
+        };
+        let (Some(sync), Some(len)) = (word(off), word(off + 4)) else {
+            if appending {
+                break;
+            }
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "truncated block frame".into(),
+            });
+            return;
+        };
+        if sync != SYNC_MARKER || len > MAX_BLOCK_LEN || (len as usize) < FRAME_HEADER_LEN {
+            if appending {
+                break;
+            }
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "no block frame here (sync marker or length)".into(),
+            });
+            return;
+        }
+        let end = off + len as usize;
+        let Some(block) = bytes.get(off..end) else {
+            if appending {
+                break;
+            }
+            report.findings.push(Finding {
+                class: Class::Integrity,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "block runs past the end of the file".into(),
+            });
+            return;
+        };
+        let ct = block.get(FRAME_HEADER_LEN..).unwrap_or(&[]);
+        report.findings.extend(held.take());
+        if ct.len() > 256 && entropy_bits_per_byte(ct) <= 7.5 {
+            let f = Finding {
+                class: Class::Leak,
+                path: relp.into(),
+                offset: Some(off as u64),
+                detail: "block body does not look like ciphertext (entropy)".into(),
+            };
+            if appending {
+                held = Some(f);
+            } else {
+                report.findings.push(f);
+            }
+        }
+        report.blocks_framed += 1;
+        head.blocks += 1;
+        head.head = data_encoding::HEXLOWER
+            .encode(block.get(block.len().saturating_sub(16)..).unwrap_or(&[]));
+        off = end;
+    }
+    record(report, head);
+}
+
+/// A clustered node's Raft log against its acknowledged extent (`consensus/extent.rs`): every
+/// segment it names must be there and at least as long as it was when its last write was
+/// acknowledged (a log cut on a record boundary looks clean to the log itself).
+fn raft_extent(root: &Path, meta: &MetaStore, report: &mut Report) {
+    use crate::consensus::{extent, sealed_log};
+    let dir = root.join(crate::store::meta::RAFT_DIR);
+    if !dir.is_dir() {
+        return;
+    }
+    let (names, _) = meta.raft_secrets();
+    let mut finding = |path: String, detail: String| {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path,
+            offset: None,
+            detail,
+        });
+    };
+    let acknowledged = match extent::read(&dir, &names) {
+        Ok(Ok(Some(x))) => x.extent,
+        Ok(Ok(None)) => return,
+        Ok(Err(extent::Unreadable(why))) => {
+            return finding(format!("raft/{}", extent::EXTENT_FILE), why.to_owned());
+        }
+        Err(e) => return finding(format!("raft/{}", extent::EXTENT_FILE), e.to_string()),
+    };
+    for (segment, len) in acknowledged {
+        let name = sealed_log::segment_file(segment);
+        match std::fs::metadata(dir.join(&name)) {
+            Ok(m) if m.len() >= len => {}
+            Ok(m) => finding(
+                format!("raft/{name}"),
+                format!(
+                    "{} bytes, shorter than the {len} bytes acknowledged as written",
+                    m.len()
+                ),
+            ),
+            Err(_) => finding(
+                format!("raft/{name}"),
+                "a segment holding acknowledged writes is missing".into(),
+            ),
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! `sealctl audit`'s printing and progress bars, and `sealctl store rotate-master`. The audit
+//! itself is [`crate::audit`] (the server runs the same checks on its live store).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use zeroize::Zeroizing;
+
+use crate::audit::{Phase, Progress, Report};
+use crate::store::meta::{KeySource, MetaOptions, MetaStore};
+
+/// Draws `progress` on stderr (one bar per phase) until `done` is dropped; hidden unless
+/// `enabled`.
+pub fn draw(progress: Arc<Progress>, enabled: bool) -> Option<std::thread::JoinHandle<()>> {
+    if !enabled {
+        return None;
+    }
+    Some(std::thread::spawn(move || {
+        let mut shown: Option<(Phase, indicatif::ProgressBar)> = None;
+        // The audit holds the other reference; when it is dropped the audit is over.
+        while Arc::strong_count(&progress) > 1 {
+            let phase = progress.phase();
+            let (done, total) = progress.position();
+            if shown.as_ref().is_none_or(|(p, _)| *p != phase) {
+                if let Some((_, pb)) = shown.take() {
+                    pb.finish_and_clear();
+                }
+                if phase != Phase::Idle {
+                    let pb = crate::ctl::progress::bar(Some(total), phase.name(), false);
+                    if let Ok(style) = indicatif::ProgressStyle::with_template(
+                        "{msg:>12} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                    ) {
+                        pb.set_style(style.progress_chars("=> "));
+                    }
+                    shown = Some((phase, pb));
+                }
+            }
+            if let Some((_, pb)) = &shown {
+                pb.set_length(total);
+                pb.set_position(done);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if let Some((_, pb)) = shown {
+            pb.finish_and_clear();
+        }
+    }))
+}
+
+/// Prints the human summary.
+pub fn print_summary(r: &Report) {
+    println!("store:   {}", r.store);
+    println!(
+        "files:   {} ({} bytes), {} blocks framed",
+        r.files, r.bytes, r.blocks_framed
+    );
+    if r.keyed {
+        let msgs: u64 = r.streams.iter().map(|s| s.messages).sum();
+        println!(
+            "streams: {} ({} messages authenticated), {} plaintext fragments searched",
+            r.streams.len(),
+            msgs,
+            r.needles
+        );
+        if r.needles_too_short > 0 {
+            println!(
+                "         ({} fragments too short to tell a leak from chance in this much ciphertext were not searched)",
+                r.needles_too_short
+            );
+        }
+    } else {
+        println!("no key: structure and entropy checked only");
+    }
+    if r.findings.is_empty() {
+        println!("result:  clean");
+        return;
+    }
+    println!("findings:");
+    for f in &r.findings {
+        let at = f.offset.map(|o| format!(" @ {o}")).unwrap_or_default();
+        println!("  [{:?}] {}{at}: {}", f.class, f.path, f.detail);
+    }
+}
+
+/// `sealctl store rotate-master`: opens the store with the current key and rewraps every data
+/// key under the new one (see `docs/key-hierarchy.md` §4).
+///
+/// # Errors
+/// Wrong current key, no new key given, or a store error.
+pub fn rotate_master(
+    store: &Path,
+    key: Option<String>,
+    key_file: Option<PathBuf>,
+    new_key: Option<String>,
+    new_key_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let root = if store.join("STORE").exists() {
+        store.to_path_buf()
+    } else {
+        store.join("jetstream")
+    };
+    let current = match (key, key_file) {
+        (Some(k), _) => KeySource::Passphrase(Zeroizing::new(k)),
+        (None, Some(f)) => KeySource::KeyFile(f),
+        (None, None) => KeySource::Auto,
+    };
+    let new = match (new_key, new_key_file) {
+        (Some(k), _) => KeySource::Passphrase(Zeroizing::new(k)),
+        (None, Some(f)) => {
+            if !f.exists() {
+                crate::crypto::MasterKey::generate_key_file(&f)?;
+            }
+            KeySource::KeyFile(f)
+        }
+        (None, None) => {
+            anyhow::bail!("give --new-key (or SEALSTREAM_NEW_STORE_KEY) or --new-key-file")
+        }
+    };
+    let described = new.describe();
+    let mut meta = MetaStore::open(&root, current, MetaOptions::default())?;
+    meta.rotate_master(new)?;
+    println!("master key rotated; the store now opens with {described}");
+    Ok(())
+}
+
+/// `sealctl audit --live`: asks the running servers to audit their stores and collects the
+/// reports (printed as they arrive, unless `--json`). As the system account
+/// (`$SYS.REQ.SERVER.PING.AUDIT`) every server of the cluster answers: the servers are counted
+/// first (`$SYS.REQ.SERVER.PING`) and their reports awaited up to `--wait`. As a tenant
+/// (`--tenant`, `$JS.API.ACCOUNT.AUDIT`) each server of `--server` (comma-separated) audits
+/// the caller's account in its own store.
+///
+/// # Errors
+/// Connection errors; a server that refused or could not audit (exit 7); no answer.
+pub async fn live(
+    target: &super::conn::Target,
+    a: &crate::ctl::args::AuditArgs,
+) -> anyhow::Result<Vec<Report>> {
+    use futures::StreamExt as _;
+    use serde_json::{json, Value};
+    let wait = super::util::parse_duration(&a.wait).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+    let mut body = json!({});
+    if let Some(acc) = &a.account {
+        body["account"] = json!(acc);
+    }
+    if let Some(n) = a.bytes_per_sec {
+        body["bytes_per_sec"] = json!(n);
+    }
+    if !a.canary.is_empty() {
+        body["canaries"] = json!(a.canary);
+    }
+    let mut reports = Vec::new();
+    let mut failed = Vec::new();
+    let take = |who: String, v: &Value, reports: &mut Vec<Report>, failed: &mut Vec<String>| {
+        let data = v.get("data").or_else(|| v.get("report"));
+        match data.map(|d| serde_json::from_value::<Report>(d.clone())) {
+            Some(Ok(r)) => {
+                if !a.conn.json {
+                    println!("== {who}");
+                    print_summary(&r);
+                }
+                reports.push(r);
+            }
+            _ => {
+                let why = v
+                    .pointer("/error/description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no report in the answer");
+                failed.push(format!("{who}: {why}"));
+            }
+        }
+    };
+    if a.tenant {
+        for url in target
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        {
+            let one = super::conn::Target {
+                url: url.to_owned(),
+                explicit: true,
+            };
+            let s = super::conn::Session::open(&one, &a.conn).await?;
+            let inbox = s.client.new_inbox();
+            let mut sub = s.client.subscribe(inbox.clone()).await?;
+            s.client
+                .publish_with_reply(
+                    "$JS.API.ACCOUNT.AUDIT",
+                    inbox,
+                    serde_json::to_vec(&body)?.into(),
+                )
+                .await?;
+            s.client.flush().await?;
+            match tokio::time::timeout(wait, sub.next()).await {
+                Ok(Some(m)) if !m.payload.is_empty() => {
+                    let v: Value = serde_json::from_slice(&m.payload)?;
+                    take(url.to_owned(), &v, &mut reports, &mut failed);
+                }
+                _ => failed.push(format!("{url}: no answer within {}", a.wait)),
+            }
+        }
+    } else {
+        let s = super::conn::Session::open(target, &a.conn).await?;
+        let inbox = s.client.new_inbox();
+        let mut pongs = s.client.subscribe(inbox.clone()).await?;
+        s.client
+            .publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "{}".into())
+            .await?;
+        s.client.flush().await?;
+        let mut servers = 0usize;
+        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        while let Ok(Some(m)) = tokio::time::timeout_at(until, pongs.next()).await {
+            if !m.payload.is_empty() {
+                servers += 1;
+            }
+        }
+        if servers == 0 {
+            anyhow::bail!(
+                "no server answered $SYS.REQ.SERVER.PING (a system account user is needed)"
+            );
+        }
+        let inbox = s.client.new_inbox();
+        let mut answers = s.client.subscribe(inbox.clone()).await?;
+        s.client
+            .publish_with_reply(
+                "$SYS.REQ.SERVER.PING.AUDIT",
+                inbox,
+                serde_json::to_vec(&body)?.into(),
+            )
+            .await?;
+        s.client.flush().await?;
+        let until = tokio::time::Instant::now() + wait;
+        let mut answered = 0;
+        while answered < servers {
+            match tokio::time::timeout_at(until, answers.next()).await {
+                Ok(Some(m)) if !m.payload.is_empty() => {
+                    answered += 1;
+                    let v: Value = serde_json::from_slice(&m.payload)?;
+                    let who = v
+                        .pointer("/server/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .to_owned();
+                    take(who, &v, &mut reports, &mut failed);
+                }
+                Ok(Some(_)) => {}
+                _ => {
+                    failed.push(format!(
+                        "{} of {servers} servers did not answer within {}",
+                        servers - answered,
+                        a.wait
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    if !failed.is_empty() {
+        for f in &failed {
+            eprintln!("audit not done: {f}");
+        }
+        std::process::exit(7);
+    }
+    Ok(reports)
+}
