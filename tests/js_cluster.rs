@@ -1761,3 +1761,56 @@ async fn a_new_r1_stream_keeps_the_name_of_a_deleted_r3_stream_across_a_restart(
     wait_messages(&again[0], "REUSED", *acked.keys().last().unwrap()).await;
     assert_eq!(settled_history(&again[0], "REUSED", &acked).await, acked);
 }
+
+/// Issue 17: one `sealctl audit --live` call, as the system account, has every node of a
+/// cluster audit its own live store (the replicated stream's copy and the Raft log included)
+/// and collects the three reports, clean, while the stream keeps taking writes.
+#[tokio::test]
+async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
+    let cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    if cl.is_reference() {
+        return; // nats-server has no audit
+    }
+    cl.wait_full_mesh(Duration::from_secs(10));
+    wait_meta_leader(&cl).await;
+    let js = vec![jetstream::new(app_client(&cl, 0).await)];
+    create_r3(&js[0], "AUDITED", "audited.>").await;
+    for i in 0..50 {
+        publish_until_acked(&js, 0, "audited.x", format!("audited-payload-{i}")).await;
+    }
+    let out = sealctl(&[
+        "audit",
+        "--live",
+        "--server",
+        &cl.url(1),
+        "--user",
+        "sys",
+        "--password",
+        "sys",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    let stores = v["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 3, "{v:#}");
+    let ids: std::collections::BTreeSet<&str> = stores
+        .iter()
+        .map(|s| s["store_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "three stores, one per node: {v:#}");
+    for s in stores {
+        assert_eq!(s["live"], true);
+        let messages: u64 = s["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|st| st["messages"].as_u64().unwrap())
+            .sum();
+        assert!(messages >= 50, "every replica holds the stream: {s:#}");
+        assert!(
+            s["segments"].as_array().is_some_and(|a| !a.is_empty()),
+            "{s:#}"
+        );
+    }
+    publish_until_acked(&js, 0, "audited.x", "after the audit".into()).await;
+}

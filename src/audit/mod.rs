@@ -596,7 +596,15 @@ impl Run<'_> {
                     .to_owned(),
                 );
                 if self.scope == Scope::Store {
-                    raft_extent(root, meta, &mut report);
+                    let mut scratch = empty_report(root, true);
+                    raft_extent(root, meta, &mut scratch);
+                    if self.live && !scratch.findings.is_empty() {
+                        // Live, the log may have moved on between reading its extent and
+                        // looking at its segments (a dead one deleted): once more.
+                        scratch.findings.clear();
+                        raft_extent(root, meta, &mut scratch);
+                    }
+                    report.findings.append(&mut scratch.findings);
                 }
                 gather(meta, &self.scope, None)
             })

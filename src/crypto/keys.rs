@@ -326,6 +326,16 @@ impl DataKey {
         DataKey(Secret::random())
     }
 
+    /// A secret kept in the keyring as a data key (wrapped like one).
+    pub fn from_secret(secret: Key32) -> Self {
+        DataKey(secret)
+    }
+
+    /// The secret itself (for the rare key that is used as is: the Raft log's secrets).
+    pub fn into_secret(self) -> Key32 {
+        self.0
+    }
+
     /// The sealing key for one segment of `owner` (domain separation per segment).
     pub fn segment_key(&self, owner: &[u8; 16], segment_id: u64) -> SealKey {
         SealKey::new(hkdf(

@@ -56,6 +56,10 @@ use super::ids::{AccountId, StreamId};
 pub(crate) const KEYRING_DIR: &str = "keyring";
 /// Reserved owner id of the catalog's data keys (random ids are never all-zero).
 pub(crate) const CATALOG_OWNER: [u8; 16] = [0u8; 16];
+/// The owner of the Raft log's two secrets (pseudonyms at version 1, group keys at version 2).
+pub(crate) const RAFT_OWNER: [u8; 16] = *b"raft secrets\0\0\0\0";
+/// Marks the Raft secrets' section after the spares (zero padding reads as "none").
+const RAFT_TAG: u32 = 0x5246_5431;
 const MAGIC: &[u8; 8] = b"SEALKRNG";
 const FORMAT_VERSION: u32 = 1;
 const HEADER_LEN: usize = 136;
@@ -160,6 +164,11 @@ pub(crate) struct Keyring {
     pub(crate) catalog_keys: BTreeMap<u32, WrappedKey>,
     /// Account groups.
     pub(crate) accounts: BTreeMap<AccountId, AccountKeys>,
+    /// The clustered node's Raft log secrets (pseudonyms, group keys), wrapped (owner
+    /// [`RAFT_OWNER`], versions 1 and 2). Kept here, not derived from the master key, so that
+    /// a master-key rotation rewraps them instead of changing them (which would orphan the
+    /// log). `None` in generations written before they were kept.
+    pub(crate) raft: Option<[WrappedKey; 2]>,
 }
 
 impl Keyring {
@@ -187,6 +196,7 @@ impl Keyring {
                     .get(a)
                     .is_some_and(|n| n.version == g.version && n.key == g.key && streams_kept(g, n))
             })
+            && self.raft.is_none_or(|r| next.raft == Some(r))
     }
 
     /// The catalog key version in force.
@@ -262,6 +272,10 @@ impl Keyring {
                 *w = re(w, &sid.0, 1)?;
             }
         }
+        if let Some([names, groups]) = out.raft.as_mut() {
+            *names = re(names, &RAFT_OWNER, 1)?;
+            *groups = re(groups, &RAFT_OWNER, 2)?;
+        }
         Ok(out)
     }
 
@@ -287,6 +301,11 @@ impl Keyring {
                 kek.unwrap(w, &sid.0, 1)
                     .map_err(|_| format!("spare {sid} key does not unwrap"))?;
             }
+        }
+        if let Some([names, groups]) = &self.raft {
+            kek.unwrap(names, &RAFT_OWNER, 1)
+                .and_then(|_| kek.unwrap(groups, &RAFT_OWNER, 2))
+                .map_err(|_| "a Raft log secret does not unwrap".to_string())?;
         }
         Ok(())
     }
@@ -314,7 +333,7 @@ impl Keyring {
             .iter()
             .filter(|(_, g)| !g.spares.is_empty())
             .collect();
-        if !with_spares.is_empty() {
+        if !with_spares.is_empty() || self.raft.is_some() {
             b.put_u32(len_u32(with_spares.len()));
             for (aid, g) in with_spares {
                 b.extend_from_slice(&aid.0);
@@ -324,6 +343,11 @@ impl Keyring {
                     b.extend_from_slice(w);
                 }
             }
+        }
+        if let Some([names, groups]) = &self.raft {
+            b.put_u32(RAFT_TAG);
+            b.extend_from_slice(names);
+            b.extend_from_slice(groups);
         }
         let padded = b.len().div_ceil(BODY_BUCKET).max(1) * BODY_BUCKET;
         b.resize(padded, 0);
@@ -394,6 +418,15 @@ impl Keyring {
                 g.spares.insert(sid, r.array()?);
             }
         }
+        let raft = if r.remaining() >= 4 {
+            match r.u32()? {
+                RAFT_TAG => Some([r.array()?, r.array()?]),
+                0 => None,
+                _ => return Err("unknown section after the spares"),
+            }
+        } else {
+            None
+        };
         r.finish_zero_padding()?;
         Ok(Keyring {
             gen,
@@ -401,6 +434,7 @@ impl Keyring {
             catalog_watermark,
             catalog_keys,
             accounts,
+            raft,
         })
     }
 
@@ -594,6 +628,7 @@ mod tests {
             catalog_watermark: 9,
             catalog_keys,
             accounts,
+            raft: None,
         }
     }
 

@@ -528,6 +528,15 @@ impl MetaStore {
         };
         if !store.read_only {
             store.sweep()?;
+            if store.keyring.raft.is_none() {
+                // Kept from now on, so that a master-key rotation no longer changes them.
+                let wrapped = raft_secrets_wrapped(&store.kek);
+                store.mutate(|s| {
+                    let mut kr = s.next_keyring();
+                    kr.raft = Some(wrapped);
+                    s.commit_keyring(kr)
+                })?;
+            }
         }
         Ok(store)
     }
@@ -588,6 +597,7 @@ impl MetaStore {
             catalog_watermark: 0,
             catalog_keys,
             accounts: std::collections::BTreeMap::new(),
+            raft: Some(raft_secrets_wrapped(&kek)),
         };
         tmp::write_atomic(
             &root,
@@ -787,12 +797,16 @@ impl MetaStore {
     /// Known limit (issue 15's note): rotating the master key changes them, which makes an
     /// existing Raft log unreadable; `store rotate-master` is not for clustered nodes yet.
     pub fn raft_secrets(&self) -> (crate::crypto::Key32, crate::crypto::Key32) {
-        let names = self.kek.mac(b"sealstream raft pseudonyms v1");
-        let groups = self.kek.mac(b"sealstream raft group keys v1");
-        (
-            crate::crypto::Secret::new(names),
-            crate::crypto::Secret::new(groups),
-        )
+        let kept = self.keyring.raft.as_ref().and_then(|[names, groups]| {
+            let owner = &keyring::RAFT_OWNER;
+            Some((
+                self.kek.unwrap(names, owner, 1).ok()?.into_secret(),
+                self.kek.unwrap(groups, owner, 2).ok()?.into_secret(),
+            ))
+        });
+        // A keyring written before the secrets were kept in it: they are still the ones the
+        // current master key derives (the first writable open keeps them, see `open`).
+        kept.unwrap_or_else(|| raft_secrets_derived(&self.kek))
     }
 
     /// The store's id.
@@ -957,4 +971,24 @@ impl MetaStore {
         tmp::shred_and_remove(&catalog::catalog_path(&self.root, old_cat_gen))?;
         self.step(Step::OldCatalogShredded)
     }
+}
+
+/// The Raft log's secrets as stores before they were kept in the keyring derived them from
+/// the key-encryption key: the values every existing store's log was written with.
+fn raft_secrets_derived(kek: &crate::crypto::Kek) -> (crate::crypto::Key32, crate::crypto::Key32) {
+    (
+        crate::crypto::Secret::new(kek.mac(b"sealstream raft pseudonyms v1")),
+        crate::crypto::Secret::new(kek.mac(b"sealstream raft group keys v1")),
+    )
+}
+
+/// The Raft log's secrets, wrapped for the keyring (the derived values: a new store's are
+/// chosen the same way, so that every store keeps what its log may already use).
+fn raft_secrets_wrapped(kek: &crate::crypto::Kek) -> [crate::crypto::WrappedKey; 2] {
+    let (names, groups) = raft_secrets_derived(kek);
+    let owner = &keyring::RAFT_OWNER;
+    [
+        kek.wrap(&crate::crypto::DataKey::from_secret(names), owner, 1),
+        kek.wrap(&crate::crypto::DataKey::from_secret(groups), owner, 2),
+    ]
 }

@@ -1303,3 +1303,43 @@ fn an_erased_stream_is_unreadable_at_once_and_its_files_go_by_its_owner_or_the_n
     // And the owner's own removal is a no-op once they are gone.
     super::remove_erased_stream_files(&dir).unwrap();
 }
+
+/// A clustered node's Raft log is sealed with secrets the keyring keeps: a master-key rotation
+/// rewraps them and leaves them the same (before they were kept, they were derived from the
+/// master key, and a rotation orphaned the node's log). A keyring written before they were
+/// kept gets them, unchanged, at the first writable open.
+#[test]
+fn the_raft_log_secrets_survive_a_master_key_rotation() {
+    let f = fx();
+    let expose = |(a, b): (crate::crypto::Key32, crate::crypto::Key32)| (*a.expose(), *b.expose());
+    let mut m = open(&f);
+    let before = expose(m.raft_secrets());
+    m.rotate_master(kf(&f.key2)).unwrap();
+    assert_eq!(expose(m.raft_secrets()), before, "rotation keeps them");
+    drop(m);
+    let m = MetaStore::open(&f.store, kf(&f.key2), opts()).unwrap();
+    assert_eq!(expose(m.raft_secrets()), before, "and so does a reopen");
+    drop(m);
+    let ro = MetaStore::open(&f.store, kf(&f.key2), MetaOptions::read_only()).unwrap();
+    assert_eq!(expose(ro.raft_secrets()), before, "read-only too");
+
+    // A store whose keyring predates them: derived from its key until a writable open keeps
+    // them, the same values.
+    let g = fx();
+    let mut m = open(&g);
+    let derived = expose(m.raft_secrets());
+    m.mutate(|s| {
+        let mut kr = s.next_keyring();
+        kr.raft = None;
+        s.commit_keyring(kr)
+    })
+    .unwrap();
+    let uuid = m.store_uuid();
+    drop(m);
+    assert!(current_keyring(&g, &uuid, &g.key).raft.is_none());
+    let mut m = open(&g);
+    assert!(m.keyring.raft.is_some(), "kept at the writable open");
+    assert_eq!(expose(m.raft_secrets()), derived);
+    m.rotate_master(kf(&g.key2)).unwrap();
+    assert_eq!(expose(m.raft_secrets()), derived);
+}
