@@ -341,3 +341,116 @@ async fn a_running_server_audits_its_live_store_for_the_operator_and_for_a_tenan
     assert!(acme.await.unwrap() > 0);
     assert!(globex.await.unwrap() > 0);
 }
+
+/// Issue 17: the operator rotates the running server's master key while a client keeps
+/// publishing and a consumer keeps reading; acknowledgements never stop, the old key no longer
+/// opens the store, and the server restarted with the new key holds every acknowledged
+/// message.
+#[tokio::test]
+async fn the_master_key_is_rotated_while_clients_publish_and_consume() {
+    let mut s = TestServer::start_js_with(&[], Some(LIVE_CONF));
+    if s.is_reference() {
+        return; // nats-server rotates only across a restart
+    }
+    add_stream(&s.url(), "acme", "ACME_LEDGER", "ledger.acme.>").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = tokio::spawn(keep_publishing(
+        s.url(),
+        "acme",
+        "ledger.acme.eu",
+        stop.clone(),
+    ));
+    let c = async_nats::ConnectOptions::with_user_and_password("acme".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_consumer_from_stream("ACME_LEDGER-reader", "ACME_LEDGER")
+        .await
+        .unwrap();
+    let mut read = 0usize;
+    let fetch = |n| {
+        let consumer = consumer.clone();
+        async move {
+            // Until `n` arrived (the publisher may only be starting).
+            let mut got = 0;
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while got < n && std::time::Instant::now() < deadline {
+                let mut msgs = consumer
+                    .fetch()
+                    .max_messages(n - got)
+                    .expires(Duration::from_secs(1))
+                    .messages()
+                    .await
+                    .unwrap();
+                while let Some(m) = msgs.next().await {
+                    m.unwrap().double_ack().await.unwrap();
+                    got += 1;
+                }
+            }
+            got
+        }
+    };
+    read += fetch(20).await;
+
+    let store = s.store_dir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let new_key = keys.path().join("rotated.key");
+    let (code, out, err) = sealctl(&[
+        "store",
+        "rotate-master-live",
+        "--new-key-file",
+        new_key.to_str().unwrap(),
+        "--server",
+        &s.url(),
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("master key rotated"), "{out}");
+    assert!(new_key.exists(), "the new key file was generated");
+    // Clients go on: more acknowledgements and deliveries after the rotation.
+    read += fetch(20).await;
+    assert!(read >= 40, "{read}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = publisher.await.unwrap();
+    assert!(acked > 0);
+
+    // Offline, the old key no longer opens the store; the new one does, and it is clean.
+    s.stop(true);
+    let old = store.join("jetstream.key");
+    let (code, out, _) = sealctl(&[
+        "audit",
+        store.join("jetstream").to_str().unwrap(),
+        "--key-file",
+        old.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "the old key: {out}");
+    let (code, out, _) = sealctl(&[
+        "audit",
+        store.join("jetstream").to_str().unwrap(),
+        "--key-file",
+        new_key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "the new key: {out}");
+    // The operator puts the new key where the server looks for it and starts it again.
+    std::fs::copy(&new_key, &old).unwrap();
+    s.restart(true);
+    let c = async_nats::ConnectOptions::with_user_and_password("acme".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    let info = js
+        .get_stream("ACME_LEDGER")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(info.state.messages, acked, "every acknowledged message");
+}

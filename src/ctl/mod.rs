@@ -183,6 +183,17 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
             let reports = commands::audit::live(&target, &a).await?;
             finish_audit(&a, reports)
         }
+        Command::Store {
+            cmd:
+                args::StoreCmd::RotateMasterLive {
+                    new_key_file,
+                    server_name,
+                    conn,
+                },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::audit::rotate_master_live(&s, &new_key_file, server_name.as_deref()).await
+        }
         other => {
             run(args::Cli {
                 server: cli.server,

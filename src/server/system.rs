@@ -14,6 +14,8 @@
 //!   and `active_servers` as nats-server gives them.
 //! - `$SYS.REQ.SERVER.<id>.AUDIT` (this server) and `$SYS.REQ.SERVER.PING.AUDIT` (every
 //!   server): a live audit of the store (`jetstream/audit.rs`), answered when it is done.
+//! - `$SYS.REQ.SERVER.<id>.ROTATE_MASTER` and `$SYS.REQ.SERVER.PING.ROTATE_MASTER`: the store's
+//!   master key rotated while serving (`jetstream/rotation.rs`).
 //!
 //! It publishes `$SYS.ACCOUNT.<account>.CONNECT` / `DISCONNECT` events. Tenants cannot reach
 //! any of this: `$SYS.>` in their account is their own subject space.
@@ -72,8 +74,10 @@ impl System {
         ));
         client.headers.store(true, Ordering::Relaxed);
         let audit = format!("$SYS.REQ.SERVER.{server_id}.AUDIT");
+        let rotate = format!("$SYS.REQ.SERVER.{server_id}.ROTATE_MASTER");
         let subjects = [
             audit.as_str(),
+            rotate.as_str(),
             "$SYS.REQ.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
@@ -342,6 +346,26 @@ impl System {
                     a(Err(e.to_owned()));
                 }
             }
+            return true;
+        }
+        if subject.starts_with("$SYS.REQ.SERVER.") && subject.ends_with(".ROTATE_MASTER") {
+            tokio::spawn(async move {
+                let sh = Arc::clone(&shared);
+                let result = tokio::task::spawn_blocking(move || match sh.jetstream.get() {
+                    Some(js) => super::jetstream::rotation::rotate_master(js, &payload),
+                    None => Err("JetStream is not enabled on this server".to_owned()),
+                })
+                .await
+                .unwrap_or_else(|_| Err("the rotation failed".to_owned()));
+                let server = Self::server_block(&shared);
+                let answer = match result {
+                    Ok(data) => json!({ "server": server, "data": data }),
+                    Err(e) => {
+                        json!({ "server": server, "error": { "code": 500, "description": e } })
+                    }
+                };
+                me.publish(&reply, &answer);
+            });
             return true;
         }
         let Some(kind) = subject.strip_prefix("$SYS.REQ.SERVER.PING.") else {

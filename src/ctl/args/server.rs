@@ -257,4 +257,19 @@ pub enum StoreCmd {
         #[arg(long)]
         new_key_file: Option<std::path::PathBuf>,
     },
+    /// Rotate the master key of running servers' stores (with `--server` and a system account
+    /// user): each server rewraps its keys under `--new-key-file`, a path on its own host
+    /// (created 0600 when missing), while it keeps serving. Start them with that key file
+    /// from then on.
+    RotateMasterLive {
+        /// The new key file's absolute path on the servers' hosts.
+        #[arg(long)]
+        new_key_file: std::path::PathBuf,
+        /// Only the server with this name (default: every server that answers).
+        #[arg(long)]
+        server_name: Option<String>,
+        /// Connection options.
+        #[command(flatten)]
+        conn: super::ConnArgs,
+    },
 }

@@ -264,3 +264,81 @@ pub async fn live(
     }
     Ok(reports)
 }
+
+/// `sealctl store rotate-master-live`: every running server (or the one named) rotates its
+/// store's master key to `new_key_file` on its own host (`$SYS.REQ.SERVER.PING.ROTATE_MASTER`;
+/// each server answers for itself).
+///
+/// # Errors
+/// Connection errors; no server answered; a server that could not rotate (named).
+pub async fn rotate_master_live(
+    s: &super::conn::Session,
+    new_key_file: &Path,
+    server_name: Option<&str>,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use serde_json::{json, Value};
+    let body = json!({ "new_key_file": new_key_file });
+    // The servers, by name and id: a named one is asked alone, on its own subject.
+    let inbox = s.client.new_inbox();
+    let mut pongs = s.client.subscribe(inbox.clone()).await?;
+    s.client
+        .publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "{}".into())
+        .await?;
+    s.client.flush().await?;
+    let mut servers: Vec<(String, String)> = Vec::new();
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    while let Ok(Some(m)) = tokio::time::timeout_at(until, pongs.next()).await {
+        if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
+            let field = |k: &str| {
+                v.pointer(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            servers.push((field("/server/name"), field("/server/id")));
+        }
+    }
+    if servers.is_empty() {
+        anyhow::bail!("no server answered $SYS.REQ.SERVER.PING (a system account user is needed)");
+    }
+    if let Some(name) = server_name {
+        servers.retain(|(n, _)| n == name);
+        if servers.is_empty() {
+            anyhow::bail!("no server named {name} answered");
+        }
+    }
+    let mut failed = false;
+    for (name, id) in servers {
+        let answer = s
+            .client
+            .request(
+                format!("$SYS.REQ.SERVER.{id}.ROTATE_MASTER"),
+                serde_json::to_vec(&body)?.into(),
+            )
+            .await;
+        let v: Value = match answer {
+            Ok(m) => serde_json::from_slice(&m.payload).unwrap_or(Value::Null),
+            Err(e) => json!({ "error": { "description": e.to_string() } }),
+        };
+        if s.json {
+            println!("{}", serde_json::to_string(&v)?);
+        }
+        match v.pointer("/error/description").and_then(Value::as_str) {
+            Some(why) => {
+                failed = true;
+                eprintln!("{name}: master key NOT rotated: {why}");
+            }
+            None if !s.json => println!(
+                "{name}: master key rotated; the store now opens with {}. Start it with {} from now on.",
+                v.pointer("/data/key").and_then(Value::as_str).unwrap_or("?"),
+                v.pointer("/data/restart_with").and_then(Value::as_str).unwrap_or("?")
+            ),
+            None => {}
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -29,6 +29,7 @@ mod cmd;
 mod gather;
 mod lifecycle;
 mod replica;
+pub(crate) mod rotation;
 mod round;
 mod shard;
 mod sink;
@@ -94,7 +95,8 @@ pub(crate) fn make_reserve(path: &std::path::Path) {
 pub(crate) struct JetStream {
     /// The sealed store's metadata (catalog, keys, consumer state files).
     pub(crate) meta: Mutex<MetaStore>,
-    key: KeySource,
+    /// How the master key is obtained (taken after `meta`: a rotation replaces it).
+    key: Mutex<KeySource>,
     reserve: std::path::PathBuf,
     /// Server name (stream info `cluster.leader`).
     pub(crate) server_name: String,
@@ -579,7 +581,12 @@ impl JetStream {
                 Err(e) => warn!(error = %e, "could not release the space reserve"),
             }
         }
-        match meta.reopen(self.key.duplicate()) {
+        let key = self
+            .key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .duplicate();
+        match meta.reopen(key) {
             Ok(()) => {
                 info!("store metadata reopened after a failed update");
                 true
@@ -589,6 +596,11 @@ impl JetStream {
                 false
             }
         }
+    }
+
+    /// The master key's source from now on (after an online rotation).
+    pub(crate) fn set_key(&self, key: KeySource) {
+        *self.key.lock().unwrap_or_else(|p| p.into_inner()) = key;
     }
 
     /// Puts the space reserve back if it was used (best effort).
@@ -617,7 +629,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
     info!(threads = shards.len(), "JetStream store threads started");
     let js = Arc::new(JetStream {
         meta: Mutex::new(opened.meta),
-        key: opened.key,
+        key: Mutex::new(opened.key),
         reserve: opened.reserve,
         server_name: shared.server_name.clone(),
         max_memory: opts.jetstream.max_memory_store.unwrap_or(-1),
