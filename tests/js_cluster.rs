@@ -1757,7 +1757,7 @@ async fn a_new_r1_stream_keeps_the_name_of_a_deleted_r3_stream_across_a_restart(
     drop(js);
     // Applying the meta log again (the R3 stream's create and delete) leaves it alone.
     cl.restart(1);
-    let again = contexts(&cl, &[1]).await;
+    let again = [jetstream::new(app_client(&cl, 1).await)];
     wait_messages(&again[0], "REUSED", *acked.keys().last().unwrap()).await;
     assert_eq!(settled_history(&again[0], "REUSED", &acked).await, acked);
 }
@@ -1813,4 +1813,54 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
         );
     }
     publish_until_acked(&js, 0, "audited.x", "after the audit".into()).await;
+}
+
+/// Issue 17: every node of a cluster rotates its master key while an R3 stream takes writes;
+/// a node restarted with the new key reads its own Raft log (its secrets are kept in the
+/// keyring, rewrapped by the rotation) and rejoins its group with the whole history.
+#[tokio::test]
+async fn a_cluster_rotates_its_master_keys_online_and_a_restarted_node_rejoins() {
+    let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    if cl.is_reference() {
+        return; // nats-server rotates only across a restart
+    }
+    cl.wait_full_mesh(Duration::from_secs(10));
+    wait_meta_leader(&cl).await;
+    let js = vec![jetstream::new(app_client(&cl, 0).await)];
+    create_r3(&js[0], "ROTATED", "rotated.>").await;
+    for i in 0..20 {
+        publish_until_acked(&js, 0, "rotated.x", order(i)).await;
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let new_key = keys.path().join("cluster-rotated.key");
+    let out = sealctl(&[
+        "store",
+        "rotate-master-live",
+        "--new-key-file",
+        new_key.to_str().unwrap(),
+        "--server",
+        &cl.url(0),
+        "--user",
+        "sys",
+        "--password",
+        "sys",
+    ]);
+    assert_eq!(out.matches("master key rotated").count(), 3, "{out}");
+    for i in 20..40 {
+        publish_until_acked(&js, 0, "rotated.x", order(i)).await;
+    }
+    // The operator gives every node the new key where it looks for it.
+    for n in &cl.nodes {
+        let dir = n.server.store_dir().unwrap();
+        std::fs::copy(&new_key, dir.join("jetstream.key")).unwrap();
+    }
+    cl.restart(1);
+    let again = [jetstream::new(app_client(&cl, 1).await)];
+    for i in 40..50 {
+        publish_until_acked(&js, 0, "rotated.x", order(i)).await;
+    }
+    wait_messages(&again[0], "ROTATED", 50).await;
+    let want: BTreeMap<u64, String> = (0..50).map(|i| (i as u64 + 1, order(i))).collect();
+    assert_eq!(settled_history(&again[0], "ROTATED", &want).await, want);
+    assert_every_store_sealed(&cl, &["rotated.x", &order(7)]);
 }
