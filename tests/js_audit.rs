@@ -454,3 +454,162 @@ async fn the_master_key_is_rotated_while_clients_publish_and_consume() {
         .clone();
     assert_eq!(info.state.messages, acked, "every acknowledged message");
 }
+
+/// The data keys of the stream named `name` as the live audit reports them.
+fn dek_versions(url: &str, name_id: &str) -> Vec<u64> {
+    let (code, out, err) = sealctl(&[
+        "audit",
+        "--live",
+        "--server",
+        url,
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == name_id)
+        .unwrap_or_else(|| panic!("{name_id} in {v:#}"));
+    s["dek_versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+/// Issue 17: a stream's data key is rotated and its files re-sealed under the new key in the
+/// background while a client publishes and a consumer reads; the old key is destroyed and the
+/// audit shows one key generation. A rotation interrupted before the re-sealing (the new key
+/// in the keyring, the files under the old) is finished at the next start.
+#[tokio::test]
+async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
+    let mut s = TestServer::start_js_with(&["-m", "-1"], Some(LIVE_CONF));
+    if s.is_reference() {
+        return; // nats-server has no data-key rotation
+    }
+    add_stream(&s.url(), "acme", "ACME_LEDGER", "ledger.acme.>").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = tokio::spawn(keep_publishing(
+        s.url(),
+        "acme",
+        "ledger.acme.eu",
+        stop.clone(),
+    ));
+    let c = async_nats::ConnectOptions::with_user_and_password("acme".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    assert!(
+        support::eventually(Duration::from_secs(10), || {
+            let (_, m) = s.http_get("/metrics");
+            m.lines()
+                .any(|l| l.starts_with("sealstream_in_msgs_total ") && !l.ends_with(" 0"))
+        })
+        .await
+    );
+    let id = {
+        let (_, out, _) = sealctl(&[
+            "audit",
+            "--live",
+            "--server",
+            &s.url(),
+            "--user",
+            "admin",
+            "--password",
+            "pw",
+            "--account",
+            "ACME",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["streams"][0]["id"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(dek_versions(&s.url(), &id), [1]);
+    let (code, out, err) = sealctl(&[
+        "store",
+        "rekey-live",
+        "--account",
+        "ACME",
+        "--stream",
+        "ACME_LEDGER",
+        "--server",
+        &s.url(),
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("re-sealed under data key v2"), "{out}");
+    assert!(out.contains("destroyed v1"), "{out}");
+    assert_eq!(dek_versions(&s.url(), &id), [2], "the old key is gone");
+    let (_, metrics) = s.http_get("/metrics");
+    assert!(
+        metrics.contains("sealstream_resealed_streams_total 1"),
+        "{metrics}"
+    );
+    // Clients went on: the consumer reads from the start, across the re-sealing.
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_consumer_from_stream("ACME_LEDGER-reader", "ACME_LEDGER")
+        .await
+        .unwrap();
+    let mut msgs = consumer
+        .fetch()
+        .max_messages(50)
+        .expires(Duration::from_secs(2))
+        .messages()
+        .await
+        .unwrap();
+    let first = msgs.next().await.unwrap().unwrap();
+    assert_eq!(&first.payload[..], b"confidential-ledger-entry-0");
+    first.double_ack().await.unwrap();
+    drop(msgs);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = publisher.await.unwrap();
+
+    // An interrupted rotation: the new key was written, the files were not re-sealed.
+    s.stop(true);
+    let store = s.store_dir().unwrap();
+    {
+        use sealstream::store::meta::{KeySource, MetaOptions, MetaStore, StreamId};
+        let mut meta = MetaStore::open(
+            &store.join("jetstream"),
+            KeySource::KeyFile(store.join("jetstream.key")),
+            MetaOptions::default(),
+        )
+        .unwrap();
+        let sid = StreamId::from_hex(&id).unwrap();
+        meta.rotate_dek(sid).unwrap();
+    }
+    s.restart(true);
+    assert!(
+        support::eventually(Duration::from_secs(20), || {
+            let (_, m) = s.http_get("/metrics");
+            m.contains("sealstream_resealed_streams_total 1")
+        })
+        .await,
+        "the re-sealing was resumed at start"
+    );
+    assert_eq!(dek_versions(&s.url(), &id), [3]);
+    let c = async_nats::ConnectOptions::with_user_and_password("acme".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let info = async_nats::jetstream::new(c)
+        .get_stream("ACME_LEDGER")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(info.state.messages, acked, "every acknowledged message");
+}

@@ -327,8 +327,10 @@ impl Progress {
         if self.bytes_per_sec > 0 {
             let due = Duration::from_secs_f64(read as f64 / self.bytes_per_sec as f64);
             let elapsed = self.started.elapsed();
+            // Reading waits until the pace allows (nothing unparks an auditing thread; a
+            // spurious wake-up only shortens one wait, and the next read waits the more).
             if due > elapsed {
-                std::thread::sleep(due - elapsed);
+                std::thread::park_timeout(due - elapsed);
             }
         }
     }

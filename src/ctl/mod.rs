@@ -185,6 +185,28 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
         }
         Command::Store {
             cmd:
+                args::StoreCmd::RekeyLive {
+                    account,
+                    stream,
+                    bytes_per_sec,
+                    wait,
+                    conn,
+                },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            let wait = commands::util::parse_duration(&wait)
+                .map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+            commands::audit::rekey_live(
+                &s,
+                account.as_deref(),
+                stream.as_deref(),
+                bytes_per_sec,
+                wait,
+            )
+            .await
+        }
+        Command::Store {
+            cmd:
                 args::StoreCmd::RotateMasterLive {
                     new_key_file,
                     server_name,

@@ -619,6 +619,20 @@ impl Stream {
         self.store.as_ref()
     }
 
+    /// Re-seals the store under a new data key (see [`StreamStore::reseal`]).
+    ///
+    /// # Errors
+    /// The store's (a fatal one also takes the stream offline).
+    pub fn reseal(
+        &mut self,
+        dek_version: u32,
+        dek: crate::crypto::DataKey,
+    ) -> Result<Option<crate::store::CompactStats>, StoreError> {
+        self.store.reseal(dek_version, dek).inspect_err(|e| {
+            self.note_store_error(e);
+        })
+    }
+
     /// Whether a fatal store error took the stream offline.
     pub fn offline(&self) -> Option<&str> {
         self.offline.as_deref()

@@ -16,6 +16,8 @@
 //!   server): a live audit of the store (`jetstream/audit.rs`), answered when it is done.
 //! - `$SYS.REQ.SERVER.<id>.ROTATE_MASTER` and `$SYS.REQ.SERVER.PING.ROTATE_MASTER`: the store's
 //!   master key rotated while serving (`jetstream/rotation.rs`).
+//! - `$SYS.REQ.SERVER.<id>.REKEY` and `$SYS.REQ.SERVER.PING.REKEY`: streams' data keys rotated
+//!   and their files re-sealed in the background (`jetstream/rekey.rs`), answered when done.
 //!
 //! It publishes `$SYS.ACCOUNT.<account>.CONNECT` / `DISCONNECT` events. Tenants cannot reach
 //! any of this: `$SYS.>` in their account is their own subject space.
@@ -75,9 +77,11 @@ impl System {
         client.headers.store(true, Ordering::Relaxed);
         let audit = format!("$SYS.REQ.SERVER.{server_id}.AUDIT");
         let rotate = format!("$SYS.REQ.SERVER.{server_id}.ROTATE_MASTER");
+        let rekey = format!("$SYS.REQ.SERVER.{server_id}.REKEY");
         let subjects = [
             audit.as_str(),
             rotate.as_str(),
+            rekey.as_str(),
             "$SYS.REQ.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
             "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
@@ -344,6 +348,47 @@ impl System {
             if let Err(e) = started {
                 if let Some(a) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     a(Err(e.to_owned()));
+                }
+            }
+            return true;
+        }
+        if subject.starts_with("$SYS.REQ.SERVER.") && subject.ends_with(".REKEY") {
+            let server = Self::server_block(&shared);
+            let answer = move |r: Result<Vec<Value>, String>| {
+                let answer = match r {
+                    Ok(streams) => json!({ "server": server, "data": { "streams": streams } }),
+                    Err(e) => {
+                        json!({ "server": server, "error": { "code": 409, "description": e } })
+                    }
+                };
+                me.publish(&reply, &answer);
+            };
+            let Some(js) = shared.jetstream.get() else {
+                answer(Err("JetStream is not enabled on this server".into()));
+                return true;
+            };
+            let request: super::jetstream::rekey::RekeyRequest =
+                if payload.iter().all(u8::is_ascii_whitespace) {
+                    Default::default()
+                } else {
+                    match serde_json::from_slice(&payload) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            answer(Err(format!("invalid rekey request: {e}")));
+                            return true;
+                        }
+                    }
+                };
+            let answer = Arc::new(Mutex::new(Some(answer)));
+            let later = Arc::clone(&answer);
+            let started = super::jetstream::rekey::start(js, request, move |streams| {
+                if let Some(a) = later.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    a(Ok(streams));
+                }
+            });
+            if let Err(e) = started {
+                if let Some(a) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    a(Err(e));
                 }
             }
             return true;

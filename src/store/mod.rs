@@ -381,6 +381,23 @@ pub trait StreamStore: Send {
     /// Write errors.
     fn compact(&mut self) -> Result<CompactStats, StoreError>;
 
+    /// Re-seals the whole stream under a new data key: `dek` at `dek_version` becomes the key
+    /// of new segments, every live message is rewritten (a compaction) and the segments sealed
+    /// with older keys are removed; afterwards the store holds only the new version. `None`:
+    /// a store without keys (memory).
+    ///
+    /// # Errors
+    /// Write errors (the stream is then as a failed compaction leaves it: whole, partly under
+    /// the old key, which it still holds).
+    fn reseal(
+        &mut self,
+        dek_version: u32,
+        dek: crate::crypto::DataKey,
+    ) -> Result<Option<CompactStats>, StoreError> {
+        let _ = (dek_version, dek);
+        Ok(None)
+    }
+
     /// Writes the idle checkpoint (covers every earlier block) if anything is uncovered.
     ///
     /// # Errors

@@ -104,6 +104,19 @@ impl StreamKeys {
         self
     }
 
+    /// Makes `dek` at `dek_version` the key of new segments (a data-key rotation); the
+    /// older versions stay, to read what they sealed.
+    pub fn rotate(&mut self, dek_version: u32, dek: DataKey) {
+        self.deks.insert(dek_version, dek);
+        self.current = dek_version;
+    }
+
+    /// Forgets every version but the current one (once nothing is sealed with them).
+    pub fn keep_only_current(&mut self) {
+        let current = self.current;
+        self.deks.retain(|v, _| *v == current);
+    }
+
     /// The key version new segments are sealed with.
     pub fn current_version(&self) -> u32 {
         self.current

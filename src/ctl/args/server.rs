@@ -257,6 +257,26 @@ pub enum StoreCmd {
         #[arg(long)]
         new_key_file: Option<std::path::PathBuf>,
     },
+    /// Rotate the data keys of running servers' file streams and re-seal their files under
+    /// the new keys in the background, then destroy the old keys (with `--server` and a system
+    /// account user). Replicated and memory streams are left as they are.
+    RekeyLive {
+        /// Only this account's streams.
+        #[arg(long)]
+        account: Option<String>,
+        /// Only this stream (with `--account`).
+        #[arg(long, requires = "account")]
+        stream: Option<String>,
+        /// The re-sealing pace in bytes per second (default: the server's, 32 MiB/s).
+        #[arg(long)]
+        bytes_per_sec: Option<u64>,
+        /// How long to wait for the servers to finish, e.g. `30m`.
+        #[arg(long, default_value = "30m")]
+        wait: String,
+        /// Connection options.
+        #[command(flatten)]
+        conn: super::ConnArgs,
+    },
     /// Rotate the master key of running servers' stores (with `--server` and a system account
     /// user): each server rewraps its keys under `--new-key-file`, a path on its own host
     /// (created 0600 when missing), while it keeps serving. Start them with that key file

@@ -202,24 +202,7 @@ pub async fn live(
         }
     } else {
         let s = super::conn::Session::open(target, &a.conn).await?;
-        let inbox = s.client.new_inbox();
-        let mut pongs = s.client.subscribe(inbox.clone()).await?;
-        s.client
-            .publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "{}".into())
-            .await?;
-        s.client.flush().await?;
-        let mut servers = 0usize;
-        let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
-        while let Ok(Some(m)) = tokio::time::timeout_at(until, pongs.next()).await {
-            if !m.payload.is_empty() {
-                servers += 1;
-            }
-        }
-        if servers == 0 {
-            anyhow::bail!(
-                "no server answered $SYS.REQ.SERVER.PING (a system account user is needed)"
-            );
-        }
+        let servers = servers(&s.client).await?.len();
         let inbox = s.client.new_inbox();
         let mut answers = s.client.subscribe(inbox.clone()).await?;
         s.client
@@ -276,32 +259,10 @@ pub async fn rotate_master_live(
     new_key_file: &Path,
     server_name: Option<&str>,
 ) -> anyhow::Result<()> {
-    use futures::StreamExt as _;
     use serde_json::{json, Value};
     let body = json!({ "new_key_file": new_key_file });
-    // The servers, by name and id: a named one is asked alone, on its own subject.
-    let inbox = s.client.new_inbox();
-    let mut pongs = s.client.subscribe(inbox.clone()).await?;
-    s.client
-        .publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "{}".into())
-        .await?;
-    s.client.flush().await?;
-    let mut servers: Vec<(String, String)> = Vec::new();
-    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
-    while let Ok(Some(m)) = tokio::time::timeout_at(until, pongs.next()).await {
-        if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
-            let field = |k: &str| {
-                v.pointer(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            servers.push((field("/server/name"), field("/server/id")));
-        }
-    }
-    if servers.is_empty() {
-        anyhow::bail!("no server answered $SYS.REQ.SERVER.PING (a system account user is needed)");
-    }
+    // The servers, by name and id: each is asked on its own subject.
+    let mut servers = servers(&s.client).await?;
     if let Some(name) = server_name {
         servers.retain(|(n, _)| n == name);
         if servers.is_empty() {
@@ -335,6 +296,133 @@ pub async fn rotate_master_live(
                 v.pointer("/data/restart_with").and_then(Value::as_str).unwrap_or("?")
             ),
             None => {}
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Every server that answers `$SYS.REQ.SERVER.PING` within a second: (name, id).
+///
+/// # Errors
+/// Connection errors; nobody answered (not a system account user).
+async fn servers(client: &async_nats::Client) -> anyhow::Result<Vec<(String, String)>> {
+    use futures::StreamExt as _;
+    use serde_json::Value;
+    let inbox = client.new_inbox();
+    let mut pongs = client.subscribe(inbox.clone()).await?;
+    client
+        .publish_with_reply("$SYS.REQ.SERVER.PING", inbox, "{}".into())
+        .await?;
+    client.flush().await?;
+    let mut servers = Vec::new();
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    while let Ok(Some(m)) = tokio::time::timeout_at(until, pongs.next()).await {
+        if let Ok(v) = serde_json::from_slice::<Value>(&m.payload) {
+            let field = |k: &str| {
+                v.pointer(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            servers.push((field("/server/name"), field("/server/id")));
+        }
+    }
+    if servers.is_empty() {
+        anyhow::bail!("no server answered $SYS.REQ.SERVER.PING (a system account user is needed)");
+    }
+    Ok(servers)
+}
+
+/// `sealctl store rekey-live`: every running server rotates the data keys of its file streams
+/// (or of `account`, or of one `stream`) and re-seals them in the background at `pace`
+/// (`$SYS.REQ.SERVER.<id>.REKEY` to each, answered when each server is done). Prints one line
+/// per stream.
+///
+/// # Errors
+/// Connection errors; no server answered; a server or stream that could not be re-sealed
+/// (exit 1, named).
+pub async fn rekey_live(
+    s: &super::conn::Session,
+    account: Option<&str>,
+    stream: Option<&str>,
+    pace: Option<u64>,
+    wait: std::time::Duration,
+) -> anyhow::Result<()> {
+    use serde_json::{json, Value};
+    let mut body = json!({});
+    if let Some(a) = account {
+        body["account"] = json!(a);
+    }
+    if let Some(st) = stream {
+        body["stream"] = json!(st);
+    }
+    if let Some(p) = pace {
+        body["bytes_per_sec"] = json!(p);
+    }
+    let mut failed = false;
+    let mut asked = Vec::new();
+    for (name, id) in servers(&s.client).await? {
+        let req = s.client.send_request(
+            format!("$SYS.REQ.SERVER.{id}.REKEY"),
+            async_nats::Request::new()
+                .payload(serde_json::to_vec(&body)?.into())
+                .timeout(Some(wait)),
+        );
+        asked.push((name, req));
+    }
+    for (name, req) in asked {
+        let v: Value = match req.await {
+            Ok(m) => serde_json::from_slice(&m.payload).unwrap_or(Value::Null),
+            Err(e) => json!({ "error": { "description": e.to_string() } }),
+        };
+        if s.json {
+            println!("{}", serde_json::to_string(&v)?);
+        }
+        if let Some(why) = v.pointer("/error/description").and_then(Value::as_str) {
+            failed = true;
+            eprintln!("{name}: not re-sealed: {why}");
+            continue;
+        }
+        for st in v
+            .pointer("/data/streams")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let label = format!(
+                "{name}: {}/{}",
+                st["account"].as_str().unwrap_or("?"),
+                st["stream"].as_str().unwrap_or("?")
+            );
+            match st.get("error").and_then(Value::as_str) {
+                Some(e) => {
+                    failed = true;
+                    eprintln!("{label}: NOT re-sealed: {e}");
+                }
+                None if !s.json => {
+                    let destroyed: Vec<String> = st["destroyed_versions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|v| format!("v{v}"))
+                        .collect();
+                    println!(
+                        "{label}: re-sealed under data key v{} ({} segments, {} bytes); destroyed {}",
+                        st["dek_version"],
+                        st["segments_rewritten"],
+                        st["bytes_after"],
+                        if destroyed.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            destroyed.join(", ")
+                        }
+                    );
+                }
+                None => {}
+            }
         }
     }
     if failed {

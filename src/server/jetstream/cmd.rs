@@ -58,6 +58,13 @@ pub(crate) enum Cmd {
     /// A replicated stream: its whole state as an image (for its group's snapshot), made
     /// after every round applied before this command.
     TakeImage(tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>),
+    /// Re-seal the stream's files under a new data key (`rotate`), or under the current one
+    /// to finish a re-sealing a crash interrupted; answered with what was done
+    /// (`server/jetstream/rekey.rs`).
+    Reseal {
+        rotate: bool,
+        done: SyncSender<Result<serde_json::Value, String>>,
+    },
     /// A replicated stream: replace the state with an image (a stored snapshot at start, or
     /// the leader's when this replica was too far behind); signal when done.
     InstallImage(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>),
@@ -96,6 +103,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::Stop(_)
         | Cmd::Apply(..)
         | Cmd::TakeImage(_)
+        | Cmd::Reseal { .. }
         | Cmd::InstallImage(..)
         | Cmd::Proposed(_)
         | Cmd::LeaderElected

@@ -28,6 +28,7 @@ mod cluster;
 mod cmd;
 mod gather;
 mod lifecycle;
+pub(crate) mod rekey;
 mod replica;
 pub(crate) mod rotation;
 mod round;
@@ -129,6 +130,8 @@ pub(crate) struct JetStream {
     pub(crate) system_account: Option<Arc<Account>>,
     /// The live audit's slot and counters.
     pub(crate) auditor: audit::Auditor,
+    /// The background data-key re-sealer's slot and counters.
+    pub(crate) resealer: rekey::Resealer,
     /// The server's `max_payload`: the largest reply a client takes.
     pub(crate) max_payload: usize,
 }
@@ -654,6 +657,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         shards,
         cluster: std::sync::OnceLock::new(),
         auditor: audit::Auditor::default(),
+        resealer: rekey::Resealer::default(),
         max_payload: usize::try_from(opts.max_payload).unwrap_or(usize::MAX),
         system_account: shared.system.as_ref().map(|s| Arc::clone(&s.account)),
     });
@@ -719,6 +723,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
             stream_worker::load_streams(&js, &acc);
         }
     }
+    rekey::resume(&js);
     info!("JetStream is enabled; streams and consumers are sealed at rest");
     Ok(js)
 }

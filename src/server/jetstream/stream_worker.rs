@@ -642,6 +642,9 @@ impl Worker {
                         return true;
                     }
                 }
+                Cmd::Reseal { done, .. } => {
+                    let _ = done.try_send(Err(REPLICATED_RESEAL.to_owned()));
+                }
                 Cmd::TakeImage(done) => {
                     if !local.is_empty()
                         && self.run(st, std::mem::take(&mut local), now, Mode::Local)
@@ -878,6 +881,7 @@ impl Worker {
         let mut stop: Option<Option<SyncSender<()>>> = None;
         let mut snapshot_waiters = Vec::new();
         let mut image_waiters = Vec::new();
+        let mut reseal_waiters = Vec::new();
         let mut intake = 0usize;
         if !cmds.is_empty() {
             self.changed_since_snapshot = true;
@@ -947,6 +951,7 @@ impl Worker {
                 // A stream of this server becoming replicated: its image once this round
                 // is stored and answered (a replicated stream's worker takes these itself).
                 Cmd::TakeImage(done) => image_waiters.push(done),
+                Cmd::Reseal { rotate, done } => reseal_waiters.push((rotate, done)),
                 Cmd::InstallImage(_, done) => {
                     let _ = done.send(Err("the stream is not replicated".to_owned()));
                 }
@@ -1001,6 +1006,9 @@ impl Worker {
         self.execute(st);
         for w in image_waiters {
             let _ = w.send(st.image().map(|i| i.encode()).map_err(|e| e.to_string()));
+        }
+        for (rotate, done) in reseal_waiters {
+            let _ = done.try_send(self.reseal(st, rotate, now));
         }
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
@@ -1123,6 +1131,76 @@ impl Worker {
         // nobody waits for its intake any more.
         self.set_usage(0, 0, 0);
         self.budget.close();
+    }
+
+    /// Re-seals the stream's files under a new data key (`rotate`; else under its current
+    /// one, finishing an interrupted re-sealing), re-seals its consumers' state files, and
+    /// destroys the older data keys nothing depends on any more. Runs on the stream's thread
+    /// between rounds: the stream's publishes wait for it.
+    fn reseal(&mut self, st: &mut Stream, rotate: bool, now: i64) -> Result<Value, String> {
+        if self.replicated {
+            return Err(REPLICATED_RESEAL.to_owned());
+        }
+        let Some(id) = self.id else {
+            return Err("a memory stream keeps nothing at rest".to_owned());
+        };
+        let (handle, before) = {
+            let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+                return Err("the stream was deleted".to_owned());
+            };
+            let before = meta
+                .stream_meta(id)
+                .map(|m| m.dek_versions)
+                .unwrap_or_default();
+            let handle = if rotate {
+                meta.rotate_dek(id)
+            } else {
+                meta.open_stream(id)
+            }
+            .map_err(|e| e.to_string())?;
+            (handle, before)
+        };
+        let version = handle.dek_version;
+        let stats = st
+            .reseal(version, handle.dek)
+            .map_err(|e| format!("re-sealing failed: {e}"))?;
+        let Some(stats) = stats else {
+            return Err("a memory stream keeps nothing at rest".to_owned());
+        };
+        // Consumer state files are sealed with the stream's current key: write them all again.
+        for c in st.consumers.values_mut() {
+            if !c.cfg.mem_storage {
+                c.dirty = true;
+            }
+        }
+        if !self.persist_state(st, true, now) {
+            return Err("a consumer's state could not be re-sealed".to_owned());
+        }
+        self.changed_since_checkpoint = true;
+        self.persist_checkpoint(st);
+        let Some(mut meta) = live_meta(&self.js, &self.erased) else {
+            return Err("the stream was deleted".to_owned());
+        };
+        let mut destroyed = Vec::new();
+        let mut kept = Vec::new();
+        for v in before.into_iter().filter(|v| *v != version) {
+            match meta.drop_dek_version(id, v) {
+                Ok(()) => destroyed.push(v),
+                Err(e) => kept.push(json!({"version": v, "why": e.to_string()})),
+            }
+        }
+        drop(meta);
+        info!(stream = %st.cfg.name, version, destroyed = ?destroyed, "stream re-sealed under a new data key");
+        Ok(json!({
+            "stream": st.cfg.name,
+            "dek_version": version,
+            "destroyed_versions": destroyed,
+            "kept_versions": kept,
+            "segments_rewritten": stats.segments_written,
+            "segments_removed": stats.segments_removed,
+            "bytes_before": stats.bytes_before,
+            "bytes_after": stats.bytes_after,
+        }))
     }
 
     /// Records the stream's durable mark and its consumers' state generations in the
@@ -1547,3 +1625,8 @@ pub(crate) fn stop_and_wait(s: &StreamRef) {
         let _ = rx.recv_timeout(Duration::from_secs(30));
     }
 }
+
+/// Why a replicated stream is not re-sealed here: its data travels in its group's Raft log
+/// and snapshots, sealed with the group's key, and its replicas are rebuilt from them.
+const REPLICATED_RESEAL: &str =
+    "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";

@@ -268,7 +268,8 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The live audit's progress (`$SYS.REQ.SERVER.<id>.AUDIT`, `$JS.API.ACCOUNT.AUDIT`).
+/// The live audit's progress (`$SYS.REQ.SERVER.<id>.AUDIT`, `$JS.API.ACCOUNT.AUDIT`) and the
+/// data-key re-sealer's (`$SYS.REQ.SERVER.<id>.REKEY`).
 fn audit_metrics(o: &mut String, js: &crate::server::jetstream::JetStream) {
     let a = &js.auditor;
     let s = a.status();
@@ -326,6 +327,36 @@ fn audit_metrics(o: &mut String, js: &crate::server::jetstream::JetStream) {
         "sealstream_audit_last_exit_code {}",
         a.last_exit_code.load(Ordering::Relaxed)
     );
+    let r = &js.resealer;
+    for (name, kind, help, v) in [
+        (
+            "sealstream_reseal_running",
+            "gauge",
+            "1 while streams are being re-sealed under new data keys.",
+            u64::from(r.running()),
+        ),
+        (
+            "sealstream_reseal_pending_streams",
+            "gauge",
+            "Streams the running re-sealing pass has still to do.",
+            r.pending.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_resealed_streams_total",
+            "counter",
+            "Streams re-sealed under a new data key since the server started.",
+            r.streams.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_resealed_bytes_total",
+            "counter",
+            "Segment bytes written re-sealing streams since the server started.",
+            r.bytes.load(Ordering::Relaxed),
+        ),
+    ] {
+        metric(o, name, kind, help);
+        let _ = writeln!(o, "{name} {v}");
+    }
 }
 
 /// Prometheus text exposition (`/metrics`).

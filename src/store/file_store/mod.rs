@@ -459,6 +459,26 @@ impl StreamStore for FileStore {
         self.persist_deletions(&seqs)
     }
 
+    fn reseal(
+        &mut self,
+        dek_version: u32,
+        dek: crate::crypto::DataKey,
+    ) -> Result<Option<CompactStats>, StoreError> {
+        self.check_write()?;
+        self.keys.rotate(dek_version, dek);
+        let stats = self.compact()?;
+        // Every segment sealed with an older key is gone with the compaction.
+        let current = self.keys.current_version();
+        if self
+            .segments
+            .values()
+            .all(|s| s.header.dek_version == current)
+        {
+            self.keys.keep_only_current();
+        }
+        Ok(Some(stats))
+    }
+
     fn compact(&mut self) -> Result<CompactStats, StoreError> {
         self.check_write()?;
         let run_start = self.next_segment_id;
