@@ -346,7 +346,7 @@ pub const CIPHER: &str = "XChaCha20-Poly1305";
 /// Where the keyed checks get the catalog and the keys: a store opened read-only for the
 /// audit, or the running server's (locked briefly, for each gathering).
 enum Catalog<'a> {
-    Opened(MetaStore),
+    Opened(Box<MetaStore>),
     Live(&'a Mutex<MetaStore>),
 }
 
@@ -501,7 +501,7 @@ pub fn audit(o: &AuditOptions) -> Report {
             (None, None) => KeySource::Auto,
         };
         match MetaStore::open(&root, source, MetaOptions::read_only()) {
-            Ok(m) => Some(Catalog::Opened(m)),
+            Ok(m) => Some(Catalog::Opened(Box::new(m))),
             Err(e) => {
                 report.findings.push(Finding {
                     class: Class::Key,

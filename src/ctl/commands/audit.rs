@@ -39,7 +39,8 @@ pub fn draw(progress: Arc<Progress>, enabled: bool) -> Option<std::thread::JoinH
                 pb.set_length(total);
                 pb.set_position(done);
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            // The next redraw (nothing unparks this thread).
+            std::thread::park_timeout(std::time::Duration::from_millis(100));
         }
         if let Some((_, pb)) = shown {
             pb.finish_and_clear();
