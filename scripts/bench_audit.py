@@ -13,6 +13,10 @@ always`) is measured in the same run for the no-audit latency (it has no audit).
 
 With --offline the server is then stopped and `sealctl audit` reads the same store offline
 (unpaced): duration and MB/s.
+
+With --rekey the stream's data key is then rotated and its files re-sealed
+(`$SYS.REQ.SERVER.PING.REKEY`) while the client keeps publishing to it: the re-sealing's
+duration and bytes, and the publish latency meanwhile (the stream's publishes wait for it).
 """
 import argparse
 import asyncio
@@ -123,12 +127,25 @@ async def audited(port, http, secs, pace):
     return during, answer, took
 
 
+async def resealed(port, http):
+    sysc = await nats.connect(f"nats://sys:sys@127.0.0.1:{port}")
+    body = json.dumps({"account": "APP", "stream": "LEDGER"}).encode()
+    t0 = time.time()
+    req = asyncio.ensure_future(sysc.request("$SYS.REQ.SERVER.PING.REKEY", body, timeout=3600))
+    during = await latency(port, 3600, until=req.done)
+    answer = json.loads((await req).data)
+    took = time.time() - t0
+    await sysc.close()
+    return during, answer, took
+
+
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fill", type=int, default=256, help="MiB of 1 KiB messages")
     ap.add_argument("--secs", type=float, default=10)
     ap.add_argument("--pace", type=int, default=0)
     ap.add_argument("--offline", action="store_true")
+    ap.add_argument("--rekey", action="store_true")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as root:
@@ -151,6 +168,8 @@ async def main():
             rows.append(("sealstream, no audit", base))
             during, answer, took = await audited(port, http, a.secs, a.pace)
             rows.append(("sealstream, during the live audit", during))
+            if a.rekey:
+                rekey = await resealed(port, http)
         finally:
             p.terminate()
             p.wait()
@@ -168,6 +187,12 @@ async def main():
               f"({read / 2**20 / took:.1f} MiB/s of store; every file is read three times), "
               f"exit code {0 if not data.get('findings') else 'findings: ' + str(data.get('findings'))}, "
               f"error {answer.get('error')}")
+        if a.rekey:
+            during, answer, took = rekey
+            streams = answer.get("data", {}).get("streams", [])
+            print(f"\nre-sealing LEDGER under a new data key: {took:.2f} s, {streams}")
+            print(f"publishes meanwhile: {len(during)}, p50 {pct(during, 0.5):.3f} ms, "
+                  f"p99 {pct(during, 0.99):.3f} ms, max {max(during) if during else float('nan'):.1f} ms")
         if a.offline:
             t = time.time()
             r = subprocess.run([SEALCTL, "audit", os.path.join(store, "jetstream"), "--json"],

@@ -613,3 +613,90 @@ async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
         .clone();
     assert_eq!(info.state.messages, acked, "every acknowledged message");
 }
+
+/// Issue 17: a tenant's crypto-erase leaves a signed attestation naming the key ids and
+/// versions the server destroyed and the keyring generation it checked holds none of them;
+/// the other tenant's data stays, and the store audits clean.
+#[tokio::test]
+async fn a_tenant_erase_is_attested_with_the_keys_it_destroyed() {
+    let s = TestServer::start_js_with(&[], Some(LIVE_CONF));
+    if s.is_reference() {
+        return; // the erase report is sealstream's addition
+    }
+    add_stream(&s.url(), "acme", "ACME_LEDGER", "ledger.acme.>").await;
+    add_stream(&s.url(), "globex", "GLOBEX_BOOKS", "books.globex.>").await;
+    let acme_id = {
+        let (_, out, _) = sealctl(&[
+            "audit",
+            "--live",
+            "--server",
+            &s.url(),
+            "--user",
+            "admin",
+            "--password",
+            "pw",
+            "--account",
+            "ACME",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["streams"][0]["id"].as_str().unwrap().to_owned()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.nk");
+    let report = dir.path().join("erase.attestation");
+    let (_, public, _) = sealctl(&["audit-key", "init", "--out", key.to_str().unwrap()]);
+    let (code, out, err) = sealctl(&[
+        "account",
+        "purge",
+        "ACME",
+        "--server",
+        &s.url(),
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+        "--attest",
+        report.to_str().unwrap(),
+        "--sign-with",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("holds none of them"), "{out}");
+    let (code, out, err) = sealctl(&[
+        "audit",
+        "verify",
+        report.to_str().unwrap(),
+        "--signer",
+        public.trim(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("attested erasure: account ACME"), "{out}");
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        text.contains(&acme_id),
+        "the destroyed stream key's id: {text}"
+    );
+    // The store no longer has ACME's stream; GLOBEX's is untouched.
+    let (code, out, _) = sealctl(&[
+        "audit",
+        "--live",
+        "--server",
+        &s.url(),
+        "--user",
+        "admin",
+        "--password",
+        "pw",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<&str> = v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "{v:#}");
+    assert_ne!(ids[0], acme_id);
+}

@@ -8,6 +8,9 @@
 //! fields. The file is `{"attestation": "<json text>", "signer": "<public nkey>",
 //! "signature": "<base64url>"}`.
 //!
+//! A tenant's crypto-erase is attested the same way (`erasures`: which key ids and versions the
+//! server destroyed, and the keyring generation it checked holds none of them).
+//!
 //! What it holds (never key material): the tool and its version, when, and per store its id,
 //! cipher, how its master key is obtained, every stream's data-key generations, block,
 //! message and byte counts, its durable mark, every segment's hash-chain head (its last
@@ -15,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Report;
+use super::{Erasure, Report};
 use crate::auth::nkeys::{self, KeyPair, Role};
 
 /// The statement's kind (and format version).
@@ -40,6 +43,9 @@ pub struct Attestation {
     pub exit_code: u8,
     /// One report per store.
     pub stores: Vec<Report>,
+    /// Tenant crypto-erases attested (`sealctl account purge --attest`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub erasures: Vec<Erasure>,
 }
 
 /// The signed file.
@@ -57,7 +63,12 @@ pub struct Signed {
 ///
 /// # Errors
 /// A seed that is not a server or operator nkey seed.
-pub fn sign(reports: &[Report], exit_code: u8, seed: &str) -> Result<String, String> {
+pub fn sign(
+    reports: &[Report],
+    erasures: &[Erasure],
+    exit_code: u8,
+    seed: &str,
+) -> Result<String, String> {
     let key = KeyPair::from_seed(seed, &SIGNER_ROLES)
         .map_err(|e| format!("the signing key is not a server or operator nkey seed: {e}"))?;
     let attestation = Attestation {
@@ -67,6 +78,7 @@ pub fn sign(reports: &[Report], exit_code: u8, seed: &str) -> Result<String, Str
         signer: key.public_key(),
         exit_code,
         stores: reports.to_vec(),
+        erasures: erasures.to_vec(),
     };
     let text = serde_json::to_string_pretty(&attestation).map_err(|e| e.to_string())?;
     let signature = key.sign(text.as_bytes());
@@ -211,7 +223,7 @@ mod tests {
     #[test]
     fn a_signed_attestation_verifies_and_any_change_breaks_it() {
         let key = KeyPair::generate(Role::Server);
-        let text = sign(&[report()], 0, &key.seed()).expect("signed");
+        let text = sign(&[report()], &[], 0, &key.seed()).expect("signed");
         let a = verify(&text, Some(&key.public_key())).expect("verifies");
         assert_eq!(a.stores.len(), 1);
         assert_eq!(a.signer, key.public_key());
@@ -228,7 +240,7 @@ mod tests {
             .contains("does not verify"));
         // A user key may not sign attestations.
         let user = KeyPair::generate(Role::User);
-        assert!(sign(&[report()], 0, &user.seed()).is_err());
+        assert!(sign(&[report()], &[], 0, &user.seed()).is_err());
     }
 
     #[test]

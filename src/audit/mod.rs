@@ -191,6 +191,31 @@ impl Report {
     }
 }
 
+/// A tenant's crypto-erase as the server that did it reports it (`$JS.API.ACCOUNT.PURGE`):
+/// which keys were destroyed, by id and version (never key material), and the keyring
+/// generation in force afterwards, checked to hold none of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Erasure {
+    /// The server (name).
+    pub server: String,
+    /// Its store's id (hex).
+    pub store_id: String,
+    /// The account erased.
+    pub account: String,
+    /// The account key: its random id (hex) and version.
+    pub account_key: String,
+    /// Each stream's data keys: `<stream id hex> v1,v2`.
+    pub stream_keys: Vec<String>,
+    /// Spare stream keys (made ahead of need, never used) destroyed with the account.
+    pub spare_keys: usize,
+    /// Streams whose files were removed.
+    pub streams_deleted: usize,
+    /// The keyring generation in force after the erase.
+    pub keyring_generation: u64,
+    /// Whether that generation was checked to hold none of the keys above.
+    pub verified_absent: bool,
+}
+
 /// What to audit and with which key (a stopped store).
 pub struct AuditOptions {
     /// The store (`store_dir`, or `store_dir/jetstream`).

@@ -183,6 +183,18 @@ pub async fn run_with(cli: args::Cli, server_explicit: bool) -> anyhow::Result<(
             let reports = commands::audit::live(&target, &a).await?;
             finish_audit(&a, reports)
         }
+        Command::Account {
+            cmd:
+                args::AccountCmd::Purge {
+                    name,
+                    attest,
+                    sign_with,
+                    conn,
+                },
+        } => {
+            let s = Session::open(&target, &conn).await?;
+            commands::audit::purge_account(&s, &name, attest.as_deref(), sign_with.as_deref()).await
+        }
         Command::Store {
             cmd:
                 args::StoreCmd::RekeyLive {
@@ -254,6 +266,10 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
             ),
             AccountCmd::Revoke { name, keys } => {
                 tenant::account_revoke(&Keystore::new(&keys.keys), &name)
+            }
+            // Talks to the servers: `run_with` takes it (with the connection target).
+            AccountCmd::Purge { .. } => {
+                anyhow::bail!("sealctl account purge needs a server connection")
             }
             AccountCmd::Push { name, creds, keys } => {
                 let ks = Keystore::new(&keys.keys);
@@ -364,6 +380,19 @@ pub async fn run(cli: args::Cli) -> anyhow::Result<()> {
                 "signature: valid, by {} ({}, issued {})",
                 attestation.signer, attestation.tool, attestation.issued
             );
+            for e in &attestation.erasures {
+                println!(
+                    "attested erasure: account {} on {} (store {}): account key {}, {} stream key sets, {} spare keys destroyed; keyring generation {} {}",
+                    e.account,
+                    e.server,
+                    e.store_id,
+                    e.account_key,
+                    e.stream_keys.len(),
+                    e.spare_keys,
+                    e.keyring_generation,
+                    if e.verified_absent { "holds none of them" } else { "NOT verified" }
+                );
+            }
             for r in &attestation.stores {
                 println!(
                     "attested: {} (store {}), {} streams, {} segments, {} findings, exit code {}",
@@ -481,8 +510,8 @@ fn finish_audit(a: &args::AuditArgs, reports: Vec<crate::audit::Report>) -> anyh
         .unwrap_or(0);
     if let (Some(out), Some(seed_file)) = (&a.attest, &a.sign_with) {
         let seed = zeroize::Zeroizing::new(std::fs::read_to_string(seed_file)?);
-        let signed =
-            crate::audit::attest::sign(&reports, code, seed.trim()).map_err(anyhow::Error::msg)?;
+        let signed = crate::audit::attest::sign(&reports, &[], code, seed.trim())
+            .map_err(anyhow::Error::msg)?;
         std::fs::write(out, signed)?;
         if !a.conn.json {
             println!("attestation: {} (signed)", out.display());

@@ -234,7 +234,11 @@ impl System {
                 json!({"type": PURGE_TYPE, "error": {"code": 503, "err_code": 10076, "description": "JetStream not enabled"}})
             }
             Some(js) => match super::jetstream::purge_account(js, account) {
-                Ok(_) => json!({"type": PURGE_TYPE, "initiated": true}),
+                // `erased`: sealstream's addition — what was destroyed, for an attestation.
+                Ok((_, Some(erased))) => {
+                    json!({"type": PURGE_TYPE, "initiated": true, "erased": erased})
+                }
+                Ok((_, None)) => json!({"type": PURGE_TYPE, "initiated": true}),
                 Err(e) => {
                     json!({"type": PURGE_TYPE, "error": {"code": 500, "err_code": 10011, "description": e}})
                 }

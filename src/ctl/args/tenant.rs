@@ -55,6 +55,22 @@ pub enum AccountCmd {
         #[command(flatten)]
         keys: KeysArg,
     },
+    /// Crypto-erase the account's JetStream data on the running servers (from a system
+    /// account user: `$JS.API.ACCOUNT.PURGE.<account>`): its keys are destroyed, then its
+    /// files. With `--attest`, a signed statement of which keys each server destroyed.
+    Purge {
+        /// Account name.
+        name: String,
+        /// Write a signed attestation of the erase to this file (needs `--sign-with`).
+        #[arg(long, requires = "sign_with")]
+        attest: Option<std::path::PathBuf>,
+        /// The nkey seed file that signs it (an audit key, or the operator's).
+        #[arg(long)]
+        sign_with: Option<std::path::PathBuf>,
+        /// Connection options.
+        #[command(flatten)]
+        conn: super::ConnArgs,
+    },
     /// Revoke every user of the account issued until now.
     Revoke {
         /// Account name.

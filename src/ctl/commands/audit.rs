@@ -431,3 +431,85 @@ pub async fn rekey_live(
     }
     Ok(())
 }
+
+/// `sealctl account purge`: asks every server to crypto-erase `account`
+/// (`$JS.API.ACCOUNT.PURGE.<account>`, which each server of a cluster answers for its own
+/// store) and, with `attest`, signs what they destroyed.
+///
+/// # Errors
+/// Connection errors; no server answered; a server that could not erase (exit 1, named).
+pub async fn purge_account(
+    s: &super::conn::Session,
+    account: &str,
+    attest: Option<&Path>,
+    sign_with: Option<&Path>,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use serde_json::Value;
+    let expect = servers(&s.client).await?.len();
+    let inbox = s.client.new_inbox();
+    let mut answers = s.client.subscribe(inbox.clone()).await?;
+    s.client
+        .publish_with_reply(format!("$JS.API.ACCOUNT.PURGE.{account}"), inbox, "".into())
+        .await?;
+    s.client.flush().await?;
+    let until = tokio::time::Instant::now() + s.timeout.max(std::time::Duration::from_secs(30));
+    let mut erasures = Vec::new();
+    let mut answered = 0;
+    let mut failed = false;
+    while answered < expect {
+        let Ok(Some(m)) = tokio::time::timeout_at(until, answers.next()).await else {
+            break;
+        };
+        if m.payload.is_empty() {
+            continue;
+        }
+        answered += 1;
+        let v: Value = serde_json::from_slice(&m.payload)?;
+        if let Some(why) = v.pointer("/error/description").and_then(Value::as_str) {
+            failed = true;
+            eprintln!("not erased: {why}");
+            continue;
+        }
+        match v.get("erased") {
+            Some(e) => {
+                let e: crate::audit::Erasure = serde_json::from_value(e.clone())?;
+                if !s.json {
+                    println!(
+                        "{}: account {} erased: key {} and {} stream key sets destroyed; keyring generation {} {}",
+                        e.server,
+                        e.account,
+                        e.account_key,
+                        e.stream_keys.len(),
+                        e.keyring_generation,
+                        if e.verified_absent { "holds none of them" } else { "STILL HOLDS SOME" }
+                    );
+                }
+                failed |= !e.verified_absent;
+                erasures.push(e);
+            }
+            None if !s.json => println!("a server had no JetStream data of {account}"),
+            None => {}
+        }
+    }
+    if answered < expect {
+        failed = true;
+        eprintln!("{} of {expect} servers did not answer", expect - answered);
+    }
+    if s.json {
+        println!("{}", serde_json::to_string_pretty(&erasures)?);
+    }
+    if let (Some(out), Some(seed_file)) = (attest, sign_with) {
+        let seed = Zeroizing::new(std::fs::read_to_string(seed_file)?);
+        let signed = crate::audit::attest::sign(&[], &erasures, u8::from(failed), seed.trim())
+            .map_err(anyhow::Error::msg)?;
+        std::fs::write(out, signed)?;
+        if !s.json {
+            println!("attestation: {} (signed)", out.display());
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+    Ok(())
+}

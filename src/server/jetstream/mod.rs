@@ -856,7 +856,43 @@ pub(crate) fn set_limits(acc: &AccountJs, limits: Option<AccountJetStream>) {
 ///
 /// # Errors
 /// The store's error text when the erase could not be committed.
-pub(crate) fn purge_account(js: &JetStream, name: &str) -> Result<usize, String> {
+pub(crate) fn purge_account(
+    js: &JetStream,
+    name: &str,
+) -> Result<(usize, Option<crate::audit::Erasure>), String> {
+    // What the erase will destroy, by key id, read before anything goes.
+    let inventory = js
+        .meta
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .erasure_inventory(name);
+    let n = purge_account_data(js, name)?;
+    let Some(inv) = inventory else {
+        return Ok((n, None));
+    };
+    let meta = js.meta.lock().unwrap_or_else(|p| p.into_inner());
+    let erasure = crate::audit::Erasure {
+        server: js.server_name.clone(),
+        store_id: data_encoding::HEXLOWER.encode(&meta.store_uuid()),
+        account: name.to_owned(),
+        account_key: format!("{} v{}", inv.account_id.to_hex(), inv.account_key_version),
+        stream_keys: inv
+            .streams
+            .iter()
+            .map(|(id, versions)| {
+                let v: Vec<String> = versions.iter().map(|v| format!("v{v}")).collect();
+                format!("{} {}", id.to_hex(), v.join(","))
+            })
+            .collect(),
+        spare_keys: inv.spares,
+        streams_deleted: n,
+        keyring_generation: meta.keyring_generation(),
+        verified_absent: !meta.holds_any_key_of(&inv),
+    };
+    Ok((n, Some(erasure)))
+}
+
+fn purge_account_data(js: &JetStream, name: &str) -> Result<usize, String> {
     // Clustered, the account's replicated streams go through the meta group first (every
     // replica erases its copy and its group's key); without a meta quorum nothing is purged.
     if let Some(cluster) = js.cluster() {

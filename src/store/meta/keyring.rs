@@ -212,7 +212,6 @@ impl Keyring {
     }
 
     /// Whether this generation holds a key for `id`, as a stream's or as a spare.
-    #[cfg(test)]
     pub(crate) fn holds(&self, id: &StreamId) -> bool {
         self.accounts
             .values()

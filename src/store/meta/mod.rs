@@ -70,7 +70,7 @@ pub use header::KdfKind;
 pub use ids::{AccountId, ConsumerId, StreamId};
 pub use key_source::{KeyConfig, KeySource, ENV_KEY, ENV_KEY_FILE};
 pub use open::{auto_key_path, MetaStore, RAFT_DIR};
-pub use streams::remove_erased_stream_files;
+pub use streams::{remove_erased_stream_files, ErasureInventory};
 
 use crate::crypto::DataKey;
 

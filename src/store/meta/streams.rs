@@ -435,6 +435,38 @@ impl MetaStore {
         })
     }
 
+    /// What erasing `account` destroys, by key id (never key material): the account key's id
+    /// and version, each stream's id and data-key versions, how many spare stream keys it
+    /// holds. `None`: no such account.
+    pub fn erasure_inventory(&self, account: &str) -> Option<ErasureInventory> {
+        let aid = *self.state.account_by_name.get(account)?;
+        let group = self.keyring.accounts.get(&aid)?;
+        Some(ErasureInventory {
+            account_id: aid,
+            account_key_version: group.version,
+            streams: group
+                .streams
+                .iter()
+                .map(|(id, k)| (*id, k.keys.keys().copied().collect()))
+                .collect(),
+            spares: group.spares.len(),
+        })
+    }
+
+    /// Whether the keyring in force still holds any key `inventory` names.
+    pub fn holds_any_key_of(&self, inventory: &ErasureInventory) -> bool {
+        self.keyring.accounts.contains_key(&inventory.account_id)
+            || inventory
+                .streams
+                .iter()
+                .any(|(id, _)| self.keyring.holds(id))
+    }
+
+    /// The keyring generation in force.
+    pub fn keyring_generation(&self) -> u64 {
+        self.keyring.gen
+    }
+
     /// Rewrites the catalog as its live records into a new generation under a new catalog
     /// key (names of deleted consumers and old configs are erased with the old key).
     ///
@@ -461,4 +493,17 @@ pub fn remove_erased_stream_files(dir: &std::path::Path) -> Result<(), MetaError
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(super::error::io_err("remove directory", dir)(e)),
     }
+}
+
+/// The keys an account's erasure destroys ([`MetaStore::erasure_inventory`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErasureInventory {
+    /// The account's random id (its key's owner).
+    pub account_id: super::AccountId,
+    /// The account key's version.
+    pub account_key_version: u32,
+    /// Each stream's id and data-key versions.
+    pub streams: Vec<(StreamId, Vec<u32>)>,
+    /// Spare stream keys made ahead of need (never used).
+    pub spares: usize,
 }
