@@ -5,15 +5,16 @@
 //!
 //! 1. **Layout** ([`layout`]): every path matches the layout grammar; no symlinks, devices,
 //!    extra hard links or (on a stopped store) leftover `tmp/` files.
-//! 2. **Structure, no key**: `STORE` and segment magics, block framing (sync marker, length,
-//!    contiguous blocks), and ciphertext entropy above 7.5 bits/byte for blocks over 256 bytes.
-//! 3. **Authentication, with key**: the store's keys (header MAC, keyring, catalog); every
+//! 2. **Authentication, with key**: the store's keys (header MAC, keyring, catalog); every
 //!    block of every stream authenticates at its position, chains and seals hold, the log
 //!    reaches its durable mark, every consumer state file opens and is not older than the
-//!    catalog records.
-//! 4. **Leak scan, with key**: every decrypted subject (and token of 4+ bytes), stream, account
-//!    and consumer name and a sample of payload prefixes, plus canary strings, is searched for
-//!    in every raw file and path ([`scan`]).
+//!    catalog records. This gathers the needles: every subject (and token of 4+ bytes), stream,
+//!    account and consumer name, and a sample of payload prefixes.
+//! 3. **One pass over every file**: `STORE` and segment magics, block framing (sync marker,
+//!    length, contiguous blocks), ciphertext entropy above 7.5 bits/byte (each block's first
+//!    4 KiB, for blocks over 256 bytes), and the leak scan — every needle, plus canary
+//!    strings, searched for in the raw bytes and the path ([`scan`]); each file read once, on
+//!    two threads offline.
 //! 5. **Report** ([`Report`]) and its exit code: 0 clean, 1 integrity failure, 2 leak, 3 key
 //!    or header error, 4 layout violation (the most serious class found wins, in that order:
 //!    3, 1, 2, 4). [`attest`] signs reports.
@@ -261,12 +262,10 @@ pub struct LiveOptions<'a> {
 pub enum Phase {
     /// Not running.
     Idle = 0,
-    /// Layout, magics, framing and entropy.
-    Structure = 1,
-    /// Every block authenticated, every message read.
-    Decrypt = 2,
-    /// Every raw file searched for plaintext.
-    LeakScan = 3,
+    /// Every stream opened: every block authenticated, the needles gathered.
+    Decrypt = 1,
+    /// One pass over every file: layout, framing, entropy and the leak scan.
+    Files = 2,
 }
 
 impl Phase {
@@ -274,9 +273,8 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::Idle => "idle",
-            Phase::Structure => "structure",
             Phase::Decrypt => "decrypt",
-            Phase::LeakScan => "leak scan",
+            Phase::Files => "files",
         }
     }
 }
@@ -315,9 +313,8 @@ impl Progress {
     /// The current phase.
     pub fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Relaxed) {
-            1 => Phase::Structure,
-            2 => Phase::Decrypt,
-            3 => Phase::LeakScan,
+            1 => Phase::Decrypt,
+            2 => Phase::Files,
             _ => Phase::Idle,
         }
     }
@@ -671,41 +668,9 @@ impl Run<'_> {
             }
         }
         let total_bytes: u64 = files.iter().map(|(_, _, len)| *len).sum();
-        self.progress.begin(Phase::Structure, total_bytes);
-        for (path, kind, len) in &files {
-            self.progress.advance(*len);
-            report.files += 1;
-            report.bytes += len;
-            let full = root.join(path);
-            let relp = path.display().to_string();
-            match kind {
-                // A running server writes by rename through `tmp/`.
-                FileKind::Temp if self.live => {}
-                FileKind::Temp => report.findings.push(Finding {
-                    class: Class::Layout,
-                    path: relp,
-                    offset: None,
-                    detail: "leftover tmp/ file on a stopped store".into(),
-                }),
-                FileKind::StoreHeader
-                    if std::fs::read(&full)
-                        .map(|b| !b.starts_with(b"SEALSTOR"))
-                        .unwrap_or(true) =>
-                {
-                    report.findings.push(Finding {
-                        class: Class::Key,
-                        path: relp,
-                        offset: Some(0),
-                        detail: "bad STORE magic".into(),
-                    });
-                }
-                FileKind::Segment { stream, segment } => {
-                    let appending = self.live && newest.get(stream) == Some(segment);
-                    check_segment_framing(&full, &relp, appending, self.live, &mut report);
-                }
-                _ => {}
-            }
-        }
+        report.files = files.len() as u64;
+        report.bytes = total_bytes;
+        // The keys first: what they decrypt are the needles of the one pass over the files.
         if let (Some(catalog), Some(g)) = (self.catalog, gathered) {
             for n in &g.names {
                 needles.add(n.as_bytes());
@@ -718,59 +683,56 @@ impl Run<'_> {
         let (needles, too_short) = needles.significant(total_bytes);
         report.needles = needles.len();
         report.needles_too_short = too_short;
-        if !needles.is_empty() {
-            self.progress.begin(Phase::LeakScan, total_bytes);
-            let mut found = self.leak_scan(&files, &needles);
-            found.sort_by(|a, b| (&a.path, a.offset).cmp(&(&b.path, b.offset)));
-            report.findings.extend(found);
-        }
+        self.progress.begin(Phase::Files, total_bytes);
+        let mut outcome = self.file_pass(&files, &newest, &needles);
+        outcome
+            .findings
+            .sort_by(|a, b| (&a.path, a.offset).cmp(&(&b.path, b.offset)));
+        outcome.segments.sort_by(|a, b| a.path.cmp(&b.path));
+        report.findings.extend(outcome.findings);
+        report.segments = outcome.segments;
+        report.blocks_framed = outcome.blocks_framed;
         self.progress.end();
         report
     }
 
-    /// Searches every file's bytes and path for every needle, on `threads` threads taking
-    /// files in turn (the search is CPU-bound: it reads at disk speed only when both cores
-    /// search).
-    fn leak_scan(&self, files: &[(PathBuf, FileKind, u64)], needles: &Needles) -> Vec<Finding> {
+    /// The one pass that reads every file: its layout kind's checks (a segment's framing and
+    /// entropy, the `STORE` magic, a leftover temporary file) and the leak scan of its bytes
+    /// and path, on `threads` threads taking files in turn.
+    fn file_pass(
+        &self,
+        files: &[(PathBuf, FileKind, u64)],
+        newest: &std::collections::HashMap<String, u64>,
+        needles: &Needles,
+    ) -> Scratch {
         let path_needles = needles.for_paths();
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let scan = || {
-            let mut found = Vec::new();
+        // What the threads share (not the catalog: it stays with this one).
+        let files_of = FileChecks {
+            root: self.root,
+            live: self.live,
+            progress: self.progress,
+        };
+        let pass = || {
+            let mut out = Scratch::default();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((path, _, len)) = files.get(i) else {
-                    return found;
+                let Some((path, kind, len)) = files.get(i) else {
+                    return out;
                 };
-                self.progress.advance(*len);
+                files_of.progress.advance(*len);
                 let relp = path.display().to_string();
-                for hit in path_needles.found_in(relp.as_bytes()) {
-                    found.push(Finding {
-                        class: Class::Leak,
-                        path: relp.clone(),
-                        offset: None,
-                        detail: format!("path contains {hit:?}"),
-                    });
-                }
-                // A file gone since the listing (live: retention, a rename) has nothing left
-                // to leak.
-                if let Ok(bytes) = std::fs::read(self.root.join(path)) {
-                    for hit in needles.found_in(&bytes) {
-                        let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
-                        found.push(Finding {
-                            class: Class::Leak,
-                            path: relp.clone(),
-                            offset,
-                            detail: format!("plaintext {hit:?} in the raw bytes"),
-                        });
-                    }
-                }
+                files_of.check(&relp, kind, newest, needles, &path_needles, &mut out);
             }
         };
         std::thread::scope(|s| {
-            let others: Vec<_> = (1..self.threads.max(1)).map(|_| s.spawn(scan)).collect();
-            let mut mine = scan();
+            let others: Vec<_> = (1..self.threads.max(1)).map(|_| s.spawn(pass)).collect();
+            let mut mine = pass();
             for o in others {
-                mine.extend(o.join().unwrap_or_default());
+                let o = o.join().unwrap_or_default();
+                mine.findings.extend(o.findings);
+                mine.segments.extend(o.segments);
+                mine.blocks_framed += o.blocks_framed;
             }
             mine
         })
@@ -837,18 +799,19 @@ impl Run<'_> {
                 });
             }
             let st = store.state();
-            let mut messages = 0;
-            let mut seq = st.first_seq;
-            while seq != 0 && seq <= st.last_seq {
+            // Opening authenticated every block: the index holds exactly the readable
+            // messages, and every subject.
+            let messages = st.msgs;
+            for subject in store.subjects_state(">").keys() {
+                needles.add_subject(subject);
+            }
+            for seq in payload_sample(st.first_seq, st.last_seq) {
                 if let Ok(Some(m)) = store.get(seq) {
-                    messages += 1;
-                    needles.add_subject(&m.subject);
                     if m.payload.len() >= 8 {
                         needles
                             .add_payload(m.payload.get(..m.payload.len().min(32)).unwrap_or(&[]));
                     }
                 }
-                seq += 1;
             }
             report.streams.push(StreamReport {
                 id: plan.id.to_hex(),
@@ -866,6 +829,125 @@ impl Run<'_> {
             });
         }
     }
+}
+
+/// The file pass's settings, shared by its threads.
+struct FileChecks<'a> {
+    root: &'a Path,
+    live: bool,
+    progress: &'a Progress,
+}
+
+impl FileChecks<'_> {
+    /// One file's checks: its path and bytes searched for every needle, and what its kind
+    /// calls for (a segment's framing and entropy, the `STORE` magic, a leftover temporary
+    /// file).
+    fn check(
+        &self,
+        relp: &str,
+        kind: &FileKind,
+        newest: &std::collections::HashMap<String, u64>,
+        needles: &Needles,
+        path_needles: &Needles,
+        out: &mut Scratch,
+    ) {
+        let finding = |class, offset, detail: String| Finding {
+            class,
+            path: relp.to_owned(),
+            offset,
+            detail,
+        };
+        for hit in path_needles.found_in(relp.as_bytes()) {
+            out.findings
+                .push(finding(Class::Leak, None, format!("path contains {hit:?}")));
+        }
+        if let FileKind::Temp = kind {
+            // A running server writes by rename through `tmp/`.
+            if !self.live {
+                out.findings.push(finding(
+                    Class::Layout,
+                    None,
+                    "leftover tmp/ file on a stopped store".into(),
+                ));
+            }
+        }
+        // Into the thread's one buffer: a fresh allocation per file cost the audit a page
+        // fault per 4 KiB it read.
+        let read = std::fs::File::open(self.root.join(relp)).and_then(|mut f| {
+            use std::io::Read as _;
+            out.buf.clear();
+            f.read_to_end(&mut out.buf)
+        });
+        let bytes = match read {
+            Ok(_) => std::mem::take(&mut out.buf),
+            // Live: gone since the listing (retention, a rename); nothing left to check.
+            Err(e) if self.live && e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => {
+                let class = match kind {
+                    FileKind::StoreHeader => Class::Key,
+                    _ => Class::Integrity,
+                };
+                out.findings.push(finding(class, None, "unreadable".into()));
+                return;
+            }
+        };
+        match kind {
+            FileKind::StoreHeader if !bytes.starts_with(b"SEALSTOR") => {
+                out.findings
+                    .push(finding(Class::Key, Some(0), "bad STORE magic".into()));
+            }
+            FileKind::Segment { stream, segment } => {
+                let appending = self.live && newest.get(stream) == Some(segment);
+                check_segment_framing(&bytes, relp, appending, out);
+            }
+            _ => {}
+        }
+        if !needles.is_empty() {
+            for hit in needles.found_in(&bytes) {
+                let offset = memchr::memmem::find(&bytes, hit.as_bytes()).map(|o| o as u64);
+                out.findings.push(finding(
+                    Class::Leak,
+                    offset,
+                    format!("plaintext {hit:?} in the raw bytes"),
+                ));
+            }
+        }
+        out.buf = bytes;
+    }
+}
+
+/// What the file pass found (merged into the report once every file was read).
+#[derive(Default)]
+struct Scratch {
+    findings: Vec<Finding>,
+    segments: Vec<SegmentHead>,
+    blocks_framed: u64,
+    /// The thread's read buffer, reused file after file.
+    buf: Vec<u8>,
+}
+
+/// The sequences whose payload prefixes a stream offers to the leak scan's sample: all of
+/// them up to [`scan::PAYLOAD_SAMPLES`], else that many in 64 runs of consecutive sequences
+/// spread evenly over the stream (a run shares its blocks: the sample decrypts a few blocks
+/// again, not the whole stream, which opening it has authenticated already).
+fn payload_sample(first: u64, last: u64) -> Vec<u64> {
+    const RUNS: u64 = 64;
+    if first == 0 || last < first {
+        return Vec::new();
+    }
+    let total = last - first + 1;
+    let want = scan::PAYLOAD_SAMPLES as u64;
+    if total <= want {
+        return (first..=last).collect();
+    }
+    let run = want / RUNS;
+    let stride = total / RUNS;
+    (0..RUNS)
+        .flat_map(|r| {
+            let start = first + r * stride;
+            start..(start + run).min(last + 1)
+        })
+        .collect()
 }
 
 /// Opens one stream's files for inspection against its plan's checkpoint.
@@ -898,27 +980,8 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// Walks a segment's blocks by their framing (no key needed) and checks ciphertext entropy.
 /// `appending`: a live stream's newest segment, whose last block may be being written — a
 /// problem at its end is not a finding (the keyed pass reads it as a torn tail, the next audit
-/// sees it whole). `live`: a segment deleted since it was listed is not a finding either.
-fn check_segment_framing(
-    full: &Path,
-    relp: &str,
-    appending: bool,
-    live: bool,
-    report: &mut Report,
-) {
-    let bytes = match std::fs::read(full) {
-        Ok(b) => b,
-        Err(e) if live && e.kind() == std::io::ErrorKind::NotFound => return,
-        Err(_) => {
-            report.findings.push(Finding {
-                class: Class::Integrity,
-                path: relp.into(),
-                offset: None,
-                detail: "unreadable".into(),
-            });
-            return;
-        }
-    };
+/// sees it whole).
+fn check_segment_framing(bytes: &[u8], relp: &str, appending: bool, report: &mut Scratch) {
     if !bytes.starts_with(b"SEALSEG1") {
         report.findings.push(Finding {
             class: Class::Integrity,
@@ -934,7 +997,7 @@ fn check_segment_framing(
         blocks: 0,
         head: String::new(),
     };
-    let record = |report: &mut Report, head: SegmentHead| report.segments.push(head);
+    let record = |report: &mut Scratch, head: SegmentHead| report.segments.push(head);
     // The last block's low-entropy finding waits for the next block while appending: a block
     // being written is zeros until its bytes land.
     let mut held: Option<Finding> = None;
@@ -992,7 +1055,11 @@ fn check_segment_framing(
         };
         let ct = block.get(FRAME_HEADER_LEN..).unwrap_or(&[]);
         report.findings.extend(held.take());
-        if ct.len() > 256 && entropy_bits_per_byte(ct) <= 7.5 {
+        // The body's first 4 KiB: a block that is not ciphertext shows it from its start
+        // (records begin with their subjects and headers), and the whole body would cost the
+        // audit a pass over every byte.
+        let sample = ct.get(..ct.len().min(4096)).unwrap_or(ct);
+        if sample.len() > 256 && entropy_bits_per_byte(sample) <= 7.5 {
             let f = Finding {
                 class: Class::Leak,
                 path: relp.into(),

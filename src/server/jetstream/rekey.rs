@@ -158,7 +158,8 @@ fn run_pass(
             let js = js2;
             let r = &js.resealer;
             let mut results = Vec::new();
-            for (account, s) in streams {
+            let last = streams.len();
+            for (i, (account, s)) in streams.into_iter().enumerate() {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
                 let sent = s.tx.send(Cmd::Reseal { rotate, done: tx }).is_ok();
                 let outcome = match sent.then(|| rx.recv_timeout(STREAM_WAIT)) {
@@ -175,9 +176,14 @@ fn run_pass(
                 let mut outcome = outcome;
                 outcome["account"] = json!(account);
                 results.push(outcome);
-                // The pace: as long as the rewritten bytes take at it (a deadline, not a
-                // poll: nothing unparks this thread, and a spurious wake-up only shortens it).
-                std::thread::park_timeout(Duration::from_secs_f64(rewritten as f64 / pace as f64));
+                // The pace: as long as the rewritten bytes take at it, before the next stream
+                // (a deadline, not a poll: nothing unparks this thread, and a spurious wake-up
+                // only shortens it).
+                if i + 1 < last {
+                    std::thread::park_timeout(Duration::from_secs_f64(
+                        rewritten as f64 / pace as f64,
+                    ));
+                }
             }
             r.running.store(false, Ordering::Release);
             done(results);
