@@ -184,7 +184,7 @@ async def main():
         data = answer.get("data", {})
         read = data.get("bytes", 0)
         print(f"live audit: {took:.1f} s, store {read / 2**20:.0f} MiB "
-              f"({read / 2**20 / took:.1f} MiB/s of store; every file is read three times), "
+              f"({read / 2**20 / took:.1f} MiB/s of store; segments are read twice: decrypted, then searched), "
               f"exit code {0 if not data.get('findings') else 'findings: ' + str(data.get('findings'))}, "
               f"error {answer.get('error')}")
         if a.rekey:

@@ -4,7 +4,8 @@
 //!
 //! The checks are [`crate::audit::audit_live`]'s, on a thread of their own, one audit at a
 //! time per server (a second request is refused, not queued), paced at a byte rate so that
-//! serving keeps the disk and the CPU: reading waits whenever it ran ahead of the pace. The
+//! serving keeps the disk (reading waits whenever it ran ahead of the pace) and scheduled as
+//! idle work so that serving keeps the CPU ([`yield_to_serving`]). The
 //! progress is public in `/metrics` while it runs. Whoever asked gets the report in the reply.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,6 +97,21 @@ impl Auditor {
     }
 }
 
+/// Makes the calling thread background work: on Linux, `SCHED_IDLE` — it runs only when a core
+/// would otherwise idle, so the server's own threads are never delayed by it (a busy server
+/// delays the audit instead). Best effort: where the policy cannot be set, the pace alone
+/// bounds it.
+pub(crate) fn yield_to_serving() {
+    use thread_priority::{
+        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+        ThreadPriority, ThreadSchedulePolicy,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if let Err(e) = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+        tracing::debug!(error = ?e, "background thread keeps the normal scheduling policy");
+    }
+}
+
 /// Starts an audit of `scope` on a thread of its own; `done` gets the report. Refused while
 /// another runs.
 pub(crate) fn start(
@@ -120,6 +136,7 @@ pub(crate) fn start(
     let spawned = std::thread::Builder::new()
         .name("audit".into())
         .spawn(move || {
+            yield_to_serving();
             let js = js2;
             let root = js
                 .meta
