@@ -1016,43 +1016,34 @@ fn check_segment_framing(bytes: &[u8], relp: &str, appending: bool, report: &mut
                 .and_then(|b| <[u8; 4]>::try_from(b).ok())
                 .map(u32::from_le_bytes)
         };
-        let (Some(sync), Some(len)) = (word(off), word(off + 4)) else {
-            if appending {
-                break;
+        let frame = match (word(off), word(off + 4)) {
+            (Some(sync), Some(len))
+                if sync == SYNC_MARKER
+                    && len <= MAX_BLOCK_LEN
+                    && (len as usize) >= FRAME_HEADER_LEN =>
+            {
+                bytes
+                    .get(off..off + len as usize)
+                    .ok_or("block runs past the end of the file")
             }
-            report.findings.push(Finding {
-                class: Class::Integrity,
-                path: relp.into(),
-                offset: Some(off as u64),
-                detail: "truncated block frame".into(),
-            });
-            return;
+            (Some(_), Some(_)) => Err("no block frame here (sync marker or length)"),
+            _ => Err("truncated block frame"),
         };
-        if sync != SYNC_MARKER || len > MAX_BLOCK_LEN || (len as usize) < FRAME_HEADER_LEN {
-            if appending {
+        let block = match frame {
+            Ok(b) => b,
+            Err(detail) => {
+                if !appending {
+                    report.findings.push(Finding {
+                        class: Class::Integrity,
+                        path: relp.into(),
+                        offset: Some(off as u64),
+                        detail: detail.into(),
+                    });
+                }
                 break;
             }
-            report.findings.push(Finding {
-                class: Class::Integrity,
-                path: relp.into(),
-                offset: Some(off as u64),
-                detail: "no block frame here (sync marker or length)".into(),
-            });
-            return;
-        }
-        let end = off + len as usize;
-        let Some(block) = bytes.get(off..end) else {
-            if appending {
-                break;
-            }
-            report.findings.push(Finding {
-                class: Class::Integrity,
-                path: relp.into(),
-                offset: Some(off as u64),
-                detail: "block runs past the end of the file".into(),
-            });
-            return;
         };
+        let end = off + block.len();
         let ct = block.get(FRAME_HEADER_LEN..).unwrap_or(&[]);
         report.findings.extend(held.take());
         // The body's first 4 KiB: a block that is not ciphertext shows it from its start

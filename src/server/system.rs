@@ -58,6 +58,42 @@ const SERVER_REMOVE: &str = "$JS.API.SERVER.REMOVE";
 /// Its answer type.
 const SERVER_REMOVE_TYPE: &str = "io.nats.jetstream.api.v1.meta_server_remove_response";
 
+/// A request answered later, from another thread (an audit, a re-sealing), exactly once:
+/// `{"server": .., "data": ..}` or `{"server": .., "error": {"code", "description"}}`.
+struct Later {
+    system: Arc<System>,
+    reply: String,
+    server: Value,
+    sent: AtomicBool,
+}
+
+impl Later {
+    fn new(system: &Arc<System>, shared: &Shared, reply: String) -> Arc<Self> {
+        Arc::new(Later {
+            system: Arc::clone(system),
+            reply,
+            server: System::server_block(shared),
+            sent: AtomicBool::new(false),
+        })
+    }
+
+    fn answer(&self, data: Value) {
+        self.send(json!({ "server": self.server, "data": data }));
+    }
+
+    fn fail(&self, code: u16, description: String) {
+        self.send(
+            json!({ "server": self.server, "error": { "code": code, "description": description } }),
+        );
+    }
+
+    fn send(&self, answer: Value) {
+        if !self.sent.swap(true, Ordering::AcqRel) {
+            self.system.publish(&self.reply, &answer);
+        }
+    }
+}
+
 /// The system account's in-process client.
 pub(crate) struct System {
     /// The system account.
@@ -307,33 +343,15 @@ impl System {
         if subject == "$SYS.REQ.SERVER.PING.AUDIT"
             || (subject.starts_with("$SYS.REQ.SERVER.") && subject.ends_with(".AUDIT"))
         {
-            let server = Self::server_block(&shared);
-            let max_payload = usize::try_from(shared.opts.max_payload).unwrap_or(usize::MAX);
-            let answer = move |r: Result<crate::audit::Report, String>| {
-                let answer = match r {
-                    Ok(report) => {
-                        let v = json!({ "server": server, "data": report });
-                        // The reply must fit a message; a report too large says so.
-                        if v.to_string().len() > max_payload {
-                            json!({ "server": server, "error": { "code": 413, "description": format!("the audit report ({} findings, {} segments) is larger than max_payload; audit per account or offline", report.findings.len(), report.segments.len()) } })
-                        } else {
-                            v
-                        }
-                    }
-                    Err(e) => {
-                        json!({ "server": server, "error": { "code": 409, "description": e } })
-                    }
-                };
-                me.publish(&reply, &answer);
-            };
+            let later = Later::new(&me, &shared, reply);
             let Some(js) = shared.jetstream.get() else {
-                answer(Err("JetStream is not enabled on this server".into()));
+                later.fail(409, "JetStream is not enabled on this server".into());
                 return true;
             };
             let request = match super::jetstream::audit::AuditRequest::parse(&payload) {
                 Ok(r) => r,
                 Err(e) => {
-                    answer(Err(e));
+                    later.fail(400, e);
                     return true;
                 }
             };
@@ -341,34 +359,26 @@ impl System {
                 Some(a) => crate::audit::Scope::Account(a.clone()),
                 None => crate::audit::Scope::Store,
             };
-            // One closure answers either way: started (later, with the report) or refused.
-            let answer = Arc::new(Mutex::new(Some(answer)));
-            let later = Arc::clone(&answer);
+            let max_payload = usize::try_from(shared.opts.max_payload).unwrap_or(usize::MAX);
+            let done = Arc::clone(&later);
             let started = super::jetstream::audit::start(js, scope, request, move |report| {
-                if let Some(a) = later.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    a(Ok(report));
+                let data = serde_json::to_value(&report).unwrap_or(Value::Null);
+                // The reply must fit a message; a report too large says so.
+                if data.to_string().len() + 512 > max_payload {
+                    done.fail(413, format!("the audit report ({} findings, {} segments) is larger than max_payload; audit per account or offline", report.findings.len(), report.segments.len()));
+                } else {
+                    done.answer(data);
                 }
             });
             if let Err(e) = started {
-                if let Some(a) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    a(Err(e.to_owned()));
-                }
+                later.fail(409, e.to_owned());
             }
             return true;
         }
         if subject.starts_with("$SYS.REQ.SERVER.") && subject.ends_with(".REKEY") {
-            let server = Self::server_block(&shared);
-            let answer = move |r: Result<Vec<Value>, String>| {
-                let answer = match r {
-                    Ok(streams) => json!({ "server": server, "data": { "streams": streams } }),
-                    Err(e) => {
-                        json!({ "server": server, "error": { "code": 409, "description": e } })
-                    }
-                };
-                me.publish(&reply, &answer);
-            };
+            let later = Later::new(&me, &shared, reply);
             let Some(js) = shared.jetstream.get() else {
-                answer(Err("JetStream is not enabled on this server".into()));
+                later.fail(409, "JetStream is not enabled on this server".into());
                 return true;
             };
             let request: super::jetstream::rekey::RekeyRequest =
@@ -378,22 +388,17 @@ impl System {
                     match serde_json::from_slice(&payload) {
                         Ok(r) => r,
                         Err(e) => {
-                            answer(Err(format!("invalid rekey request: {e}")));
+                            later.fail(400, format!("invalid rekey request: {e}"));
                             return true;
                         }
                     }
                 };
-            let answer = Arc::new(Mutex::new(Some(answer)));
-            let later = Arc::clone(&answer);
+            let done = Arc::clone(&later);
             let started = super::jetstream::rekey::start(js, request, move |streams| {
-                if let Some(a) = later.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    a(Ok(streams));
-                }
+                done.answer(json!({ "streams": streams }));
             });
             if let Err(e) = started {
-                if let Some(a) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    a(Err(e));
-                }
+                later.fail(409, e);
             }
             return true;
         }
