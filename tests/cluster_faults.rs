@@ -632,12 +632,30 @@ impl Drop for SmallDisk {
 }
 
 /// A node's copy of the stream (sequence → payload), once it stops changing.
+/// Every message of the stream read through one server by sequence. A read that fails for
+/// another reason than "no message" (a get is a round of the group's log: it can time out
+/// while the group settles) is tried again; one that never succeeds is kept as an
+/// `<unreadable: ..>` entry, so the comparison names it instead of counting it as missing.
 async fn copy_of(js: &jetstream::Context, last: u64) -> BTreeMap<u64, String> {
+    use async_nats::jetstream::stream::RawMessageErrorKind;
     let s = js.get_stream(STREAM).await.unwrap();
     let mut out = BTreeMap::new();
     for seq in 1..=last {
-        if let Ok(m) = s.get_raw_message(seq).await {
-            out.insert(seq, String::from_utf8(m.payload.to_vec()).unwrap());
+        for attempt in 0..20 {
+            match s.get_raw_message(seq).await {
+                Ok(m) => {
+                    out.insert(seq, String::from_utf8(m.payload.to_vec()).unwrap());
+                    break;
+                }
+                Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => break,
+                Err(e) if matches!(e.kind(), RawMessageErrorKind::JetStream(ref j) if j.error_code() == async_nats::jetstream::ErrorCode::NO_MESSAGE_FOUND) => {
+                    break
+                }
+                Err(e) if attempt == 19 => {
+                    out.insert(seq, format!("<unreadable: {e}>"));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
         }
     }
     out
