@@ -414,6 +414,61 @@ async fn without_a_quorum_publishes_get_an_error_and_writes_resume_with_it() {
     wait_messages(&contexts(&cl, &[others[1]]).await[0], "Q", seq).await;
 }
 
+/// A `STREAM.MSG.GET` sent to any node after a PubAck sees the acknowledged write: the read
+/// is linearizable whichever replica answers it (sealstream: a read index from the group's
+/// leader, then the replica's own state; nats-server: its leader answers). Without a quorum
+/// the get is refused like a write (sealstream only: nats-server's leader answers from its
+/// own state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_get_on_any_node_sees_every_write_acknowledged_before_it() {
+    let (mut cl, js) = three_nodes().await;
+    create_r3(&js[0], "RD", "rd.>").await;
+    let streams = {
+        let mut v = Vec::new();
+        for j in &js {
+            v.push(j.get_stream("RD").await.unwrap());
+        }
+        v
+    };
+    for k in 0..90usize {
+        let payload = format!("read-after-write-{k:03}");
+        let subject = format!("rd.{}", k % 7);
+        let seq = js[k % 3]
+            .publish(subject.clone(), Bytes::from(payload.clone()))
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
+        // Asked at once of another node: its replica may not have applied the write yet.
+        let reader = &streams[(k + 1 + k / 3) % 3];
+        let by_seq = reader.get_raw_message(seq).await.unwrap();
+        assert_eq!(by_seq.payload, payload.as_bytes(), "write {k}, seq {seq}");
+        let last = reader
+            .get_last_raw_message_by_subject(&subject)
+            .await
+            .unwrap();
+        assert_eq!(last.sequence, seq, "write {k}: the subject's last message");
+    }
+    if cl.is_reference() {
+        return;
+    }
+    // No quorum: a get is refused (503 / 10008) within the proposal deadline, never answered
+    // from a state that may be stale.
+    let l = leader_node(&cl, &js[0], "RD").await;
+    let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    cl.stop(others[0], false);
+    cl.stop(others[1], false);
+    let t = Instant::now();
+    let r = streams[l].get_raw_message(1).await;
+    let e = r.expect_err("a get answered without a quorum");
+    assert!(
+        e.to_string().contains("10008") || e.to_string().contains("unavailable"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}
+
 /// The Raft log segments under `store` (a node's).
 fn raft_segments(store: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(store.join("jetstream").join("raft"))

@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::error::{
-    ClientWriteError, InitializeError, InstallSnapshotError, NetworkError, RPCError, RaftError,
-    RemoteError, Unreachable,
+    CheckIsLeaderError, ClientWriteError, InitializeError, InstallSnapshotError, NetworkError,
+    RPCError, RaftError, RemoteError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -80,6 +80,9 @@ enum Request {
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     /// A follower's proposal, forwarded to the node it believes leads the group.
     Propose(Command),
+    /// A replica's question for a read index, forwarded to the node it believes leads the
+    /// group (see [`MuxNode::read_barrier`]).
+    ReadIndex,
 }
 
 /// Its answer, as the peer's group gave it.
@@ -93,6 +96,8 @@ enum Response {
     NoGroup,
     /// The peer's copy of the group is under repair and casts no vote (see [`super::repair`]).
     Repairing,
+    /// The leader's read index, or why it has none.
+    ReadIndex(Result<u64, ProposeError>),
 }
 
 /// Why a proposal was not committed. A caller that got an error does not know whether the
@@ -702,6 +707,66 @@ impl MuxNode {
         }
     }
 
+    /// Waits until this node's copy of `group` has applied every entry that was committed
+    /// when the call began — a read index (Raft §6.4), with no log entry written: the leader
+    /// confirms it still leads by a round of heartbeats a quorum answers and names its commit
+    /// index (openraft's `get_read_log_id`); this node, leader or not, then waits until it has
+    /// applied that far. A read served after it sees every write acknowledged before it
+    /// began. Returns the index waited for.
+    ///
+    /// # Errors
+    /// As [`MuxNode::propose`]: no leader or no quorum within `deadline`, no such group.
+    pub async fn read_barrier(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+    ) -> Result<u64, ProposeError> {
+        let started = Instant::now();
+        let attempt = async {
+            loop {
+                match self.read_index_once(group, deadline).await {
+                    Err(ProposeError::NoLeader | ProposeError::NoGroup) => {
+                        tokio::time::sleep(RETRY_PROPOSAL).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let index = tokio::time::timeout(deadline, attempt)
+            .await
+            .unwrap_or(Err(ProposeError::Timeout))?;
+        let left = deadline.saturating_sub(started.elapsed());
+        if self.wait_applied(group, index, left).await {
+            Ok(index)
+        } else {
+            Err(ProposeError::Timeout)
+        }
+    }
+
+    async fn read_index_once(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+    ) -> Result<u64, ProposeError> {
+        let raft = self.group(group).ok_or(ProposeError::NoGroup)?;
+        if self.handover.holding(group) {
+            return Err(ProposeError::NoLeader);
+        }
+        match read_index(&raft).await? {
+            Ok(index) => Ok(index),
+            Err((_, addr)) => match self
+                .link(&addr)
+                .call(group, Request::ReadIndex, false, deadline)
+                .await
+            {
+                Ok(Response::ReadIndex(r)) => r,
+                Ok(Response::NoGroup) => Err(ProposeError::NoGroup),
+                Ok(_) => Err(ProposeError::Failed("unexpected answer".into())),
+                Err(_) => Err(ProposeError::NoLeader),
+            },
+        }
+    }
+
     /// Proposes the group's first membership, if it has none yet (a group that is already
     /// initialized — here or by a peer that reached us first — is left as it is).
     ///
@@ -1082,6 +1147,28 @@ async fn dispatch(raft: &Raft, request: Request) -> Response {
             Ok(Err(_)) => Err(ProposeError::NoLeader),
             Err(e) => Err(e),
         }),
+        Request::ReadIndex => Response::ReadIndex(match read_index(raft).await {
+            Ok(Ok(index)) => Ok(index),
+            Ok(Err(_)) => Err(ProposeError::NoLeader),
+            Err(e) => Err(e),
+        }),
+    }
+}
+
+/// This node's read index of a group it leads (its leadership confirmed by a quorum), or the
+/// leader to ask instead, when openraft named one.
+async fn read_index(raft: &Raft) -> Result<Result<u64, (Option<NodeId>, String)>, ProposeError> {
+    match raft.get_read_log_id().await {
+        Ok((read, _applied)) => Ok(Ok(read.map_or(0, |l| l.index))),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => match f.leader_node {
+            Some(node) => Ok(Err((f.leader_id, node.addr))),
+            None => Err(ProposeError::NoLeader),
+        },
+        // No quorum answered: asked again until the caller's deadline.
+        Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+            Err(ProposeError::NoLeader)
+        }
+        Err(e) => Err(ProposeError::Failed(e.to_string())),
     }
 }
 

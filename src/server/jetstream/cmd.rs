@@ -35,6 +35,14 @@ pub(crate) enum Cmd {
     },
     /// A flow-control reply.
     FlowControl { subject: String },
+    /// A replicated stream's read (`STREAM.MSG.GET`) whose read index this replica has
+    /// applied: answered from its state, never replicated (see `AccountJs::linearizable_read`).
+    /// Not counted against the intake (reads in flight have their own bound).
+    Read {
+        call: ApiCall,
+        reply: String,
+        payload: Bytes,
+    },
     /// Stream info for `STREAM.LIST` / create replies.
     Info(SyncSender<StreamInfo>),
     /// A validated config update; answers with the info or the error.
@@ -94,7 +102,8 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
             payload,
         } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
         Cmd::FlowControl { subject } => subject.len(),
-        Cmd::Info(_)
+        Cmd::Read { .. }
+        | Cmd::Info(_)
         | Cmd::Update(..)
         | Cmd::Snapshot(_)
         | Cmd::EndPulls

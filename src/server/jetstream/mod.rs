@@ -60,6 +60,14 @@ pub(crate) use table::{Published, StreamRef, StreamTable, Usage, UsageTotals};
 /// Bytes of API calls an account may have queued for its API thread before publishers wait.
 const API_QUEUE_BYTES: usize = 4 << 20;
 
+/// Replicated `STREAM.MSG.GET`s this server may have waiting for a read index at once
+/// (`sealstream_js_reads_waiting` in /metrics); more go through their group's log, whose
+/// intake is bounded like a publish's.
+pub(crate) const MAX_READS_IN_FLIGHT: usize = 4096;
+/// How many wait now.
+pub(crate) static READS_IN_FLIGHT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// An account's API thread ends after this long without a call (the next call starts it
 /// again).
 pub(crate) const API_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -253,6 +261,69 @@ impl AccountJs {
         self.api_budget.give_back(size);
     }
 
+    /// Answers a replicated stream's `STREAM.MSG.GET` from this replica once it has applied
+    /// everything the group had committed when the get arrived (a read index: the leader
+    /// confirms by heartbeats that it still leads; no log entry, no fsync), so the answer
+    /// sees every write acknowledged before the get was sent. Without a quorum within the
+    /// proposal deadline the answer is `503 / 10008`, as for a write. False — the caller
+    /// sends the get through the group's log instead — when [`MAX_READS_IN_FLIGHT`] gets of
+    /// this server wait already, or clustering is not running.
+    fn linearizable_read(
+        &self,
+        s: &table::StreamRef,
+        group: crate::consensus::GroupId,
+        call: &ApiCall,
+        reply: &str,
+        payload: &Bytes,
+    ) -> bool {
+        let Some(js) = self.js.upgrade() else {
+            return false;
+        };
+        let Some(cluster) = js.cluster().cloned() else {
+            return false;
+        };
+        if READS_IN_FLIGHT.fetch_add(1, Ordering::Relaxed) >= MAX_READS_IN_FLIGHT {
+            READS_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        let stream = Arc::clone(&s.stream);
+        let tx = s.tx.clone();
+        let account = Arc::clone(&self.account);
+        let (call, reply, payload) = (call.clone(), reply.to_owned(), payload.clone());
+        js.runtime.spawn(async move {
+            let ready = cluster.read_barrier(group).await;
+            READS_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+            match ready {
+                Ok(_) => {
+                    if !stream_worker::try_read(&stream, &account, &call, &reply, &payload) {
+                        // The stream is busy: its worker answers, after what it is running.
+                        let _ = tx.send(Cmd::Read {
+                            call,
+                            reply,
+                            payload,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(group, error = %e, "a linearizable read found no quorum");
+                    stream_worker::answer(
+                        &account,
+                        &reply,
+                        crate::jetstream::api::err_reply(
+                            &call,
+                            &crate::jetstream::api::ApiError::new(
+                                503,
+                                10008,
+                                "JetStream system temporarily unavailable",
+                            ),
+                        ),
+                    );
+                }
+            }
+        });
+        true
+    }
+
     /// The account's JetStream limits; `None` when JetStream is off for it.
     pub(crate) fn limits(&self) -> Option<AccountJetStream> {
         *self.limits.read().unwrap_or_else(|p| p.into_inner())
@@ -434,8 +505,14 @@ impl AccountJs {
                 if self.limits().is_some() {
                     if let Some(s) = call.stream_scoped().and_then(|n| self.streams.get(n)) {
                         // Reads answered here, on the connection's thread, when the stream is
-                        // idle — except a replicated stream's MSG.GET, which goes through its
-                        // group's log to be linearizable (see `round::read_only`).
+                        // idle — except a replicated stream's MSG.GET, which must be
+                        // linearizable: answered after a read index (`linearizable_read`), or
+                        // through the group's log when too many wait for one.
+                        if let (ApiCall::MsgGet(_), Some(group)) = (&call, s.group) {
+                            if self.linearizable_read(&s, group, &call, &reply, &payload) {
+                                return None;
+                            }
+                        }
                         let local_read = match call {
                             ApiCall::DirectGet(..) => true,
                             ApiCall::MsgGet(_) => s.group.is_none(),

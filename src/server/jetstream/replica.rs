@@ -13,8 +13,9 @@
 //! answers, deliveries —, and only after a quorum has the entry on disk. Timers (redelivery,
 //! expiry, heartbeats) run on the leader, which proposes an empty round when one is due.
 //!
-//! Reads that change nothing (stream and consumer info, names and lists, `MSG.GET`,
-//! `DIRECT.GET`) are answered by the replica that received them, from its own state.
+//! Reads that change nothing (stream and consumer info, names and lists, `DIRECT.GET`) are
+//! answered by the replica that received them, from its own state; `MSG.GET` too, but only
+//! once that replica has applied the group's read index (linearizable, no log entry).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};

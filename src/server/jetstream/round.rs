@@ -46,12 +46,13 @@ pub(crate) struct Round {
 
 /// Whether `call` only reads (answered by the replica that got it, not replicated).
 ///
-/// `STREAM.MSG.GET` is not among them: it goes through the group's log like a write, and is
-/// answered when its round is applied, so it sees every write acknowledged before it was
+/// `STREAM.MSG.GET` is not among them: it must see every write acknowledged before it was
 /// sent — linearizable reads, which a key-value client without direct gets relies on (a
 /// replica answering from its own state may be behind: a follower applies a moment after
-/// the leader, a restarted one catches up). `DIRECT.GET` stays the fast read any replica
-/// answers, as in nats-server, where it may be stale too.
+/// the leader, a restarted one catches up). The dispatcher answers it after a read index
+/// (`AccountJs::linearizable_read`); when too many wait for one it comes here and goes
+/// through the group's log like a write, answered when its round is applied. `DIRECT.GET`
+/// stays the fast read any replica answers, as in nats-server, where it may be stale too.
 pub(crate) fn read_only(call: &ApiCall) -> bool {
     matches!(
         call,

@@ -490,6 +490,14 @@ pub(crate) fn try_read(
     true
 }
 
+/// Sends `bytes` to `reply` as an answer from `account`'s JetStream (off a stream's thread).
+pub(crate) fn answer(account: &Arc<crate::server::account::Account>, reply: &str, bytes: Bytes) {
+    let mut sink = RouterSink::new(Arc::clone(account), 0x5EED);
+    let mut fx = Effects::new(Box::new(Everyone));
+    fx.reply(reply, bytes);
+    sink.execute(&mut fx);
+}
+
 /// Most commands taken in one round (bounds the latency of the first one's answer).
 const MAX_ROUND: usize = 8192;
 /// How often dirty consumer state is written when nobody waits for it.
@@ -913,6 +921,11 @@ impl Worker {
                     }
                 }
                 Cmd::FlowControl { subject } => st.flow_control(&subject),
+                Cmd::Read {
+                    call,
+                    reply,
+                    payload,
+                } => self.api(st, &call, &reply, None, &payload, now),
                 Cmd::Info(tx) => {
                     let mut info = st.info(&StreamInfoRequest::default(), now);
                     self.cluster_info(&mut info);
@@ -1242,7 +1255,7 @@ impl Worker {
     /// removed.
     fn remove(&mut self, st: &mut Stream, queued: Vec<Cmd>) {
         for cmd in queued {
-            if let Cmd::Api { call, reply, .. } = cmd {
+            if let Cmd::Api { call, reply, .. } | Cmd::Read { call, reply, .. } = cmd {
                 if reply.is_empty() {
                     continue;
                 }

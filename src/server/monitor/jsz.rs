@@ -363,7 +363,13 @@ fn audit_metrics(o: &mut String, js: &crate::server::jetstream::JetStream) {
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
     let mut o = String::with_capacity(4096);
-    let simple: [(&str, &str, &str, u64); 13] = [
+    let simple: [(&str, &str, &str, u64); 14] = [
+        (
+            "sealstream_js_reads_waiting",
+            "gauge",
+            "Replicated STREAM.MSG.GET calls waiting for a read index (bounded at 4096; more go through the group's log).",
+            crate::server::jetstream::READS_IN_FLIGHT.load(Ordering::Relaxed) as u64,
+        ),
         (
             "sealstream_jetstream_dedupe_ids",
             "gauge",

@@ -166,6 +166,18 @@ pub(crate) struct ClusterJs {
 }
 
 impl ClusterJs {
+    /// Waits until this node's replica of `group` has applied everything committed when the
+    /// call began (a read index, no log entry: [`MuxNode::read_barrier`]), within the
+    /// proposal deadline.
+    ///
+    /// # Errors
+    /// No leader, no quorum in time, or the group is not here.
+    pub(crate) async fn read_barrier(&self, group: GroupId) -> Result<u64, ProposeError> {
+        self.node
+            .read_barrier(group, replica::PROPOSE_DEADLINE)
+            .await
+    }
+
     /// `/jsz`'s `meta_cluster` (spec cluster.md 4.6): the meta group as this node sees it;
     /// the other members' state is accurate on the leader.
     pub(crate) fn meta_cluster(&self) -> Value {
