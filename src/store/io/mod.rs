@@ -119,6 +119,9 @@ pub trait SegmentIo: Send + Sync + fmt::Debug {
     /// # Errors
     /// The OS error.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// A hint that the whole file at `path` will be read soon: the OS may start reading it
+    /// into its cache now, while the caller works on another one. Nothing if unsupported.
+    fn will_read(&self, _path: &Path) {}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -210,6 +213,18 @@ impl SegmentIo for OsIo {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
+    }
+    fn will_read(&self, path: &Path) {
+        // `posix_fadvise(WILLNEED)` starts the read-ahead of the whole file and returns.
+        if let Ok(f) = std::fs::File::open(path) {
+            use std::os::fd::AsRawFd as _;
+            let _ = nix::fcntl::posix_fadvise(
+                f.as_raw_fd(),
+                0,
+                0,
+                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_WILLNEED,
+            );
+        }
     }
 }
 
