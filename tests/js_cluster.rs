@@ -469,6 +469,98 @@ async fn a_message_get_on_any_node_sees_every_write_acknowledged_before_it() {
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
 }
 
+/// A push consumer with a deliver group whose members are on every node of the cluster gets
+/// each message once, not once per replica: the stream's followers deliver only to their
+/// plain subscribers, and the leader picks the group's member on any server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliver_group_with_members_on_every_node_gets_each_message_once() {
+    use futures::StreamExt as _;
+    let (cl, js) = three_nodes().await;
+    create_r3(&js[0], "DG", "dg.>").await;
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let c = async_nats::connect(cl.url(i)).await.unwrap();
+        let sub = c.queue_subscribe("dg_out", "workers".into()).await.unwrap();
+        c.flush().await.unwrap();
+        members.push((c, sub));
+    }
+    // The group's interest reaches every server before the consumer starts delivering.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    js[0]
+        .create_consumer_on_stream(
+            consumer::push::Config {
+                durable_name: Some("DGC".into()),
+                deliver_subject: "dg_out".into(),
+                deliver_group: Some("workers".into()),
+                ack_policy: consumer::AckPolicy::None,
+                ..Default::default()
+            },
+            "DG",
+        )
+        .await
+        .unwrap();
+    const N: u64 = 60;
+    for k in 0..N {
+        publish_until_acked(&js, k as usize, "dg.x", format!("dg-{k}")).await;
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, u64)>(1024);
+    let mut tasks = Vec::new();
+    for (i, (_, mut sub)) in members.into_iter().enumerate() {
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                // `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...` (or the 12-token
+                // form with domain and account hash first).
+                let seq = m.reply.as_ref().and_then(|r| {
+                    let t: Vec<&str> = r.split('.').collect();
+                    let i = if t.len() == 9 { 5 } else { 7 };
+                    t.get(i).and_then(|v| v.parse::<u64>().ok())
+                });
+                if let Some(seq) = seq {
+                    if tx.send((i, seq)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut by_member = [0usize; 3];
+    // Everything, then a quiet second in which no second copy may come.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let wait = if seen.len() as u64 >= N {
+            Duration::from_secs(1)
+        } else {
+            deadline.saturating_duration_since(Instant::now())
+        };
+        match tokio::time::timeout(wait, rx.recv()).await {
+            Ok(Some((i, seq))) => {
+                *seen.entry(seq).or_default() += 1;
+                by_member[i] += 1;
+            }
+            _ => break,
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    assert_eq!(seen.len() as u64, N, "{by_member:?}");
+    assert_eq!(
+        by_member.iter().sum::<usize>() as u64,
+        N,
+        "one copy per message: {by_member:?}"
+    );
+    // A member on a server that keeps a replica was picked too (replicas on all three).
+    assert!(
+        by_member.iter().filter(|n| **n > 0).count() >= 2,
+        "{by_member:?}"
+    );
+}
+
 /// The Raft log segments under `store` (a node's).
 fn raft_segments(store: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(store.join("jetstream").join("raft"))

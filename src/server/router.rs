@@ -147,9 +147,11 @@ struct RoutedCopy {
 enum Reach<'a> {
     /// Local subscribers and, as `RMSG` in this account, route peers (a local publisher).
     Cluster(&'a [u8]),
-    /// Local subscribers only (JetStream deliveries of a replica that does not send to other
-    /// servers).
+    /// Local subscribers only (a JetStream delivery a peer sent here).
     Local,
+    /// A replicated stream's delivery on a follower: local plain subscribers only. A queue
+    /// group gets one copy cluster-wide, picked by the leader ([`DeliveryReach`]).
+    Follower,
     /// A JetStream delivery to `to`'s subscribers here and, as `JMSG` in `account`, on the
     /// sealstream peers not named in `skip` (the stream's other replicas deliver there
     /// themselves).
@@ -173,9 +175,34 @@ impl Reach<'_> {
             Reach::Deliver { skip, .. } => {
                 r.takes_deliveries && !skip.iter().any(|p| **p == *r.peer)
             }
-            Reach::Local | Reach::FromRoute(_) => false,
+            Reach::Local | Reach::Follower | Reach::FromRoute(_) => false,
         }
     }
+
+    /// Whether a queue group's member behind `r` may be picked: a JetStream delivery picks
+    /// among every server's members, the stream's other replicas' included (they deliver
+    /// only to their plain subscribers).
+    fn reaches_member(self, r: &RemoteInterest) -> bool {
+        match self {
+            Reach::Deliver { .. } => r.takes_deliveries,
+            other => other.reaches(r),
+        }
+    }
+}
+
+/// Where a JetStream delivery goes besides this server's plain subscribers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum DeliveryReach<'a> {
+    /// This server's subscribers, a queue group's local members included (a delivery a peer
+    /// sent here, or a stream of this server that has no peers).
+    Here,
+    /// A replicated stream's follower: this server's plain subscribers only. Every replica
+    /// delivers a committed round to its own plain subscribers, but a queue group must get
+    /// one copy, not one per replica: the leader picks its member, on any server.
+    Follower,
+    /// This server's subscribers, the other servers' except those in `skip` (replicas that
+    /// deliver there themselves), and a queue group's members on any server.
+    Peers(&'a [String]),
 }
 
 /// Routes one message within `account`. Returns how many subscriptions it was queued to.
@@ -231,7 +258,7 @@ pub(crate) fn deliver_as(
     reply: Option<&[u8]>,
     headers: Option<&Bytes>,
     payload: &Bytes,
-    remote: Option<&[String]>,
+    reach: DeliveryReach<'_>,
 ) -> usize {
     let matches = ctx.lookup(account, to);
     let from = Publisher {
@@ -240,13 +267,14 @@ pub(crate) fn deliver_as(
         no_responders: false,
         crossed: true,
     };
-    let reach = match remote {
-        Some(skip) => Reach::Deliver {
+    let reach = match reach {
+        DeliveryReach::Peers(skip) => Reach::Deliver {
             account: account.name.as_bytes(),
             to,
             skip,
         },
-        None => Reach::Local,
+        DeliveryReach::Follower => Reach::Follower,
+        DeliveryReach::Here => Reach::Local,
     };
     let n = deliver_matches(ctx, &matches, from, reach, shown, reply, headers, payload);
     release_expired(ctx, account);
@@ -343,7 +371,7 @@ fn deliver_matches(
     }
     for group in &matches.groups {
         let len = group.members.len();
-        if len == 0 {
+        if len == 0 || matches!(reach, Reach::Follower) {
             continue;
         }
         if let Reach::FromRoute(picked) = reach {
@@ -362,7 +390,7 @@ fn deliver_matches(
             };
             let sub = &m.0;
             if let Subscriber::Route(r) = &sub.subscriber {
-                if reach.reaches(r) && !r.route.is_closed() {
+                if reach.reaches_member(r) && !r.route.is_closed() {
                     add_routed(ctx, r, Some(&group.name));
                     n += 1;
                     break;
@@ -383,7 +411,7 @@ fn deliver_matches(
         Reach::Deliver { account, to, .. } => {
             send_deliveries(ctx, account, to, subject, reply, headers, payload);
         }
-        Reach::Local | Reach::FromRoute(_) => {}
+        Reach::Local | Reach::Follower | Reach::FromRoute(_) => {}
     }
     n
 }

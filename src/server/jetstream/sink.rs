@@ -40,7 +40,9 @@ pub(crate) struct RouterSink {
     account: Arc<Account>,
     ctx: RouteCtx,
     /// Where deliveries go besides this server's subscribers: `Some(skip)` to the other
-    /// servers' (sealstream peers', as `JMSG`) except those named, `None` nowhere else.
+    /// servers' (sealstream peers', as `JMSG`) except those named, and to a queue group's
+    /// members anywhere; `None` (a replicated stream's follower) to this server's plain
+    /// subscribers only (see [`router::DeliveryReach`]).
     remote: Option<Vec<String>>,
     /// Decides `remote` at the first delivery (see [`RouterSink::set_remote_with`]).
     decide: Option<RemoteRule>,
@@ -137,7 +139,10 @@ impl RouterSink {
             reply.map(str::as_bytes),
             headers,
             payload,
-            self.remote.as_deref(),
+            match self.remote.as_deref() {
+                Some(skip) => router::DeliveryReach::Peers(skip),
+                None => router::DeliveryReach::Follower,
+            },
         )
     }
 

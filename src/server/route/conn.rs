@@ -512,7 +512,7 @@ impl RouteConn {
                         reply.as_deref(),
                         headers.as_ref(),
                         &payload,
-                        None,
+                        router::DeliveryReach::Here,
                     );
                 } else {
                     router::deliver_routed(
