@@ -135,6 +135,14 @@ accounts {
 system_account: SYS
 "#;
 
+/// [`sealctl`] with `args` against the server at `url` as `user` (every test user's password
+/// is `pw`).
+fn sealctl_as(url: &str, user: &str, args: &[&str]) -> (i32, String, String) {
+    let mut all = args.to_vec();
+    all.extend(["--server", url, "--user", user, "--password", "pw"]);
+    sealctl(&all)
+}
+
 /// `sealctl` with `args`: exit code, stdout, stderr.
 fn sealctl(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
@@ -156,10 +164,25 @@ async fn keep_publishing(
     subject: &'static str,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> u64 {
-    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
-        .connect(url)
-        .await
-        .unwrap();
+    // Connected again if the first try fails (printed: one local run after a cold build saw
+    // this connect fail while five servers were starting, and the error was not kept).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        match async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+            .connect(url.clone())
+            .await
+        {
+            Ok(c) => break c,
+            Err(e) => {
+                eprintln!("publisher connect failed: {e}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "publisher never connected: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
     let js = async_nats::jetstream::new(c);
     let mut acked = 0;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -237,21 +260,19 @@ async fn a_running_server_audits_its_live_store_for_the_operator_and_for_a_tenan
     let (code, public, err) = sealctl(&["audit-key", "init", "--out", key.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let url = s.url();
-    let (code, out, err) = sealctl(&[
-        "audit",
-        "--live",
-        "--server",
+    let (code, out, err) = sealctl_as(
         &url,
-        "--user",
         "admin",
-        "--password",
-        "pw",
-        "--attest",
-        report.to_str().unwrap(),
-        "--sign-with",
-        key.to_str().unwrap(),
-        "--json",
-    ]);
+        &[
+            "audit",
+            "--live",
+            "--attest",
+            report.to_str().unwrap(),
+            "--sign-with",
+            key.to_str().unwrap(),
+            "--json",
+        ],
+    );
     assert_eq!(code, 0, "live audit while publishing: {out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["live"], true, "{v:#}");
@@ -279,34 +300,13 @@ async fn a_running_server_audits_its_live_store_for_the_operator_and_for_a_tenan
     // A canary planted under the store is found while the server runs.
     let store = s.store_dir().unwrap().join("jetstream");
     std::fs::write(store.join("tmp").join("debug-dump"), "CANARY-live-41c7").unwrap();
-    let (code, out, _) = sealctl(&[
-        "audit",
-        "--server",
-        &url,
-        "--user",
-        "admin",
-        "--password",
-        "pw",
-        "--canary",
-        "CANARY-live-41c7",
-    ]);
+    let (code, out, _) = sealctl_as(&url, "admin", &["audit", "--canary", "CANARY-live-41c7"]);
     assert_eq!(code, 2, "a leak: {out}");
     assert!(out.contains("tmp/debug-dump"), "{out}");
     std::fs::remove_file(store.join("tmp").join("debug-dump")).unwrap();
 
     // A tenant: its own account only, and nothing of the other tenant in the report.
-    let (code, out, err) = sealctl(&[
-        "audit",
-        "--live",
-        "--tenant",
-        "--server",
-        &url,
-        "--user",
-        "acme",
-        "--password",
-        "pw",
-        "--json",
-    ]);
+    let (code, out, err) = sealctl_as(&url, "acme", &["audit", "--live", "--tenant", "--json"]);
     assert_eq!(code, 0, "tenant audit: {out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["account"], "ACME", "{v:#}");
@@ -397,18 +397,16 @@ async fn the_master_key_is_rotated_while_clients_publish_and_consume() {
     let store = s.store_dir().unwrap();
     let keys = tempfile::tempdir().unwrap();
     let new_key = keys.path().join("rotated.key");
-    let (code, out, err) = sealctl(&[
-        "store",
-        "rotate-master-live",
-        "--new-key-file",
-        new_key.to_str().unwrap(),
-        "--server",
+    let (code, out, err) = sealctl_as(
         &s.url(),
-        "--user",
         "admin",
-        "--password",
-        "pw",
-    ]);
+        &[
+            "store",
+            "rotate-master-live",
+            "--new-key-file",
+            new_key.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("master key rotated"), "{out}");
     assert!(new_key.exists(), "the new key file was generated");
@@ -455,19 +453,20 @@ async fn the_master_key_is_rotated_while_clients_publish_and_consume() {
     assert_eq!(info.state.messages, acked, "every acknowledged message");
 }
 
+/// The id of `account`'s first stream, as the server's live audit of that account reports it.
+fn first_stream_id(url: &str, account: &str) -> String {
+    let (_, out, _) = sealctl_as(
+        url,
+        "admin",
+        &["audit", "--live", "--account", account, "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["streams"][0]["id"].as_str().unwrap().to_owned()
+}
+
 /// The data keys of the stream named `name` as the live audit reports them.
 fn dek_versions(url: &str, name_id: &str) -> Vec<u64> {
-    let (code, out, err) = sealctl(&[
-        "audit",
-        "--live",
-        "--server",
-        url,
-        "--user",
-        "admin",
-        "--password",
-        "pw",
-        "--json",
-    ]);
+    let (code, out, err) = sealctl_as(url, "admin", &["audit", "--live", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let s = v["streams"]
@@ -515,38 +514,20 @@ async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
         })
         .await
     );
-    let id = {
-        let (_, out, _) = sealctl(&[
-            "audit",
-            "--live",
-            "--server",
-            &s.url(),
-            "--user",
-            "admin",
-            "--password",
-            "pw",
+    let id = first_stream_id(&s.url(), "ACME");
+    assert_eq!(dek_versions(&s.url(), &id), [1]);
+    let (code, out, err) = sealctl_as(
+        &s.url(),
+        "admin",
+        &[
+            "store",
+            "rekey-live",
             "--account",
             "ACME",
-            "--json",
-        ]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        v["streams"][0]["id"].as_str().unwrap().to_owned()
-    };
-    assert_eq!(dek_versions(&s.url(), &id), [1]);
-    let (code, out, err) = sealctl(&[
-        "store",
-        "rekey-live",
-        "--account",
-        "ACME",
-        "--stream",
-        "ACME_LEDGER",
-        "--server",
-        &s.url(),
-        "--user",
-        "admin",
-        "--password",
-        "pw",
-    ]);
+            "--stream",
+            "ACME_LEDGER",
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("re-sealed under data key v2"), "{out}");
     assert!(out.contains("destroyed v1"), "{out}");
@@ -625,42 +606,24 @@ async fn a_tenant_erase_is_attested_with_the_keys_it_destroyed() {
     }
     add_stream(&s.url(), "acme", "ACME_LEDGER", "ledger.acme.>").await;
     add_stream(&s.url(), "globex", "GLOBEX_BOOKS", "books.globex.>").await;
-    let acme_id = {
-        let (_, out, _) = sealctl(&[
-            "audit",
-            "--live",
-            "--server",
-            &s.url(),
-            "--user",
-            "admin",
-            "--password",
-            "pw",
-            "--account",
-            "ACME",
-            "--json",
-        ]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        v["streams"][0]["id"].as_str().unwrap().to_owned()
-    };
+    let acme_id = first_stream_id(&s.url(), "ACME");
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("audit.nk");
     let report = dir.path().join("erase.attestation");
     let (_, public, _) = sealctl(&["audit-key", "init", "--out", key.to_str().unwrap()]);
-    let (code, out, err) = sealctl(&[
-        "account",
-        "purge",
-        "ACME",
-        "--server",
+    let (code, out, err) = sealctl_as(
         &s.url(),
-        "--user",
         "admin",
-        "--password",
-        "pw",
-        "--attest",
-        report.to_str().unwrap(),
-        "--sign-with",
-        key.to_str().unwrap(),
-    ]);
+        &[
+            "account",
+            "purge",
+            "ACME",
+            "--attest",
+            report.to_str().unwrap(),
+            "--sign-with",
+            key.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("holds none of them"), "{out}");
     let (code, out, err) = sealctl(&[
@@ -678,17 +641,7 @@ async fn a_tenant_erase_is_attested_with_the_keys_it_destroyed() {
         "the destroyed stream key's id: {text}"
     );
     // The store no longer has ACME's stream; GLOBEX's is untouched.
-    let (code, out, _) = sealctl(&[
-        "audit",
-        "--live",
-        "--server",
-        &s.url(),
-        "--user",
-        "admin",
-        "--password",
-        "pw",
-        "--json",
-    ]);
+    let (code, out, _) = sealctl_as(&s.url(), "admin", &["audit", "--live", "--json"]);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let ids: Vec<&str> = v["streams"]
