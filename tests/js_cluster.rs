@@ -2011,3 +2011,157 @@ async fn a_cluster_rotates_its_master_keys_online_and_a_restarted_node_rejoins()
     assert_eq!(settled_history(&again[0], "ROTATED", &want).await, want);
     assert_every_store_sealed(&cl, &["rotated.x", &order(7)]);
 }
+
+/// Creates a stream of `replicas` with `cfg`'s other fields, retrying while the meta group
+/// is still forming.
+async fn create_with(js: &jetstream::Context, cfg: stream::Config) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = js.create_stream(cfg.clone()).await {
+        assert!(Instant::now() < deadline, "no stream {}: {e}", cfg.name);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Publishes `n` messages of 1 KiB to `subject`, 64 PubAcks in flight, every one acked.
+async fn publish_window(js: &jetstream::Context, subject: &str, n: usize) {
+    let payload = Bytes::from(vec![b'w'; 1024]);
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(64);
+        let mut acks = Vec::with_capacity(take);
+        for _ in 0..take {
+            acks.push(
+                js.publish(subject.to_owned(), payload.clone())
+                    .await
+                    .unwrap(),
+            );
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        left -= take;
+    }
+}
+
+/// A node's Raft log stays within its bound on disk: the meta group and an idle stream's
+/// group, which never reach a snapshot of their own, are asked for one and purge, so the
+/// oldest segments go (before, every segment stayed: the log held everything ever
+/// published). A node that was down meanwhile gets the meta group's snapshot — an update and
+/// a delete it missed included — and every node restarts from its own meta snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raft_log_stays_bounded_and_a_node_catches_up_from_the_meta_snapshot() {
+    let mut cl = TestCluster::start_js_conf(3, Some("jetstream { raft_segment_size: 1MB }"));
+    cl.wait_full_mesh(Duration::from_secs(10));
+    if cl.is_reference() {
+        return; // sealstream's log layout and option
+    }
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    create_r3(&js[0], "IDLELEDGER", "idle.>").await;
+    let mut idle = BTreeMap::new();
+    for n in 0..3 {
+        idle.insert(
+            publish_until_acked(&js, 0, "idle.x", order(n)).await,
+            order(n),
+        );
+    }
+    create_r3(&js[0], "DOOMEDLEDGER", "doomed.>").await;
+    create_with(
+        &js[0],
+        stream::Config {
+            name: "BUSYLEDGER".into(),
+            subjects: vec!["busy.>".into()],
+            num_replicas: 3,
+            max_messages: 500,
+            ..Default::default()
+        },
+    )
+    .await;
+
+    // Node 3 misses an update and a delete, then 6 MiB of log.
+    cl.stop(2, false);
+    let mut idle_cfg = js[0]
+        .get_stream("IDLELEDGER")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    idle_cfg.description = Some("changed while n3 was down".into());
+    js[0].update_stream(idle_cfg).await.unwrap();
+    js[0].delete_stream("DOOMEDLEDGER").await.unwrap();
+    publish_window(&js[0], "busy.x", 6000).await;
+
+    // Node 1's log lets its oldest segments go (2 closed + the open one, and one on its way).
+    let store1 = cl.nodes[0].server.store_dir().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while raft_segments(&store1).len() > 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the Raft log kept {} segments",
+            raft_segments(&store1).len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    cl.restart(2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cl.nodes[2]
+        .server
+        .log_text()
+        .contains("the meta group's state was replaced by a snapshot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "n3 caught up without the meta snapshot: {}",
+            cl.nodes[2].server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let n3 = contexts(&cl, &[2]).await;
+    wait_messages(&n3[0], "BUSYLEDGER", 6000).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let desc = match n3[0].get_stream("IDLELEDGER").await {
+            Ok(mut s) => s
+                .info()
+                .await
+                .ok()
+                .and_then(|i| i.config.description.clone()),
+            Err(_) => None,
+        };
+        if desc.as_deref() == Some("changed while n3 was down") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n3 never saw the update: {desc:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        n3[0].get_stream("DOOMEDLEDGER").await.is_err(),
+        "n3 kept a deleted stream"
+    );
+    assert_eq!(settled_history(&n3[0], "IDLELEDGER", &idle).await, idle);
+    drop((n3, js));
+
+    // Every node killed and started again: from its own meta snapshot.
+    for i in 0..3 {
+        cl.stop(i, false);
+    }
+    for i in 0..3 {
+        cl.restart(i);
+    }
+    let all = contexts(&cl, &[0, 1, 2]).await;
+    for j in &all {
+        wait_messages(j, "BUSYLEDGER", 6000).await;
+        assert_eq!(settled_history(j, "IDLELEDGER", &idle).await, idle);
+        assert!(j.get_stream("DOOMEDLEDGER").await.is_err());
+    }
+    let seq = publish_until_acked(&all, 1, "busy.x", order(9)).await;
+    assert_eq!(seq, 6001);
+    drop(all);
+    assert_every_store_sealed(&cl, &["IDLELEDGER", "DOOMEDLEDGER", "changed while n3 was down", &order(1)]);
+}

@@ -236,6 +236,10 @@ pub struct JetStreamOptions {
     /// `unique_tag`: a tag prefix (`az` for `az:1`, `az:2`, ...); the replicas of one stream
     /// go to servers with different values of it. Lowercased.
     pub unique_tag: Option<String>,
+    /// `raft_segment_size`: where a node's Raft log closes a segment file (sealstream
+    /// addition, 1 MiB – 1 GiB; `None`: 64 MiB). The log holds about three of them on disk
+    /// plus the groups' snapshots (docs/cluster.md).
+    pub raft_segment_size: Option<u64>,
 }
 
 impl Default for JetStreamOptions {
@@ -254,6 +258,7 @@ impl Default for JetStreamOptions {
             strict: true,
             store_threads: None,
             unique_tag: None,
+            raft_segment_size: None,
         }
     }
 }
@@ -729,6 +734,16 @@ fn jetstream(
                     "unique_tag" => {
                         let t = field::string(item)?.trim().to_lowercase();
                         js.unique_tag = (!t.is_empty()).then_some(t);
+                    }
+                    "raft_segment_size" => {
+                        let n = field::size(item)?;
+                        if !(1 << 20..=1 << 30).contains(&n) {
+                            return Err(field::invalid(
+                                item,
+                                format!("Expected raft_segment_size between 1MB and 1GB, got {n}"),
+                            ));
+                        }
+                        js.raft_segment_size = u64::try_from(n).ok();
                     }
                     "store_threads" => {
                         let n = field::int(item)?;

@@ -115,6 +115,26 @@ enum Record {
     Reset,
 }
 
+/// What keeps a log's oldest segment on disk ([`SealedLog::pinning`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pinned {
+    /// The closed segments' bytes (about: each is closed at its size bound).
+    pub held_bytes: u64,
+    /// The groups with live entries in the oldest segment.
+    pub groups: Vec<PinningGroup>,
+}
+
+/// A group with live entries in the log's oldest segment.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PinningGroup {
+    /// The group (its slot in the log).
+    pub group: GroupId,
+    /// Its last entry there: purging through it frees that segment of this group.
+    pub through: u64,
+    /// The size of its stored snapshot (0: none).
+    pub snapshot_bytes: u64,
+}
+
 /// Where a record sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Loc {
@@ -564,6 +584,50 @@ impl SealedLog {
                 .map_err(|e| StorageIOError::write_vote(&e))?;
         }
         Ok(())
+    }
+
+    /// What keeps the oldest segment on disk, once the log holds more than `keep_closed`
+    /// closed segments (`None` while it is within that bound). Segments go oldest first only
+    /// ([`dead_segments`]), so one group that never purges — idle, or keeping its whole log —
+    /// would otherwise keep every later segment too.
+    pub fn pinning(&self, keep_closed: usize) -> Option<Pinned> {
+        let inner = lock(&self.shared);
+        let closed = inner
+            .segment_refs
+            .keys()
+            .filter(|s| **s < inner.segment)
+            .count();
+        if closed <= keep_closed {
+            return None;
+        }
+        let (&oldest, _) = inner.segment_refs.iter().find(|(_, refs)| **refs > 0)?;
+        if oldest >= inner.segment {
+            return None;
+        }
+        let mut groups = Vec::new();
+        for (group, state) in &inner.groups {
+            let last_there = state
+                .entries
+                .iter()
+                .take_while(|(_, (_, loc))| loc.segment <= oldest)
+                .last()
+                .map(|(index, _)| *index);
+            let Some(index) = last_there else { continue };
+            let snapshot_bytes = inner.keys.get(group).map_or(0, |k| {
+                fs::metadata(snapshot_file::path_of(&inner.dir, &k.pseudonym))
+                    .map_or(0, |m| m.len())
+            });
+            groups.push(PinningGroup {
+                group: *group,
+                through: index,
+                snapshot_bytes,
+            });
+        }
+        groups.sort_unstable_by_key(|g| g.group);
+        Some(Pinned {
+            held_bytes: closed as u64 * inner.segment_bytes,
+            groups,
+        })
     }
 
     /// The segment files on disk now (oldest first).
@@ -1453,6 +1517,51 @@ mod tests {
         assert_eq!(got[1].log_id.leader_id.term, 3);
         assert_eq!(b.try_get_log_entries(0..10).await.expect("read").len(), 1);
         assert_eq!(b.read_vote().await.expect("vote"), None);
+    }
+
+    /// One idle group's first entry keeps every later segment on disk until it purges; the
+    /// log names it (and how far to purge) once more than the allowed segments are closed.
+    #[tokio::test]
+    async fn an_idle_group_that_pins_the_oldest_segment_is_named_and_its_purge_frees_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = SealedLog::open_sized(dir.path(), name_key(), Vec::new(), 4096).expect("open");
+        let _idle = log.group(1, key(1));
+        let _busy = log.group(2, key(2));
+        durable(&log, 1, Record::Entries(vec![entry(1, 1, b"idle")])).await;
+        assert_eq!(log.pinning(2), None, "one segment: nothing to reclaim");
+        for i in 1..=40u64 {
+            durable(&log, 2, Record::Entries(vec![entry(1, i, &[7; 500])])).await;
+        }
+        // The busy group's own snapshot would purge its entries; the idle one never does.
+        durable(
+            &log,
+            2,
+            Record::Purge(LogId::new(CommittedLeaderId::new(1, 1), 40)),
+        )
+        .await;
+        durable(&log, 2, Record::Entries(vec![entry(1, 41, b"x")])).await;
+        let before = log.segments().len();
+        assert!(before > 3, "{before} segments");
+        let pinned = log.pinning(2).expect("over the bound");
+        assert_eq!(
+            pinned.groups,
+            vec![PinningGroup {
+                group: 1,
+                through: 1,
+                snapshot_bytes: 0
+            }]
+        );
+        assert_eq!(pinned.held_bytes, (before as u64 - 1) * 4096);
+        durable(
+            &log,
+            1,
+            Record::Purge(LogId::new(CommittedLeaderId::new(1, 1), 1)),
+        )
+        .await;
+        durable(&log, 2, Record::Entries(vec![entry(1, 42, b"y")])).await;
+        let after = log.segments().len();
+        assert!(after < before, "{before} -> {after} segments");
+        assert_eq!(log.pinning(2), None);
     }
 
     #[tokio::test]

@@ -886,3 +886,13 @@ fn cluster_blocks_map_and_refuse_what_would_not_hold() {
         assert!(e.to_string().contains(err), "{text}: {e}");
     }
 }
+
+#[test]
+fn raft_segment_size_is_a_size_within_bounds() {
+    let o = opts("jetstream { raft_segment_size: 4MB }");
+    assert_eq!(o.jetstream.raft_segment_size, Some(4 << 20));
+    assert_eq!(opts("jetstream: enabled").jetstream.raft_segment_size, None);
+    assert!(err("jetstream { raft_segment_size: 1KB }")
+        .contains("Expected raft_segment_size between 1MB and 1GB"));
+    assert!(err("jetstream { raft_segment_size: 2GB }").contains("raft_segment_size"));
+}

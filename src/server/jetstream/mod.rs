@@ -121,6 +121,8 @@ pub(crate) struct JetStream {
     /// `jetstream.unique_tag`: one stream's replicas go to servers with different values of
     /// this tag prefix.
     pub(crate) unique_tag: Option<String>,
+    /// `jetstream.raft_segment_size` (`None`: the log's default).
+    pub(crate) raft_segment_size: Option<u64>,
     /// Accounts with JetStream state, by name.
     accounts: Mutex<HashMap<String, Arc<AccountJs>>>,
     /// Storage used by every stream of the server (server-wide quota checks).
@@ -726,6 +728,7 @@ pub(crate) fn start(shared: &Arc<Shared>, opened: OpenedStore) -> std::io::Resul
         },
         domain: opts.jetstream.domain.clone().filter(|d| !d.is_empty()),
         unique_tag: opts.jetstream.unique_tag.clone(),
+        raft_segment_size: opts.jetstream.raft_segment_size,
         accounts: Mutex::new(HashMap::new()),
         used: UsageTotals::default(),
         seed: AtomicU64::new(shared.seed | 1),

@@ -51,6 +51,22 @@ pub(crate) fn envelope<T: serde::Serialize>(cfg: &T, created: i64) -> Vec<u8> {
         .into_bytes()
 }
 
+/// A stream's catalog envelope; a replica's names its group, which is what tells a start to
+/// erase the local copy and rebuild it from the group ([`is_replica_copy`]) — every write of
+/// the envelope must keep it, a config update's included.
+fn stream_envelope(
+    cfg: &StreamConfig,
+    created: i64,
+    group: Option<crate::consensus::GroupId>,
+) -> Vec<u8> {
+    match group {
+        None => envelope(cfg, created),
+        Some(g) => json!({"config": cfg, "created": created, "raft_group": g})
+            .to_string()
+            .into_bytes(),
+    }
+}
+
 fn open_envelope(bytes: &[u8]) -> Option<(Value, i64)> {
     let v: Value = serde_json::from_slice(bytes).ok()?;
     let created = v.get("created").and_then(Value::as_i64).unwrap_or(0);
@@ -1286,7 +1302,9 @@ impl Worker {
 
     fn persist_stream_config(&self, st: &Stream) {
         let Some(id) = self.id else { return };
-        let bytes = envelope(&st.cfg, st.created);
+        // The view stays while a round runs (the replica link is taken out meanwhile).
+        let group = self.view.as_ref().map(|v| v.group);
+        let bytes = stream_envelope(&st.cfg, st.created, group);
         let Some(mut meta) = live_meta(&self.js, &self.erased) else {
             return;
         };
@@ -1596,12 +1614,7 @@ pub(crate) fn create_replica(
     let (store, id): (Box<dyn StreamStore>, Option<StreamId>) = match cfg.storage {
         StorageType::Memory => (mem_store(&cfg), None),
         StorageType::File => {
-            let bytes = match group {
-                None => envelope(&cfg, now),
-                Some(g) => json!({"config": &cfg, "created": now, "raft_group": g})
-                    .to_string()
-                    .into_bytes(),
-            };
+            let bytes = stream_envelope(&cfg, now, group);
             let handle = js
                 .meta
                 .lock()

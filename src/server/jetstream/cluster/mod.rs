@@ -37,7 +37,9 @@ use serde_json::Value;
 use sha2::Sha256;
 use tracing::{error, info, warn};
 
-use crate::consensus::machine::{Applier, ApplyFuture, ReplicatedMachine, Snapshots};
+use crate::consensus::machine::{
+    Applier, ApplyFuture, ImageFuture, InstallFuture, ReplicatedMachine, Snapshots,
+};
 use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::sealed_log::{LogError, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
@@ -53,8 +55,12 @@ use super::{lifecycle, stream_worker, AccountJs, JetStream};
 use crate::server::route::Cluster;
 
 mod claims;
+mod meta_image;
 mod moves;
 mod promote;
+mod reclaim;
+
+use meta_image::MetaImage;
 
 /// The meta group's id.
 pub(crate) const META: GroupId = 0;
@@ -465,7 +471,10 @@ pub(crate) async fn start(
             return None;
         }
     };
-    let (log, seeds) = match open_log(&dir, &names_key, &group_root, &directory) {
+    let segment_bytes = js
+        .raft_segment_size
+        .unwrap_or(crate::consensus::sealed_log::SEGMENT_BYTES);
+    let (log, seeds) = match open_log(&dir, &names_key, &group_root, &directory, segment_bytes) {
         Ok(opened) => opened,
         Err(e) => {
             error!(error = %e, "replicated JetStream is off: the Raft log does not open");
@@ -549,10 +558,13 @@ pub(crate) async fn start(
     let applier = Arc::new(MetaApplier {
         cj: Arc::downgrade(&cj),
     });
-    if let Err(e) = node
-        .add_group_on(META, meta_log, ReplicatedMachine::new(applier), None)
-        .await
-    {
+    let snapshots = Snapshots::new(
+        log.snapshot_file(META, group_key(&cj.group_root, META)),
+        Arc::downgrade(&node),
+        META,
+    );
+    let machine = ReplicatedMachine::new(applier).with_snapshots(snapshots);
+    if let Err(e) = node.add_group_on(META, meta_log, machine, None).await {
         error!(error = %e, "replicated JetStream is off: the meta group did not start");
         return None;
     }
@@ -570,6 +582,7 @@ fn open_log(
     names_key: &Key32,
     group_root: &Key32,
     directory: &Directory,
+    segment_bytes: u64,
 ) -> Result<(SealedLog, Option<crate::consensus::extent::Votes>), LogError> {
     let keys = || -> Vec<(GroupId, SealKey)> {
         directory
@@ -579,7 +592,9 @@ fn open_log(
             .chain([(META, group_key(group_root, META))])
             .collect()
     };
-    match SealedLog::open(dir, Key32::new(*names_key.expose()), keys()) {
+    let open =
+        || SealedLog::open_sized(dir, Key32::new(*names_key.expose()), keys(), segment_bytes);
+    match open() {
         Ok(log) => Ok((log, None)),
         Err(e @ LogError::Corrupt { .. }) => {
             error!(error = %e, "the Raft log failed authentication: this node needs repair. Its log is set aside (raft/damaged/, still sealed) and rebuilt from its peers; until each group has caught up with its leader it casts no vote");
@@ -587,7 +602,7 @@ fn open_log(
             // terms, so a deposed leader's appends are refused.
             let votes = SealedLog::recorded_votes(dir, names_key);
             SealedLog::set_aside_damaged(dir)?;
-            let log = SealedLog::open(dir, Key32::new(*names_key.expose()), keys())?;
+            let log = open()?;
             Ok((log, Some(votes)))
         }
         Err(e) => Err(e),
@@ -638,6 +653,7 @@ async fn membership(cj: Arc<ClusterJs>, cluster: Arc<Cluster>) {
             info!(members = status.voters.len(), "JetStream meta group joined");
         }
         cj.reconcile_groups();
+        cj.reclaim_log();
         if status.leader.is_some() {
             cj.reconcile_claims().await;
         }
@@ -676,6 +692,26 @@ impl Applier for MetaApplier {
                     Err(e) => error!(error = %e, "a meta group entry did not decode; skipped"),
                 }
             }
+        })
+    }
+
+    fn image(&self) -> ImageFuture {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let image = match self.cj.upgrade() {
+            Some(cj) => cj.meta_image(),
+            None => Err("replicated JetStream is stopping".to_owned()),
+        };
+        let _ = tx.send(image);
+        rx
+    }
+
+    fn install(&self, image: Vec<u8>) -> InstallFuture {
+        let cj = self.cj.upgrade();
+        Box::pin(async move {
+            let cj = cj.ok_or("replicated JetStream is stopping")?;
+            let image = MetaImage::decode(&image)?;
+            cj.install_meta_image(image).await;
+            Ok(())
         })
     }
 }

@@ -154,7 +154,12 @@ impl ClusterJs {
     /// Drops this server's replica once the group's leader has taken it out of the voters
     /// (the leader needs it until then: going from three replicas to one, the first change's
     /// joint quorum needs two of the three), or after [`LEAVE_AFTER`] without that news.
-    fn drop_replica_when_removed(self: &Arc<Self>, account: String, name: String, group: GroupId) {
+    pub(super) fn drop_replica_when_removed(
+        self: &Arc<Self>,
+        account: String,
+        name: String,
+        group: GroupId,
+    ) {
         let cj = Arc::clone(self);
         tokio::spawn(async move {
             let since = tokio::time::Instant::now();

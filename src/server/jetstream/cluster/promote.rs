@@ -247,36 +247,65 @@ impl ClusterJs {
             return;
         }
         if self.name == origin && self.promoting(group) {
-            // The R1 copy goes (its state is the group's snapshot); its consumers' waiting
-            // pulls are left to expire, their clients pull again from the replica.
-            if let Some(js) = self.js() {
-                let (acc_name, name) = (account.clone(), config.name.clone());
-                let _ = tokio::task::spawn_blocking(move || {
-                    let Some(acc) = js.account(&acc_name) else {
-                        return;
-                    };
-                    if acc.streams.get(&name).is_some_and(|s| s.group.is_none()) {
-                        let _ = lifecycle::remove(&js, &acc, &name, Pulls::Keep);
-                    }
-                })
-                .await;
-            }
-            self.create_replica(&account, config, group, &peers, false)
-                .await;
-            {
-                let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
-                d.promoting.remove(&group);
-                if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
-                    error!(error = %e, "could not write the Raft group directory");
-                }
-            }
-            let node = Arc::clone(&self.node);
-            self.runtime
-                .spawn(async move { node.campaign(group).await });
+            self.finish_promotion(&account, config, group, &peers).await;
             return;
         }
         self.create_replica(&account, config, group, &peers, false)
             .await;
+    }
+
+    /// Hosts this node's replica of an assignment met in a meta snapshot (as applying the
+    /// entry that made it would have): a promotion seeded here is finished, any other replica
+    /// is created (its first peer forms the group, as for a create).
+    pub(super) async fn take_up(
+        self: &Arc<Self>,
+        account: &str,
+        config: StreamConfig,
+        group: GroupId,
+        peers: &[String],
+    ) {
+        if self.promoting(group) {
+            self.finish_promotion(account, config, group, peers).await;
+        } else {
+            self.create_replica(account, config, group, peers, true)
+                .await;
+        }
+    }
+
+    /// On the origin of a promotion: its R1 copy goes and the replica seeded from it starts.
+    async fn finish_promotion(
+        self: &Arc<Self>,
+        account: &str,
+        config: StreamConfig,
+        group: GroupId,
+        peers: &[String],
+    ) {
+        // The R1 copy goes (its state is the group's snapshot); its consumers' waiting
+        // pulls are left to expire, their clients pull again from the replica.
+        if let Some(js) = self.js() {
+            let (acc_name, name) = (account.to_owned(), config.name.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let Some(acc) = js.account(&acc_name) else {
+                    return;
+                };
+                if acc.streams.get(&name).is_some_and(|s| s.group.is_none()) {
+                    let _ = lifecycle::remove(&js, &acc, &name, Pulls::Keep);
+                }
+            })
+            .await;
+        }
+        self.create_replica(account, config, group, peers, false)
+            .await;
+        {
+            let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
+            d.promoting.remove(&group);
+            if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
+                error!(error = %e, "could not write the Raft group directory");
+            }
+        }
+        let node = Arc::clone(&self.node);
+        self.runtime
+            .spawn(async move { node.campaign(group).await });
     }
 }
 
