@@ -2163,5 +2163,13 @@ async fn the_raft_log_stays_bounded_and_a_node_catches_up_from_the_meta_snapshot
     let seq = publish_until_acked(&all, 1, "busy.x", order(9)).await;
     assert_eq!(seq, 6001);
     drop(all);
-    assert_every_store_sealed(&cl, &["IDLELEDGER", "DOOMEDLEDGER", "changed while n3 was down", &order(1)]);
+    assert_every_store_sealed(
+        &cl,
+        &[
+            "IDLELEDGER",
+            "DOOMEDLEDGER",
+            "changed while n3 was down",
+            &order(1),
+        ],
+    );
 }

@@ -13,8 +13,10 @@
 //! log it replaces, whatever the state's size). The applier makes the image of its state in
 //! order with its applies; it is sealed into the group's snapshot file before openraft
 //! purges the log behind it, a follower too far behind is sent it, and a restart starts from
-//! it and applies only the entries after it. Groups without a place (the meta group) keep
-//! their whole log, as before.
+//! it and applies only the entries after it. Every group of a node has a place — the meta
+//! group's image is its assignment table (`server/jetstream/cluster/meta_image.rs`) — and a
+//! group may also be asked for one from outside, when its entries keep the node's log from
+//! shrinking (`server/jetstream/cluster/reclaim.rs`).
 
 use std::future::Future;
 use std::io::Cursor;

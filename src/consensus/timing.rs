@@ -34,7 +34,8 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         election_timeout_min: ELECTION_MIN_MS,
         election_timeout_max: ELECTION_MAX_MS,
         // Stream groups ask for their snapshots themselves, by the log's size against the
-        // state's (consensus/machine.rs); the meta group keeps its whole log.
+        // state's (consensus/machine.rs), or when their old entries keep the node's log from
+        // shrinking (server/jetstream/cluster/reclaim.rs).
         snapshot_policy: openraft::SnapshotPolicy::Never,
         // Entries already in a snapshot kept for followers a little behind (more than this
         // and they are sent the snapshot).

@@ -115,7 +115,20 @@ struct Waiting {
     /// `pinned_client`: the pin id it carries (sent by the client, or given when it was
     /// pinned).
     pin: Option<String>,
+    /// `prioritized`: a request of priority above 0 is not served before this time (unix
+    /// nanos; 0: not held), so that a better one sent with it — clients send the pulls of
+    /// several consumers in the same instant — is served first ([`PRIORITY_HOLD_NS`]).
+    /// Imaged beside the consumer ([`Consumer::pull_holds`]), not in it: images of earlier
+    /// builds end before it.
+    #[serde(skip)]
+    held_until: i64,
 }
+
+/// How long a `prioritized` pull request of priority above 0 waits for a better one before
+/// it may be served. nats-server serves the requests it read together by priority; ours reach
+/// the stream's thread one by one, so the first would always win. Chosen: 5 ms — far above
+/// the microseconds between two pulls a client writes at once, far below a pull's expiry.
+pub const PRIORITY_HOLD_NS: i64 = 5_000_000;
 
 /// The client a `pinned_client` group delivers to (ADR-42).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -696,7 +709,38 @@ impl Consumer {
             priority: req.priority,
             group: req.group,
             pin: req.id,
+            held_until: if self.cfg.priority_policy == PriorityPolicy::Prioritized
+                && req.priority > 0
+                && !req.no_wait
+            {
+                now.saturating_add(PRIORITY_HOLD_NS)
+            } else {
+                0
+            },
         });
+    }
+
+    /// The holds of waiting `prioritized` requests: (index in line, until). They travel in a
+    /// stream's image beside the consumer (see [`Waiting::held_until`]).
+    pub fn pull_holds(&self) -> Vec<(u64, i64)> {
+        self.waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.held_until > 0)
+            .map(|(i, w)| (i as u64, w.held_until))
+            .collect()
+    }
+
+    /// Puts back holds from [`Consumer::pull_holds`].
+    pub fn restore_pull_holds(&mut self, holds: &[(u64, i64)]) {
+        for (i, until) in holds {
+            if let Some(w) = usize::try_from(*i)
+                .ok()
+                .and_then(|i| self.waiting.get_mut(i))
+            {
+                w.held_until = *until;
+            }
+        }
     }
 
     /// `CONSUMER.UNPIN`: the group's pinned client is dropped; its waiting pulls end with
@@ -809,12 +853,20 @@ impl Consumer {
     /// Which waiting request is served next: the first in line, except that `overflow` skips
     /// requests whose `min_pending` / `min_ack_pending` the consumer does not reach (either
     /// one reached suffices) and `prioritized` takes the lowest priority first (in arrival
-    /// order among equals).
-    fn next_waiting(&self, store: &dyn StreamStore) -> Option<usize> {
+    /// order among equals; a request still held waits: [`PRIORITY_HOLD_NS`]).
+    fn next_waiting(&self, store: &dyn StreamStore, now: i64) -> Option<usize> {
         match self.cfg.priority_policy {
             PriorityPolicy::Prioritized => {
-                let best = self.waiting.iter().map(|w| w.priority).min()?;
-                self.waiting.iter().position(|w| w.priority == best)
+                let ready = |w: &&Waiting| w.held_until <= now;
+                let best = self
+                    .waiting
+                    .iter()
+                    .filter(ready)
+                    .map(|w| w.priority)
+                    .min()?;
+                self.waiting
+                    .iter()
+                    .position(|w| w.held_until <= now && w.priority == best)
             }
             PriorityPolicy::Overflow => {
                 let mut pending = None;
@@ -1009,6 +1061,9 @@ impl Consumer {
             if let Some(e) = w.expires_at {
                 take(e);
             }
+            if w.held_until > 0 {
+                take(w.held_until);
+            }
             if w.heartbeat > 0 {
                 take(w.next_heartbeat);
             }
@@ -1105,6 +1160,9 @@ impl Consumer {
         // Pull request expiry and heartbeats.
         let mut keep = VecDeque::with_capacity(self.waiting.len());
         for mut w in self.waiting.drain(..) {
+            if w.held_until <= now {
+                w.held_until = 0;
+            }
             if w.expires_at.is_some_and(|e| e <= now) {
                 out.status(
                     &w.reply,
@@ -1200,7 +1258,7 @@ impl Consumer {
                     None => break,
                 }
             } else {
-                match self.next_waiting(store) {
+                match self.next_waiting(store, now) {
                     Some(i) => {
                         serving = i;
                         self.waiting[i].reply.clone()

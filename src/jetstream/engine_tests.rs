@@ -799,3 +799,80 @@ fn an_image_of_an_emptied_stream_keeps_its_sequences() {
 fn bytes_that_are_not_an_image_are_refused() {
     assert!(super::image::StreamImage::decode(b"\xff\xff\xff not an image").is_err());
 }
+
+fn prioritized_harness() -> Harness {
+    let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    h.consumer(
+        "p",
+        json!({"durable_name": "p", "ack_policy": "explicit",
+               "priority_policy": "prioritized", "priority_groups": ["G"]}),
+        T0,
+    );
+    for i in 0..4 {
+        h.publish(&format!("s.{i}"), &[], T0);
+    }
+    h
+}
+
+fn prioritized_pull(batch: u64, priority: i64) -> Value {
+    json!({"batch": batch, "expires": 3600 * SEC, "group": "G", "priority": priority})
+}
+
+/// Two pulls a client sends in one instant reach the stream one after the other: the one of
+/// priority 1, first, is held for `PRIORITY_HOLD_NS`, so the one of priority 0 is served first
+/// (as nats-server serves requests it read together); then the held one gets the rest.
+#[test]
+fn a_prioritized_pull_above_zero_waits_briefly_for_a_better_one() {
+    let mut h = prioritized_harness();
+    assert!(h
+        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
+        .is_empty());
+    assert_eq!(
+        h.st.next_deadline(),
+        Some(T0 + MS + super::consumer::PRIORITY_HOLD_NS)
+    );
+    let high = h.pull("p", prioritized_pull(2, 0), "in.high", T0 + MS + 50_000);
+    assert_eq!(high.iter().map(stream_seq).collect::<Vec<_>>(), vec![1, 2]);
+    h.tick(T0 + MS + super::consumer::PRIORITY_HOLD_NS - 1);
+    assert!(
+        h.out.delivered("in.low").is_empty(),
+        "served before its hold ended"
+    );
+    h.tick(T0 + MS + super::consumer::PRIORITY_HOLD_NS);
+    let low = h.out.delivered("in.low");
+    assert_eq!(low.iter().map(stream_seq).collect::<Vec<_>>(), vec![3, 4]);
+    // Priority 0 is never held.
+    let mut h = prioritized_harness();
+    assert_eq!(
+        h.pull("p", prioritized_pull(1, 0), "in.0", T0 + MS).len(),
+        1
+    );
+}
+
+/// A held pull travels in the image: a replica started from it serves it at the same moment
+/// as the original. Images of the earlier format (no trailing part) still decode, and the
+/// earlier decoder reads a new image up to its trailing part.
+#[test]
+fn an_image_keeps_a_held_pull_and_images_of_the_earlier_format_still_decode() {
+    let mut a = prioritized_harness();
+    assert!(a
+        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
+        .is_empty());
+    let image = a.st.image().unwrap();
+    assert_eq!(image.extras.pull_holds.len(), 1);
+    let mut b = a.restarted_from_image();
+    for h in [&mut a, &mut b] {
+        h.tick(T0 + 2 * MS);
+        assert!(h.out.delivered("in.low").is_empty());
+        h.tick(T0 + MS + super::consumer::PRIORITY_HOLD_NS);
+        assert_eq!(h.out.delivered("in.low").len(), 2);
+    }
+    let new = image.encode();
+    let old_format = postcard::to_stdvec(&image).unwrap();
+    assert!(new.len() > old_format.len());
+    let decoded = super::image::StreamImage::decode(&old_format).unwrap();
+    assert_eq!(decoded.extras, super::image::ImageExtras::default());
+    assert_eq!(decoded.last_seq, 4);
+    let read_by_earlier: super::image::StreamImage = postcard::from_bytes(&new).unwrap();
+    assert_eq!(read_by_earlier.last_seq, 4);
+}

@@ -52,6 +52,20 @@ pub struct StreamImage {
     pub schedules: Vec<(String, u64, i64)>,
     /// Why the stream is offline, if it is.
     pub offline: Option<String>,
+    /// What later builds added: encoded after the fields above (see [`ImageExtras`]).
+    #[serde(skip)]
+    pub extras: ImageExtras,
+}
+
+/// The part of an image added after its first format, encoded after the rest: an image an
+/// earlier build made ends before it (and decodes with these defaults), and an earlier build
+/// reading a later image stops before it (postcard ignores what follows a value). A later
+/// addition goes at the end of this struct the same way: it must be absent from images made
+/// before it, so it needs a trailing block of its own.
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq, Eq)]
+pub struct ImageExtras {
+    /// `prioritized` pull requests still held: (consumer, index in its line, until).
+    pub pull_holds: Vec<(String, u64, i64)>,
 }
 
 /// One stored message.
@@ -99,7 +113,9 @@ pub enum ImageError {
 impl StreamImage {
     /// The image as bytes.
     pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).unwrap_or_default()
+        let mut out = postcard::to_stdvec(self).unwrap_or_default();
+        out.extend(postcard::to_stdvec(&self.extras).unwrap_or_default());
+        out
     }
 
     /// An image from [`StreamImage::encode`]'s bytes.
@@ -107,7 +123,13 @@ impl StreamImage {
     /// # Errors
     /// [`ImageError::Decode`] for anything else.
     pub fn decode(bytes: &[u8]) -> Result<Self, ImageError> {
-        postcard::from_bytes(bytes).map_err(|e| ImageError::Decode(e.to_string()))
+        let bad = |e: postcard::Error| ImageError::Decode(e.to_string());
+        let (mut image, rest): (StreamImage, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(bad)?;
+        if !rest.is_empty() {
+            image.extras = postcard::from_bytes(rest).map_err(bad)?;
+        }
+        Ok(image)
     }
 
     /// The consumers by name.

@@ -518,6 +518,17 @@ impl Stream {
             fast: self.fast.export(),
             schedules: self.schedules.export(),
             offline: self.offline.clone(),
+            extras: super::image::ImageExtras {
+                pull_holds: self
+                    .consumers
+                    .values()
+                    .flat_map(|c| {
+                        c.pull_holds()
+                            .into_iter()
+                            .map(|(i, until)| (c.name.clone(), i, until))
+                    })
+                    .collect(),
+            },
         })
     }
 
@@ -578,6 +589,11 @@ impl Stream {
         }
         s.ttl = image.ttl.iter().copied().collect();
         s.consumers = image.take_consumers();
+        for (name, i, until) in std::mem::take(&mut image.extras.pull_holds) {
+            if let Some(c) = s.consumers.get_mut(&name) {
+                c.restore_pull_holds(&[(i, until)]);
+            }
+        }
         s.batches = Batches::import(
             std::mem::take(&mut image.batches)
                 .into_iter()

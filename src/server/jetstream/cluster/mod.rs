@@ -15,12 +15,13 @@
 //!   replicated mode ([`replica`](super::replica)) — and hosts the stream's group on the
 //!   node's sealed log; the first peer proposes the group's membership. Updates and deletes
 //!   go the same way.
-//! - **State after a restart.** No snapshots yet: a node rebuilds its replicas from the logs.
-//!   At start the local copies of replicated streams are erased (their catalog entries say
-//!   which group they belong to), the meta log is applied again (which creates the replicas
-//!   anew, empty), and each stream group applies its log from the start. Which groups this
+//! - **State after a restart.** At start the local copies of replicated streams are erased
+//!   (their catalog entries say which group they belong to), the meta group starts from its
+//!   snapshot ([`meta_image`]) and applies its log after it (which creates the replicas anew,
+//!   empty), and each stream group starts from its own snapshot and log. Which groups this
 //!   node keeps in its log is written in a small sealed directory beside the log, so their
-//!   records are found when the log is opened.
+//!   records are found when the log is opened. Groups whose old entries keep the log from
+//!   shrinking are asked to purge ([`reclaim`]).
 //!
 //! Keys: record pseudonyms and group keys derive from the store's key-encryption key
 //! ([`MetaStore::raft_secrets`](crate::store::meta::MetaStore::raft_secrets)).
