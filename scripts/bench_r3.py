@@ -22,6 +22,7 @@ cost of N replicated streams per node.
     .venv/bin/python scripts/bench_r3.py [--size 1024] [--sync 1000] [--msgs 20000] [--window 256]
     .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --failover 20 --catchup 32
     .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --idle 300
+    .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --disk 300000
 """
 import argparse
 import asyncio
@@ -344,6 +345,53 @@ async def idle(cl, args):
     }
 
 
+def du_bytes(path):
+    """Bytes of every file under `path`."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+async def disk(cl, args):
+    """--disk N: N messages (256 in flight) into an R3 stream capped at 10,000 messages; then,
+    after 5 s, each node's whole store (sealstream: and its Raft log, `jetstream/raft`)."""
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    await add_stream_cfg(js, name="CAPPED", subjects=["capped.>"], num_replicas=3, max_msgs=10_000)
+    payload = os.urandom(args.size)
+    sent = 0
+    while sent < args.disk:
+        n = min(256, args.disk - sent)
+        await asyncio.gather(*(js.publish("capped.x", payload) for _ in range(n)))
+        sent += n
+    await nc.close()
+    await asyncio.sleep(5)
+    stores = [os.path.join(cl.workdir, f"n{i + 1}") for i in range(3)]
+    out = {"disk_store_mb_max": max(du_bytes(s) for s in stores) / 1e6}
+    rafts = [os.path.join(s, "jetstream", "raft") for s in stores]
+    if all(os.path.isdir(r) for r in rafts):
+        out["disk_raft_log_mb_max"] = max(du_bytes(r) for r in rafts) / 1e6
+    return out
+
+
+async def add_stream_cfg(js, **cfg):
+    """Creates a stream from keyword config, retrying while the cluster is still forming."""
+    deadline = time.time() + 30
+    while True:
+        try:
+            await js.add_stream(**cfg)
+            return
+        except Exception as e:
+            if time.time() > deadline:
+                raise RuntimeError(f"no stream {cfg.get('name')}: {e}")
+            await asyncio.sleep(0.3)
+
+
 async def measure(port, args, cl):
     nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5, max_reconnect_attempts=20)
     js = nc.jetstream(timeout=10)
@@ -364,6 +412,8 @@ async def measure(port, args, cl):
             out.update(await promote(cl, args))
         if args.gets:
             out.update(await gets(cl, args))
+        if args.disk:
+            out.update(await disk(cl, args))
         return out
     lat = []
     for _ in range(args.sync):
@@ -387,11 +437,11 @@ async def measure(port, args, cl):
     info = await js.stream_info("R3")
     assert info.state.messages == first + args.msgs, info.state
     await nc.close()
-    return {
-        "p50_us": lat[len(lat) // 2] * 1e6,
-        "p99_us": lat[int(len(lat) * 0.99)] * 1e6,
-        "window_msgs_s": rate,
-    }
+    out = {"window_msgs_s": rate}
+    if lat:
+        out["p50_us"] = lat[len(lat) // 2] * 1e6
+        out["p99_us"] = lat[int(len(lat) * 0.99)] * 1e6
+    return out
 
 
 def run(name, binary, always, args):
@@ -416,6 +466,8 @@ def main():
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
     ap.add_argument("--promote", type=int, default=0, help="MiB in an R1 stream made R3")
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
+    ap.add_argument("--disk", type=int, default=0,
+                    help="messages through an R3 stream capped at 10,000: store bytes per node")
     ap.add_argument("--idle-secs", type=float, default=10.0)
     ap.add_argument("--idle-replicas", type=int, default=3)
     ap.add_argument("--servers", default="sealstream,default,always",
