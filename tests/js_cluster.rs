@@ -618,6 +618,18 @@ async fn a_corrupted_minority_node_is_repaired_from_its_peers_and_no_acknowledge
     .await;
 }
 
+/// The same after every group purged its log: the damaged node is rebuilt from snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_minority_node_is_repaired_from_its_peers_snapshots_once_logs_are_compacted() {
+    damaged_minority_node_is_repaired(
+        |store| {
+            flip_a_bit_in_the_raft_log(store);
+        },
+        true,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_node_whose_raft_log_was_cut_on_a_record_boundary_is_repaired() {
     a_damaged_minority_node_is_repaired(|store| {
@@ -634,13 +646,47 @@ async fn a_minority_node_whose_raft_log_was_cut_on_a_record_boundary_is_repaired
 /// damage, is repaired from its peers, and then its vote and log carry the stream through
 /// the leader's loss with every acknowledged message.
 async fn a_damaged_minority_node_is_repaired(damage: fn(&std::path::Path)) {
+    damaged_minority_node_is_repaired(damage, false).await;
+}
+
+/// As [`a_damaged_minority_node_is_repaired`]; with `compacted`, the Raft logs (1 MB segments)
+/// are first filled so far that every group — the meta group included — has purged its log
+/// behind a snapshot, so the repaired node is rebuilt from its peers' snapshots.
+async fn damaged_minority_node_is_repaired(damage: fn(&std::path::Path), compacted: bool) {
     let ledger = |n: usize| format!("ledger-payload-{n:04}");
-    let (mut cl, js) = three_nodes().await;
+    let (mut cl, js) = if compacted {
+        let cl = TestCluster::start_js_conf(3, Some("jetstream { raft_segment_size: 1MB }"));
+        cl.wait_full_mesh(Duration::from_secs(10));
+        let js = contexts(&cl, &[0, 1, 2]).await;
+        (cl, js)
+    } else {
+        three_nodes().await
+    };
     create_r3(&js[0], "LEDGER", "ledger.>").await;
     let mut acked: BTreeMap<u64, String> = BTreeMap::new();
     for n in 0..20 {
         let seq = publish_until_acked(&js, n, &format!("ledger.{n}"), ledger(n)).await;
         acked.insert(seq, ledger(n));
+    }
+    if compacted {
+        create_with(
+            &js[0],
+            stream::Config {
+                name: "FILLER".into(),
+                subjects: vec!["filler.>".into()],
+                num_replicas: 3,
+                max_messages: 100,
+                ..Default::default()
+            },
+        )
+        .await;
+        publish_window(&js[0], "filler.x", 5000).await;
+        let store1 = cl.nodes[0].server.store_dir().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while raft_segments(&store1).len() > 4 {
+            assert!(Instant::now() < deadline, "the Raft log was not reclaimed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     let leader = leader_node(&cl, &js[0], "LEDGER").await;
     let victim = (0..3).find(|i| *i != leader).unwrap();
@@ -666,6 +712,12 @@ async fn a_damaged_minority_node_is_repaired(damage: fn(&std::path::Path)) {
         std::fs::read_dir(&damaged).unwrap().count() > 0,
         "the damaged segments are kept aside"
     );
+    if compacted {
+        assert!(
+            log.contains("the meta group's state was replaced by a snapshot"),
+            "{log}"
+        );
+    }
     let vjs = contexts(&cl, &[victim]).await;
     wait_messages(&vjs[0], "LEDGER", 20).await;
     assert_eq!(settled_history(&vjs[0], "LEDGER", &acked).await, acked);

@@ -853,20 +853,16 @@ impl Consumer {
     /// Which waiting request is served next: the first in line, except that `overflow` skips
     /// requests whose `min_pending` / `min_ack_pending` the consumer does not reach (either
     /// one reached suffices) and `prioritized` takes the lowest priority first (in arrival
-    /// order among equals; a request still held waits: [`PRIORITY_HOLD_NS`]).
+    /// order among equals; while that one is still held nobody is served: [`PRIORITY_HOLD_NS`]).
     fn next_waiting(&self, store: &dyn StreamStore, now: i64) -> Option<usize> {
         match self.cfg.priority_policy {
             PriorityPolicy::Prioritized => {
-                let ready = |w: &&Waiting| w.held_until <= now;
-                let best = self
-                    .waiting
-                    .iter()
-                    .filter(ready)
-                    .map(|w| w.priority)
-                    .min()?;
-                self.waiting
-                    .iter()
-                    .position(|w| w.held_until <= now && w.priority == best)
+                // The best request in line, held or not: one still held makes the worse ones
+                // wait too (they are not served ahead of it just because their own hold, begun
+                // earlier, ended first).
+                let best = self.waiting.iter().map(|w| w.priority).min()?;
+                let i = self.waiting.iter().position(|w| w.priority == best)?;
+                (self.waiting[i].held_until <= now).then_some(i)
             }
             PriorityPolicy::Overflow => {
                 let mut pending = None;

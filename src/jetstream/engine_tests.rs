@@ -847,6 +847,23 @@ fn a_prioritized_pull_above_zero_waits_briefly_for_a_better_one() {
         h.pull("p", prioritized_pull(1, 0), "in.0", T0 + MS).len(),
         1
     );
+    // A worse request whose hold ends first still waits for the better one's.
+    let mut h = prioritized_harness();
+    let hold = super::consumer::PRIORITY_HOLD_NS;
+    assert!(h.pull("p", prioritized_pull(2, 5), "in.5", T0).is_empty());
+    assert!(h
+        .pull("p", prioritized_pull(2, 1), "in.1", T0 + MS)
+        .is_empty());
+    h.tick(T0 + hold);
+    assert!(
+        h.out.delivered("in.5").is_empty(),
+        "served ahead of a better request"
+    );
+    h.tick(T0 + MS + hold);
+    let one = h.out.delivered("in.1");
+    assert_eq!(one.iter().map(stream_seq).collect::<Vec<_>>(), vec![1, 2]);
+    let five = h.out.delivered("in.5");
+    assert_eq!(five.iter().map(stream_seq).collect::<Vec<_>>(), vec![3, 4]);
 }
 
 /// A held pull travels in the image: a replica started from it serves it at the same moment
