@@ -1721,13 +1721,7 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
     drop((next, vjs, ljs, c, stream));
 
     // Every node killed and started again: each from its own snapshot and the log after it.
-    for i in 0..3 {
-        cl.stop(i, false);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
-    let all = contexts(&cl, &[0, 1, 2]).await;
+    let all = kill_and_restart_all(&mut cl).await;
     for j in &all {
         wait_messages(j, "SNAPSHOTTED", 2600).await;
         assert_eq!(settled_history(j, "SNAPSHOTTED", &acked).await, acked);
@@ -1756,6 +1750,18 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
         assert_eq!(out.status.code(), Some(0), "{text}");
         assert_eq!(text.matches("result:  clean").count(), 3, "{text}");
     }
+}
+
+/// Every node of a three-node cluster killed (SIGKILL) and then started again; a JetStream
+/// context on each.
+async fn kill_and_restart_all(cl: &mut TestCluster) -> Vec<jetstream::Context> {
+    for i in 0..3 {
+        cl.stop(i, false);
+    }
+    for i in 0..3 {
+        cl.restart(i);
+    }
+    contexts(cl, &[0, 1, 2]).await
 }
 
 /// The acknowledged sequences are 1..=`last` (dense, none reused) and every node's replica
@@ -2011,6 +2017,33 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
             "{s:#}"
         );
     }
+    // A tenant names one server; sealctl finds the others in its INFO and each audits the
+    // tenant's own account.
+    let out = sealctl(&[
+        "audit",
+        "--live",
+        "--tenant",
+        "--server",
+        &cl.url(0),
+        "--user",
+        "app",
+        "--password",
+        "app",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    let stores = v["stores"].as_array().unwrap();
+    assert_eq!(stores.len(), 3, "every server of the cluster: {v:#}");
+    for s in stores {
+        let messages: u64 = s["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|st| st["messages"].as_u64().unwrap())
+            .sum();
+        assert!(messages >= 50, "{s:#}");
+    }
     publish_until_acked(&js, 0, "audited.x", "after the audit".into()).await;
 }
 
@@ -2200,13 +2233,7 @@ async fn the_raft_log_stays_bounded_and_a_node_catches_up_from_the_meta_snapshot
     drop((n3, js));
 
     // Every node killed and started again: from its own meta snapshot.
-    for i in 0..3 {
-        cl.stop(i, false);
-    }
-    for i in 0..3 {
-        cl.restart(i);
-    }
-    let all = contexts(&cl, &[0, 1, 2]).await;
+    let all = kill_and_restart_all(&mut cl).await;
     for j in &all {
         wait_messages(j, "BUSYLEDGER", 6000).await;
         assert_eq!(settled_history(j, "IDLELEDGER", &idle).await, idle);

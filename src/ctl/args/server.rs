@@ -188,7 +188,8 @@ pub struct AuditArgs {
     #[arg(long, requires = "live")]
     pub account: Option<String>,
     /// Live, as a tenant: audit your own account's streams (`$JS.API.ACCOUNT.AUDIT`) on each
-    /// server of `--server` (comma-separated).
+    /// server of `--server` (comma-separated); one server named: every server of its cluster
+    /// (from its INFO's `connect_urls`).
     #[arg(long, requires = "live", conflicts_with = "account")]
     pub tenant: bool,
     /// Live: the servers' reading pace in bytes per second (default: the server's, 32 MiB/s).

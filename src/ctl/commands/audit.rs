@@ -129,7 +129,8 @@ pub fn rotate_master(
 /// (`$SYS.REQ.SERVER.PING.AUDIT`) every server of the cluster answers: the servers are counted
 /// first (`$SYS.REQ.SERVER.PING`) and their reports awaited up to `--wait`. As a tenant
 /// (`--tenant`, `$JS.API.ACCOUNT.AUDIT`) each server of `--server` (comma-separated) audits
-/// the caller's account in its own store.
+/// the caller's account in its own store; one server named stands for its whole cluster (the
+/// others from its INFO's `connect_urls`).
 ///
 /// # Errors
 /// Connection errors; a server that refused or could not audit (exit 7); no answer.
@@ -172,17 +173,45 @@ pub async fn live(
         }
     };
     if a.tenant {
-        for url in target
+        let mut urls: std::collections::VecDeque<String> = target
             .url
             .split(',')
             .map(str::trim)
             .filter(|u| !u.is_empty())
-        {
+            .map(str::to_owned)
+            .collect();
+        // One server named: the cluster's other servers are found in its INFO's
+        // `connect_urls` (a tenant cannot ask the system account who is there).
+        let discover = urls.len() == 1;
+        let mut seen_ids = std::collections::BTreeSet::new();
+        let mut seen_urls = std::collections::BTreeSet::new();
+        while let Some(url) = urls.pop_front() {
+            if !seen_urls.insert(url.clone()) {
+                continue;
+            }
             let one = super::conn::Target {
-                url: url.to_owned(),
+                url: url.clone(),
                 explicit: true,
             };
-            let s = super::conn::Session::open(&one, &a.conn).await?;
+            let s = match super::conn::Session::open(&one, &a.conn).await {
+                Ok(s) => s,
+                Err(e) if discover && !seen_ids.is_empty() => {
+                    failed.push(format!("{url}: {e}"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let info = s.client.server_info();
+            if !seen_ids.insert(info.server_id.clone()) {
+                continue;
+            }
+            if discover {
+                let scheme = url.split_once("://").map_or("nats", |(s, _)| s);
+                for other in &info.connect_urls {
+                    urls.push_back(format!("{scheme}://{other}"));
+                }
+            }
+            let url = url.as_str();
             let inbox = s.client.new_inbox();
             let mut sub = s.client.subscribe(inbox.clone()).await?;
             s.client
