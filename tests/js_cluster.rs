@@ -669,24 +669,9 @@ async fn damaged_minority_node_is_repaired(damage: fn(&std::path::Path), compact
         acked.insert(seq, ledger(n));
     }
     if compacted {
-        create_with(
-            &js[0],
-            stream::Config {
-                name: "FILLER".into(),
-                subjects: vec!["filler.>".into()],
-                num_replicas: 3,
-                max_messages: 100,
-                ..Default::default()
-            },
-        )
-        .await;
+        create_capped_r3(&js[0], "FILLER", "filler.>", 100).await;
         publish_window(&js[0], "filler.x", 5000).await;
-        let store1 = cl.nodes[0].server.store_dir().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while raft_segments(&store1).len() > 4 {
-            assert!(Instant::now() < deadline, "the Raft log was not reclaimed");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_log_reclaimed(&cl, 0).await;
     }
     let leader = leader_node(&cl, &js[0], "LEDGER").await;
     let victim = (0..3).find(|i| *i != leader).unwrap();
@@ -1031,15 +1016,7 @@ async fn replicas_move_off_a_removed_peer_and_follow_the_replica_count_on_five_s
     );
 
     // The replica count follows STREAM.UPDATE: up to five, then down to three.
-    let mut cfg = js[0]
-        .get_stream("MOVE")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let mut cfg = config_of(&js[0], "MOVE").await;
     cfg.num_replicas = 5;
     let info = js[0].update_stream(cfg.clone()).await.unwrap();
     assert_eq!(info.config.num_replicas, 5);
@@ -1752,6 +1729,18 @@ async fn a_follower_behind_the_compacted_log_gets_the_snapshot_and_every_node_re
     }
 }
 
+/// Stream `name`'s config as node `js` answers it.
+async fn config_of(js: &jetstream::Context, name: &str) -> stream::Config {
+    js.get_stream(name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone()
+}
+
 /// Every node of a three-node cluster killed (SIGKILL) and then started again; a JetStream
 /// context on each.
 async fn kill_and_restart_all(cl: &mut TestCluster) -> Vec<jetstream::Context> {
@@ -1804,15 +1793,7 @@ async fn create_r1(js: &jetstream::Context, name: &str, subjects: &str) {
 async fn set_replicas(js: &jetstream::Context, name: &str, n: usize) -> stream::Info {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut cfg = js
-            .get_stream(name)
-            .await
-            .unwrap()
-            .info()
-            .await
-            .unwrap()
-            .config
-            .clone();
+        let mut cfg = config_of(js, name).await;
         cfg.num_replicas = n;
         match js.update_stream(cfg).await {
             Ok(info) => return info,
@@ -1967,6 +1948,39 @@ async fn a_new_r1_stream_keeps_the_name_of_a_deleted_r3_stream_across_a_restart(
     assert_eq!(settled_history(&again[0], "REUSED", &acked).await, acked);
 }
 
+/// `sealctl audit --live --json` as `user` (password = name) against node `i`, with `extra`
+/// arguments: exit 0, three reports (one per server), each holding the 50 messages of the
+/// `AUDITED` stream. Returns the reports.
+fn live_audit(cl: &TestCluster, i: usize, user: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let url = cl.url(i);
+    let mut args = vec![
+        "audit",
+        "--live",
+        "--server",
+        &url,
+        "--user",
+        user,
+        "--password",
+        user,
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let v: serde_json::Value = serde_json::from_str(&sealctl(&args)).unwrap();
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    let stores = v["stores"].as_array().unwrap().clone();
+    assert_eq!(stores.len(), 3, "every server of the cluster: {v:#}");
+    for s in &stores {
+        let messages: u64 = s["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|st| st["messages"].as_u64().unwrap())
+            .sum();
+        assert!(messages >= 50, "every replica holds the stream: {s:#}");
+    }
+    stores
+}
+
 /// Issue 17: one `sealctl audit --live` call, as the system account, has every node of a
 /// cluster audit its own live store (the replicated stream's copy and the Raft log included)
 /// and collects the three reports, clean, while the stream keeps taking writes.
@@ -1983,35 +1997,14 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
     for i in 0..50 {
         publish_until_acked(&js, 0, "audited.x", format!("audited-payload-{i}")).await;
     }
-    let out = sealctl(&[
-        "audit",
-        "--live",
-        "--server",
-        &cl.url(1),
-        "--user",
-        "sys",
-        "--password",
-        "sys",
-        "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["exit_code"], 0, "{v:#}");
-    let stores = v["stores"].as_array().unwrap();
-    assert_eq!(stores.len(), 3, "{v:#}");
+    let stores = live_audit(&cl, 1, "sys", &[]);
     let ids: std::collections::BTreeSet<&str> = stores
         .iter()
         .map(|s| s["store_id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids.len(), 3, "three stores, one per node: {v:#}");
-    for s in stores {
+    assert_eq!(ids.len(), 3, "three stores, one per node: {stores:#?}");
+    for s in &stores {
         assert_eq!(s["live"], true);
-        let messages: u64 = s["streams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|st| st["messages"].as_u64().unwrap())
-            .sum();
-        assert!(messages >= 50, "every replica holds the stream: {s:#}");
         assert!(
             s["segments"].as_array().is_some_and(|a| !a.is_empty()),
             "{s:#}"
@@ -2019,31 +2012,7 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
     }
     // A tenant names one server; sealctl finds the others in its INFO and each audits the
     // tenant's own account.
-    let out = sealctl(&[
-        "audit",
-        "--live",
-        "--tenant",
-        "--server",
-        &cl.url(0),
-        "--user",
-        "app",
-        "--password",
-        "app",
-        "--json",
-    ]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["exit_code"], 0, "{v:#}");
-    let stores = v["stores"].as_array().unwrap();
-    assert_eq!(stores.len(), 3, "every server of the cluster: {v:#}");
-    for s in stores {
-        let messages: u64 = s["streams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|st| st["messages"].as_u64().unwrap())
-            .sum();
-        assert!(messages >= 50, "{s:#}");
-    }
+    live_audit(&cl, 0, "app", &["--tenant"]);
     publish_until_acked(&js, 0, "audited.x", "after the audit".into()).await;
 }
 
@@ -2097,12 +2066,34 @@ async fn a_cluster_rotates_its_master_keys_online_and_a_restarted_node_rejoins()
     assert_every_store_sealed(&cl, &["rotated.x", &order(7)]);
 }
 
-/// Creates a stream of `replicas` with `cfg`'s other fields, retrying while the meta group
-/// is still forming.
-async fn create_with(js: &jetstream::Context, cfg: stream::Config) {
+/// Creates an R3 stream capped at `max` messages, retrying while the meta group is still
+/// forming.
+async fn create_capped_r3(js: &jetstream::Context, name: &str, subjects: &str, max: i64) {
+    let cfg = stream::Config {
+        name: name.into(),
+        subjects: vec![subjects.into()],
+        num_replicas: 3,
+        max_messages: max,
+        ..Default::default()
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while let Err(e) = js.create_stream(cfg.clone()).await {
-        assert!(Instant::now() < deadline, "no stream {}: {e}", cfg.name);
+        assert!(Instant::now() < deadline, "no stream {name}: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until node `i`'s Raft log is back to at most 4 segments (2 closed + the open one,
+/// and one on its way out): the reclaim pass let the oldest go.
+async fn wait_log_reclaimed(cl: &TestCluster, i: usize) {
+    let store = cl.nodes[i].server.store_dir().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while raft_segments(&store).len() > 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the Raft log kept {} segments",
+            raft_segments(&store).len()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -2150,45 +2141,18 @@ async fn the_raft_log_stays_bounded_and_a_node_catches_up_from_the_meta_snapshot
         );
     }
     create_r3(&js[0], "DOOMEDLEDGER", "doomed.>").await;
-    create_with(
-        &js[0],
-        stream::Config {
-            name: "BUSYLEDGER".into(),
-            subjects: vec!["busy.>".into()],
-            num_replicas: 3,
-            max_messages: 500,
-            ..Default::default()
-        },
-    )
-    .await;
+    create_capped_r3(&js[0], "BUSYLEDGER", "busy.>", 500).await;
 
     // Node 3 misses an update and a delete, then 6 MiB of log.
     cl.stop(2, false);
-    let mut idle_cfg = js[0]
-        .get_stream("IDLELEDGER")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let mut idle_cfg = config_of(&js[0], "IDLELEDGER").await;
     idle_cfg.description = Some("changed while n3 was down".into());
     js[0].update_stream(idle_cfg).await.unwrap();
     js[0].delete_stream("DOOMEDLEDGER").await.unwrap();
     publish_window(&js[0], "busy.x", 6000).await;
 
-    // Node 1's log lets its oldest segments go (2 closed + the open one, and one on its way).
-    let store1 = cl.nodes[0].server.store_dir().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while raft_segments(&store1).len() > 4 {
-        assert!(
-            Instant::now() < deadline,
-            "the Raft log kept {} segments",
-            raft_segments(&store1).len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Node 1's log lets its oldest segments go.
+    wait_log_reclaimed(&cl, 0).await;
 
     cl.restart(2);
     let deadline = Instant::now() + Duration::from_secs(30);
