@@ -604,7 +604,9 @@ impl SealedLog {
         if oldest >= inner.segment {
             return None;
         }
-        let mut groups = Vec::new();
+        // The snapshot files are looked at after the lock is let go: no file system call
+        // while the writer may wait for it (the lock rule in the module docs).
+        let mut pinning = Vec::new();
         for (group, state) in &inner.groups {
             let last_there = state
                 .entries
@@ -613,21 +615,26 @@ impl SealedLog {
                 .last()
                 .map(|(index, _)| *index);
             let Some(index) = last_there else { continue };
-            let snapshot_bytes = inner.keys.get(group).map_or(0, |k| {
-                fs::metadata(snapshot_file::path_of(&inner.dir, &k.pseudonym))
-                    .map_or(0, |m| m.len())
-            });
-            groups.push(PinningGroup {
-                group: *group,
-                through: index,
-                snapshot_bytes,
-            });
+            let snapshot = inner
+                .keys
+                .get(group)
+                .map(|k| snapshot_file::path_of(&inner.dir, &k.pseudonym));
+            pinning.push((*group, index, snapshot));
         }
+        let held_bytes = closed as u64 * inner.segment_bytes;
+        drop(inner);
+        let mut groups: Vec<PinningGroup> = pinning
+            .into_iter()
+            .map(|(group, through, snapshot)| PinningGroup {
+                group,
+                through,
+                snapshot_bytes: snapshot
+                    .and_then(|p| fs::metadata(p).ok())
+                    .map_or(0, |m| m.len()),
+            })
+            .collect();
         groups.sort_unstable_by_key(|g| g.group);
-        Some(Pinned {
-            held_bytes: closed as u64 * inner.segment_bytes,
-            groups,
-        })
+        Some(Pinned { held_bytes, groups })
     }
 
     /// The segment files on disk now (oldest first).
@@ -638,10 +645,12 @@ impl SealedLog {
             ids.push(inner.segment);
         }
         ids.sort_unstable();
-        ids.into_iter()
+        let paths: Vec<PathBuf> = ids
+            .into_iter()
             .map(|s| segment_path(&inner.dir, s))
-            .filter(|p| p.exists())
-            .collect()
+            .collect();
+        drop(inner);
+        paths.into_iter().filter(|p| p.exists()).collect()
     }
 
     /// Queues one record of `group` and returns when it is written (not yet durable); the

@@ -893,3 +893,42 @@ fn an_image_keeps_a_held_pull_and_images_of_the_earlier_format_still_decode() {
     let read_by_earlier: super::image::StreamImage = postcard::from_bytes(&new).unwrap();
     assert_eq!(read_by_earlier.last_seq, 4);
 }
+
+/// A replicated copying stream stores each batch its leader read when the round applies; a
+/// batch applied again over one position (read twice before the first was applied) stores
+/// nothing twice. The links' positions travel in the image: here the origin's last message
+/// is not copied (filtered), which the copies alone cannot tell, so the earlier format — no
+/// positions — reads it again.
+#[test]
+fn a_sourced_batch_applied_twice_stores_once_and_an_image_keeps_where_its_links_stand() {
+    use crate::store::NewMsg;
+    let mut origin = MemStore::new(crate::store::StoreLimits::default());
+    let msgs: Vec<NewMsg> = ["orders.eu.1", "orders.eu.2", "orders.us.3"]
+        .iter()
+        .map(|s| NewMsg::new(*s, "x"))
+        .collect();
+    origin.append_batch(&msgs).unwrap();
+    let mut h = Harness::new(json!({"name": "EU", "sources": [
+        {"name": "ORDERS", "filter_subject": "orders.eu.>"}]}));
+    let link = h.st.source_links()[0].clone();
+    let read = super::source::read_batch(&origin, &link).unwrap();
+    let again = super::source::read_batch(&origin, &link).unwrap();
+    h.st.take_sourced(0, read, &mut h.out.fx, T0);
+    h.st.take_sourced(0, again, &mut h.out.fx, T0);
+    h.end_round(T0);
+    assert_eq!(h.st.store().state().msgs, 2);
+    assert_eq!(h.st.source_links()[0].next_seq, 4);
+
+    let image = h.st.image().unwrap();
+    assert_eq!(image.sourcing.links.len(), 1);
+    let b = h.restarted_from_image();
+    assert_eq!(b.st.source_links()[0].next_seq, 4);
+    assert_eq!(b.st.source_links()[0].last_copied, 2);
+
+    // The earlier format (main part and the first trailing block only) still decodes.
+    let mut earlier = postcard::to_stdvec(&image).unwrap();
+    earlier.extend(postcard::to_stdvec(&image.extras).unwrap());
+    let decoded = super::image::StreamImage::decode(&earlier).unwrap();
+    assert!(decoded.sourcing.links.is_empty());
+    assert_eq!(decoded.last_seq, 2);
+}

@@ -55,6 +55,9 @@ pub struct StreamImage {
     /// What later builds added: encoded after the fields above (see [`ImageExtras`]).
     #[serde(skip)]
     pub extras: ImageExtras,
+    /// Where each mirror or source link stands: encoded after [`ImageExtras`].
+    #[serde(skip)]
+    pub sourcing: ImageSourcing,
 }
 
 /// The part of an image added after its first format, encoded after the rest: an image an
@@ -66,6 +69,29 @@ pub struct StreamImage {
 pub struct ImageExtras {
     /// `prioritized` pull requests still held: (consumer, index in its line, until).
     pub pull_holds: Vec<(String, u64, i64)>,
+}
+
+/// The second trailing block: each mirror or source link's position. The messages alone
+/// cannot tell it once limits removed the newest copied ones (a source's position is read
+/// from its copies' `Nats-Stream-Source` headers), and a replica started from the image must
+/// go on exactly where the others are.
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq, Eq)]
+pub struct ImageSourcing {
+    /// The links, in the stream's order.
+    pub links: Vec<LinkPosition>,
+}
+
+/// Where one link stands.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LinkPosition {
+    /// The origin stream's name.
+    pub origin: String,
+    /// Whether it is the mirror.
+    pub mirror: bool,
+    /// The next origin sequence to read.
+    pub next_seq: u64,
+    /// The last origin sequence copied (0 none).
+    pub last_copied: u64,
 }
 
 /// One stored message.
@@ -115,6 +141,7 @@ impl StreamImage {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = postcard::to_stdvec(self).unwrap_or_default();
         out.extend(postcard::to_stdvec(&self.extras).unwrap_or_default());
+        out.extend(postcard::to_stdvec(&self.sourcing).unwrap_or_default());
         out
     }
 
@@ -126,8 +153,13 @@ impl StreamImage {
         let bad = |e: postcard::Error| ImageError::Decode(e.to_string());
         let (mut image, rest): (StreamImage, &[u8]) =
             postcard::take_from_bytes(bytes).map_err(bad)?;
+        if rest.is_empty() {
+            return Ok(image);
+        }
+        let (extras, rest): (ImageExtras, &[u8]) = postcard::take_from_bytes(rest).map_err(bad)?;
+        image.extras = extras;
         if !rest.is_empty() {
-            image.extras = postcard::from_bytes(rest).map_err(bad)?;
+            image.sourcing = postcard::from_bytes(rest).map_err(bad)?;
         }
         Ok(image)
     }

@@ -380,7 +380,10 @@ impl Stream {
         let mirror = link.mirror;
         let mut queue = Vec::with_capacity(batch.msgs.len());
         let mut last_copied = link.last_copied;
-        for m in &batch.msgs {
+        // A batch read again (a replicated stream's round applied twice over one position)
+        // stores nothing twice: what is behind the link is passed over.
+        let from = link.next_seq;
+        for m in batch.msgs.iter().filter(|m| m.seq >= from) {
             let Some((subject, headers)) = link.copy_of(m) else {
                 continue;
             };
@@ -419,7 +422,7 @@ impl Stream {
             return;
         }
         if let Some(l) = self.links.get_mut(idx) {
-            l.next_seq = batch.scanned_to + 1;
+            l.next_seq = l.next_seq.max(batch.scanned_to + 1);
             l.last_copied = last_copied;
             if last_copied > 0 {
                 l.not_before = None;
@@ -529,6 +532,18 @@ impl Stream {
                     })
                     .collect(),
             },
+            sourcing: super::image::ImageSourcing {
+                links: self
+                    .links
+                    .iter()
+                    .map(|l| super::image::LinkPosition {
+                        origin: l.cfg.name.clone(),
+                        mirror: l.mirror,
+                        next_seq: l.next_seq,
+                        last_copied: l.last_copied,
+                    })
+                    .collect(),
+            },
         })
     }
 
@@ -613,6 +628,24 @@ impl Stream {
             s.schedules.arm(subject, *seq, *at);
         }
         s.offline = image.offline.take();
+        // Links go on where the image's stood; an image of the earlier format has no
+        // positions, and the restored messages tell them as at a start.
+        if image.sourcing.links.is_empty() {
+            source::positions(&mut s.links, s.store.as_ref());
+        }
+        for p in &image.sourcing.links {
+            if let Some(l) = s
+                .links
+                .iter_mut()
+                .find(|l| l.mirror == p.mirror && l.cfg.name == p.origin)
+            {
+                l.next_seq = p.next_seq;
+                l.last_copied = p.last_copied;
+                if p.last_copied > 0 {
+                    l.not_before = None;
+                }
+            }
+        }
         Ok(s)
     }
 

@@ -14,7 +14,7 @@ use crate::jetstream::config::StreamConfig;
 use crate::jetstream::stream::Incoming;
 use crate::server::backpressure::{INTAKE_REFUSED, MIN_COMMAND_COST};
 
-use super::round::Round;
+use super::round::{Round, Sourced};
 
 /// What a stream thread is asked to do.
 pub(crate) enum Cmd {
@@ -56,6 +56,8 @@ pub(crate) enum Cmd {
     EndPulls,
     /// An origin this stream copies from stored something (see `sourcing`).
     SourceReady,
+    /// A replicated stream: a batch its leader read from an origin, applied from the log.
+    Sourced(Box<Sourced>),
     /// The server is stopping: waiting pull requests end with `409 Server Shutdown` (before
     /// the clients' connections close); signal when those are routed.
     EndPullsForShutdown(SyncSender<()>),
@@ -108,6 +110,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::Snapshot(_)
         | Cmd::EndPulls
         | Cmd::SourceReady
+        | Cmd::Sourced(_)
         | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_)
         | Cmd::Apply(..)

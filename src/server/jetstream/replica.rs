@@ -61,6 +61,7 @@ pub(crate) fn input_of(cmd: Cmd) -> Result<Input, Box<Cmd>> {
             payload,
         }),
         Cmd::FlowControl { subject } => Ok(Input::FlowControl { subject }),
+        Cmd::Sourced(b) => Ok(Input::Sourced(b)),
         other => Err(Box::new(other)),
     }
 }
@@ -90,6 +91,7 @@ pub(crate) fn cmd_of(input: Input) -> Cmd {
             payload,
         },
         Input::FlowControl { subject } => Cmd::FlowControl { subject },
+        Input::Sourced(b) => Cmd::Sourced(b),
     }
 }
 

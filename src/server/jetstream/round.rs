@@ -7,6 +7,7 @@ use bytes::Bytes;
 use crate::consensus::NodeId;
 use crate::jetstream::api::ApiCall;
 use crate::jetstream::stream::Incoming;
+use crate::store::StoredMsg;
 
 /// Format version of an encoded [`Round`].
 const ROUND_V1: u8 = 1;
@@ -31,6 +32,27 @@ pub(crate) enum Input {
     },
     /// A flow-control reply.
     FlowControl { subject: String },
+    /// What the leader read from an origin the stream copies (mirror or source).
+    Sourced(Box<Sourced>),
+}
+
+/// A batch the leader of a mirror or sourcing stream read from one origin: every replica
+/// stores it alike when the round applies (`Stream::take_sourced`), so only the leader reads
+/// origins and the copy is decided once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sourced {
+    /// The link's place among the stream's links when it was read.
+    pub(crate) link: u32,
+    /// The origin stream's name (an update between the read and the apply may move links).
+    pub(crate) origin: String,
+    /// Whether the link is the stream's mirror.
+    pub(crate) mirror: bool,
+    /// The origin was read up to this sequence.
+    pub(crate) scanned_to: u64,
+    /// The origin's last sequence at the read.
+    pub(crate) origin_last: u64,
+    /// The messages to copy, in origin order.
+    pub(crate) msgs: Vec<StoredMsg>,
 }
 
 /// What one replica proposes and every replica applies.
@@ -131,6 +153,26 @@ impl Round {
                     out.push(4);
                     put(&mut out, subject.as_bytes());
                 }
+                Input::Sourced(b) => {
+                    out.push(5);
+                    out.extend_from_slice(&b.link.to_le_bytes());
+                    put(&mut out, b.origin.as_bytes());
+                    out.push(u8::from(b.mirror));
+                    out.extend_from_slice(&b.scanned_to.to_le_bytes());
+                    out.extend_from_slice(&b.origin_last.to_le_bytes());
+                    out.extend_from_slice(
+                        &u32::try_from(b.msgs.len())
+                            .unwrap_or(u32::MAX)
+                            .to_le_bytes(),
+                    );
+                    for m in &b.msgs {
+                        out.extend_from_slice(&m.seq.to_le_bytes());
+                        out.extend_from_slice(&m.ts.to_le_bytes());
+                        put(&mut out, m.subject.as_bytes());
+                        put_opt(&mut out, m.headers.as_deref());
+                        put(&mut out, &m.payload);
+                    }
+                }
             }
         }
         out
@@ -172,6 +214,32 @@ impl Round {
                 4 => Input::FlowControl {
                     subject: r.string()?,
                 },
+                5 => {
+                    let link = r.u32()?;
+                    let origin = r.string()?;
+                    let mirror = *r.take(1)?.first()? != 0;
+                    let scanned_to = r.u64()?;
+                    let origin_last = r.u64()?;
+                    let n = r.u32()?;
+                    let mut msgs = Vec::with_capacity(n.min(4096) as usize);
+                    for _ in 0..n {
+                        msgs.push(StoredMsg {
+                            seq: r.u64()?,
+                            ts: i64::from_le_bytes(r.take(8)?.try_into().ok()?),
+                            subject: r.string()?,
+                            headers: r.opt()?,
+                            payload: r.bytes()?,
+                        });
+                    }
+                    Input::Sourced(Box::new(Sourced {
+                        link,
+                        origin,
+                        mirror,
+                        scanned_to,
+                        origin_last,
+                        msgs,
+                    }))
+                }
                 _ => return None,
             };
             inputs.push(input);
@@ -199,6 +267,17 @@ fn input_size(i: &Input) -> usize {
             payload,
         } => 16 + subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
         Input::FlowControl { subject } => 8 + subject.len(),
+        Input::Sourced(b) => {
+            48 + b.origin.len()
+                + b.msgs
+                    .iter()
+                    .map(|m| {
+                        32 + m.subject.len()
+                            + m.headers.as_ref().map_or(0, Bytes::len)
+                            + m.payload.len()
+                    })
+                    .sum::<usize>()
+        }
     }
 }
 
@@ -218,6 +297,10 @@ impl<'a> Reader<'a> {
 
     fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 
     fn opt(&mut self) -> Option<Option<Bytes>> {
@@ -273,6 +356,29 @@ mod tests {
                 Input::FlowControl {
                     subject: "$JS.FC.ORDERS.x.1".into(),
                 },
+                Input::Sourced(Box::new(Sourced {
+                    link: 1,
+                    origin: "ORIGIN".into(),
+                    mirror: false,
+                    scanned_to: 12,
+                    origin_last: 40,
+                    msgs: vec![
+                        StoredMsg {
+                            seq: 9,
+                            ts: 1_700_000_000_000_000_001,
+                            subject: "orders.eu.1".into(),
+                            headers: Some(Bytes::from_static(b"NATS/1.0\r\nA: b\r\n\r\n")),
+                            payload: Bytes::from_static(b"x"),
+                        },
+                        StoredMsg {
+                            seq: 12,
+                            ts: -1,
+                            subject: "orders.eu.2".into(),
+                            headers: None,
+                            payload: Bytes::new(),
+                        },
+                    ],
+                })),
             ],
         };
         assert_eq!(Round::decode(&round.encode()), Some(round));

@@ -1,6 +1,12 @@
 //! Runs mirrors and sources (the engine's [`crate::jetstream::source`]) on the copying
 //! stream's own store thread.
 //!
+//! A replicated copying stream reads on its group's leader only, and what it read goes
+//! through the group's log as a round's input ([`Sourced`]): every replica stores the same
+//! batch at the same place, and the link's position is replicated state (in the stream's
+//! images too). The origin is read from this node's copy of it — the origin's replica here,
+//! or the origin itself — so the leader's server must hold one.
+//!
 //! Each pass finds every origin in the account's stream table, reads a bounded batch from it
 //! while it is idle — `try_lock` only: a store thread never waits for another stream, so two
 //! streams that copy each other cannot deadlock — and stores the batch through the engine
@@ -19,12 +25,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::cmd::Cmd;
+use super::round::Sourced;
 use super::shard::{NotQueued, WeakStreamTx};
 use super::{AccountJs, JetStream};
 use crate::jetstream::api::ApiError;
 use crate::jetstream::config::source::StreamSource;
 use crate::jetstream::config::subject_matches;
-use crate::jetstream::source::read_batch;
+use crate::jetstream::source::{read_batch, SourceBatch, SourceLink};
 use crate::jetstream::stream::{store_failed, Stream};
 use crate::jetstream::Effects;
 use crate::subject::mapping;
@@ -114,16 +121,18 @@ impl Copiers {
     }
 }
 
-/// One pass over `st`'s links: copies what each origin has that the link has not copied yet
-/// (a bounded batch each). Returns when the next pass must run without a ring (a missing or
-/// busy origin, or a batch that stopped at its bounds), `None` when only a ring needs one.
+/// One pass over `st`'s links: reads what each origin has that the link has not copied yet
+/// (a bounded batch each) and hands it to `take` — a stream of this server stores it at once,
+/// a replicated stream's leader proposes it ([`proposal`]). Returns when the next pass must
+/// run without a ring (a missing or busy origin, or a batch that stopped at its bounds),
+/// `None` when only a ring needs one.
 pub(crate) fn copy(
     js: &JetStream,
     acc: &Arc<AccountJs>,
     bell: &Arc<CopyBell>,
     st: &mut Stream,
-    fx: &mut Effects,
     now: i64,
+    mut take: impl FnMut(&mut Stream, usize, SourceBatch),
 ) -> Option<i64> {
     let mut again: Option<i64> = None;
     let mut at = |t: i64| again = Some(again.map_or(t, |a: i64| a.min(t)));
@@ -166,7 +175,7 @@ pub(crate) fn copy(
                 if batch.more {
                     at(now);
                 }
-                st.take_sourced(idx, batch, fx, now);
+                take(st, idx, batch);
             }
             Err(e) => {
                 st.source_failed(idx, store_failed(&e));
@@ -175,6 +184,52 @@ pub(crate) fn copy(
         }
     }
     again
+}
+
+/// What a replicated stream's leader proposes for a batch it read from link `idx`'s origin,
+/// or `None` when the batch moves nothing (the link's contact and lag are noted here only:
+/// they are what its info shows, not state the replicas must agree on).
+pub(crate) fn proposal(
+    st: &mut Stream,
+    idx: usize,
+    batch: SourceBatch,
+    fx: &mut Effects,
+    now: i64,
+) -> Option<Box<Sourced>> {
+    let link = st.source_links().get(idx)?;
+    if batch.msgs.is_empty() && batch.scanned_to < link.next_seq {
+        st.take_sourced(idx, batch, fx, now);
+        return None;
+    }
+    Some(Box::new(Sourced {
+        link: u32::try_from(idx).unwrap_or(u32::MAX),
+        origin: link.cfg.name.clone(),
+        mirror: link.mirror,
+        scanned_to: batch.scanned_to,
+        origin_last: batch.origin_last,
+        msgs: batch.msgs,
+    }))
+}
+
+/// Stores a batch the group's leader read (a committed round, on every replica alike). The
+/// link is found by its origin when an update moved it; a link that is gone takes nothing.
+pub(crate) fn take_replicated(st: &mut Stream, b: Sourced, fx: &mut Effects, now: i64) {
+    let is_it = |l: &SourceLink| l.mirror == b.mirror && l.cfg.name == b.origin;
+    let links = st.source_links();
+    let at = usize::try_from(b.link).unwrap_or(usize::MAX);
+    let idx = if links.get(at).is_some_and(is_it) {
+        Some(at)
+    } else {
+        links.iter().position(is_it)
+    };
+    let Some(idx) = idx else { return };
+    let batch = SourceBatch {
+        msgs: b.msgs,
+        scanned_to: b.scanned_to,
+        origin_last: b.origin_last,
+        more: false,
+    };
+    st.take_sourced(idx, batch, fx, now);
 }
 
 /// The account whose stream `cfg` names: this one, or — with `external.api` — the account

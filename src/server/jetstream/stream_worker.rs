@@ -579,6 +579,14 @@ impl Worker {
             let in_flight = self.replica.as_ref().is_some_and(|r| r.in_flight.is_some());
             if !in_flight && r.is_leader() {
                 d = st.next_deadline();
+                // The leader copies for the group (see `copy_for_group`).
+                if !st.source_links().is_empty() {
+                    if self.bell.is_pending() {
+                        d = Some(0);
+                    } else if let Some(t) = self.copy_at {
+                        d = Some(d.map_or(t, |x: i64| x.min(t)));
+                    }
+                }
             }
             if self.changed_since_snapshot {
                 let t = self.last_snapshot.saturating_add(SNAPSHOT_EVERY_NS);
@@ -721,6 +729,7 @@ impl Worker {
         if self.run(st, local, now, Mode::Local) {
             return true;
         }
+        self.copy_for_group(st, replica, now);
         let due = st.next_deadline().is_some_and(|t| t <= now);
         let tick = due && replica.is_leader();
         replica.propose(now, tick);
@@ -833,6 +842,8 @@ impl Worker {
         if !replica.is_leader() {
             return;
         }
+        // The new leader copies for the group from where the links stand.
+        self.bell.ring_self();
         let (leader, replicas) = Self::advisory_replicas(replica);
         let body = json!({ "leader": leader, "replicas": replicas });
         self.group_advisories(st, "leader_elected", "LEADER_ELECTED", &body);
@@ -904,6 +915,8 @@ impl Worker {
                 } => {}
                 Input::Api { call, reply, .. } => self.fx.reply(&reply, err_reply(&call, &e)),
                 Input::Ack { .. } | Input::FlowControl { .. } => {}
+                // Not stored: the link did not move, and the leader reads it again.
+                Input::Sourced(_) => self.copy_at = Some(now_nanos()),
             }
         }
         self.execute(st);
@@ -970,6 +983,7 @@ impl Worker {
                 }
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
                 Cmd::SourceReady => {}
+                Cmd::Sourced(b) => sourcing::take_replicated(st, *b, &mut self.fx, now),
                 Cmd::EndPullsForShutdown(done) => {
                     for c in st.consumers.values_mut() {
                         c.server_shutdown(&mut self.fx);
@@ -1082,8 +1096,38 @@ impl Worker {
             self.copy_at = Some(now.saturating_add(1_000_000_000));
             return;
         }
-        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, &mut self.fx, now);
+        let fx = &mut self.fx;
+        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, now, |st, idx, b| {
+            st.take_sourced(idx, b, fx, now);
+        });
         self.execute(st);
+    }
+
+    /// A replicated copying stream's pass, on its leader while no proposal is in flight: what
+    /// it reads joins the next round (see [`sourcing`]). The next pass waits for that round
+    /// to be applied, which moves the links.
+    fn copy_for_group(&mut self, st: &mut Stream, replica: &mut Replica, now: i64) {
+        if st.source_links().is_empty()
+            || replica.in_flight.is_some()
+            || !replica.is_leader()
+        {
+            return;
+        }
+        let due = self.copy_at.is_some_and(|t| t <= now);
+        if !self.bell.take() && !due {
+            return;
+        }
+        if self.over_quota(st).is_some() {
+            self.copy_at = Some(now.saturating_add(1_000_000_000));
+            return;
+        }
+        let fx = &mut self.fx;
+        let pending = &mut replica.pending;
+        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, now, |st, idx, b| {
+            if let Some(p) = sourcing::proposal(st, idx, b, fx, now) {
+                pending.push(Input::Sourced(p));
+            }
+        });
     }
 
     /// Stores a batch of publishes unless the account or the server is out of storage.

@@ -1100,7 +1100,6 @@ impl ClusterJs {
         acc: &Arc<AccountJs>,
         cfg: StreamConfig,
     ) -> Result<Value, ApiError> {
-        refuse_copying(&cfg)?;
         if self
             .assignments
             .lock()
@@ -1270,19 +1269,6 @@ pub(crate) fn no_suitable_peers(cfg: &StreamConfig) -> ApiError {
         }
         None => ApiError::new(400, 10005, "no suitable peers for placement"),
     }
-}
-
-/// Replicated mirrors and sources are not built yet: refused (`500/10052`) rather than
-/// replicated without their copying.
-fn refuse_copying(cfg: &StreamConfig) -> Result<(), ApiError> {
-    if !cfg.sources.is_empty() || cfg.mirror.is_some() {
-        return Err(ApiError::new(
-            500,
-            10052,
-            "replicated mirrors and sources are not supported yet",
-        ));
-    }
-    Ok(())
 }
 
 fn unavailable() -> ApiError {

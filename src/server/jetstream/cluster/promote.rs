@@ -48,16 +48,14 @@ impl ClusterJs {
     /// against the current config already). Answered with the replicated stream's info.
     ///
     /// # Errors
-    /// `400/10005` when too few servers can take a replica, `500/10052` for a mirror or a
-    /// stream with sources, `10008` without a meta quorum (before the stream stopped taking
-    /// writes, nothing changed; after, the promotion completes once the meta group can commit
-    /// it).
+    /// `400/10005` when too few servers can take a replica, `10008` without a meta quorum
+    /// (before the stream stopped taking writes, nothing changed; after, the promotion
+    /// completes once the meta group can commit it).
     pub(crate) fn promote(
         self: &Arc<Self>,
         acc: &Arc<AccountJs>,
         cfg: StreamConfig,
     ) -> Result<Value, ApiError> {
-        super::refuse_copying(&cfg)?;
         let name = cfg.name.clone();
         let cur = acc
             .streams
