@@ -479,38 +479,74 @@ async fn a_message_get_on_any_node_sees_every_write_acknowledged_before_it() {
 /// plain subscribers, and the leader picks the group's member on any server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deliver_group_with_members_on_every_node_gets_each_message_once() {
-    use futures::StreamExt as _;
     let (cl, js) = three_nodes().await;
     create_r3(&js[0], "DG", "dg.>").await;
-    let mut members = Vec::new();
-    for i in 0..3 {
-        let c = async_nats::connect(cl.url(i)).await.unwrap();
-        let sub = c.queue_subscribe("dg_out", "workers".into()).await.unwrap();
+    // A member of the group on every node, and beside it a plain subscriber of the same
+    // deliver subject, which gets every message once too.
+    let by_member =
+        deliveries_to_a_group_and_plain_subscribers(&cl, &js, "DG", "dg", &[0, 1, 2]).await;
+    // A member on a server that keeps a replica was picked too (replicas on all three).
+    assert!(
+        by_member.iter().filter(|n| **n > 0).count() >= 2,
+        "{by_member:?}"
+    );
+    // A stream of one server: the servers without it get their plain copies and their
+    // picked members' copies from it, and pick no member of their own.
+    create_r1(&js[0], "DGONE", "dgone.>").await;
+    deliveries_to_a_group_and_plain_subscribers(&cl, &js, "DGONE", "dgone", &[1, 2]).await;
+}
+
+/// Creates a push consumer on `stream` (subjects `<prefix>.>`) whose deliver group has a
+/// member on each of `nodes`, each beside a plain subscriber of the deliver subject; publishes
+/// 60 messages. Asserts the group got each message once cluster-wide and every plain
+/// subscriber each once; returns how many each member got.
+async fn deliveries_to_a_group_and_plain_subscribers(
+    cl: &TestCluster,
+    js: &[jetstream::Context],
+    stream: &str,
+    prefix: &str,
+    nodes: &[usize],
+) -> Vec<usize> {
+    use futures::StreamExt as _;
+    let deliver = format!("{prefix}_out");
+    let mut subs = Vec::new();
+    let mut clients = Vec::new();
+    for i in nodes {
+        let c = async_nats::connect(cl.url(*i)).await.unwrap();
+        let member = c
+            .queue_subscribe(deliver.clone(), "workers".into())
+            .await
+            .unwrap();
+        let plain = c.subscribe(deliver.clone()).await.unwrap();
         c.flush().await.unwrap();
-        members.push((c, sub));
+        subs.push(member);
+        subs.push(plain);
+        clients.push(c);
     }
     // The group's interest reaches every server before the consumer starts delivering.
     tokio::time::sleep(Duration::from_millis(500)).await;
     js[0]
         .create_consumer_on_stream(
             consumer::push::Config {
-                durable_name: Some("DGC".into()),
-                deliver_subject: "dg_out".into(),
+                durable_name: Some(format!("{stream}C")),
+                deliver_subject: deliver.clone(),
                 deliver_group: Some("workers".into()),
                 ack_policy: consumer::AckPolicy::None,
                 ..Default::default()
             },
-            "DG",
+            stream,
         )
         .await
         .unwrap();
     const N: u64 = 60;
+    let subject = format!("{prefix}.x");
     for k in 0..N {
-        publish_until_acked(&js, k as usize, "dg.x", format!("dg-{k}")).await;
+        publish_until_acked(js, k as usize, &subject, format!("{prefix}-{k}")).await;
     }
+    // (subscription: even = a member, odd = plain; stream sequence)
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, u64)>(1024);
     let mut tasks = Vec::new();
-    for (i, (_, mut sub)) in members.into_iter().enumerate() {
+    for (i, mut sub) in subs.into_iter().enumerate() {
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(m) = sub.next().await {
@@ -530,40 +566,54 @@ async fn a_deliver_group_with_members_on_every_node_gets_each_message_once() {
         }));
     }
     drop(tx);
-    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut by_member = [0usize; 3];
+    let mut group: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut plain: Vec<BTreeMap<u64, usize>> = vec![BTreeMap::new(); nodes.len()];
+    let mut by_member = vec![0usize; nodes.len()];
+    let complete = |group: &BTreeMap<u64, usize>, plain: &[BTreeMap<u64, usize>]| {
+        group.len() as u64 >= N && plain.iter().all(|p| p.len() as u64 >= N)
+    };
     // Everything, then a quiet second in which no second copy may come.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let wait = if seen.len() as u64 >= N {
+        let wait = if complete(&group, &plain) {
             Duration::from_secs(1)
         } else {
             deadline.saturating_duration_since(Instant::now())
         };
         match tokio::time::timeout(wait, rx.recv()).await {
-            Ok(Some((i, seq))) => {
-                *seen.entry(seq).or_default() += 1;
-                by_member[i] += 1;
+            Ok(Some((i, seq))) if i % 2 == 0 => {
+                *group.entry(seq).or_default() += 1;
+                by_member[i / 2] += 1;
             }
+            Ok(Some((i, seq))) => *plain[i / 2].entry(seq).or_default() += 1,
             _ => break,
         }
     }
     for t in tasks {
         t.abort();
     }
-    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
-    assert_eq!(seen.len() as u64, N, "{by_member:?}");
-    assert_eq!(
-        by_member.iter().sum::<usize>() as u64,
-        N,
-        "one copy per message: {by_member:?}"
-    );
-    // A member on a server that keeps a replica was picked too (replicas on all three).
+    drop(clients);
+    let twice: Vec<_> = group.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
-        by_member.iter().filter(|n| **n > 0).count() >= 2,
-        "{by_member:?}"
+        twice.is_empty(),
+        "the group got some more than once: {twice:?}"
     );
+    assert_eq!(group.len() as u64, N, "{by_member:?}");
+    for (k, p) in plain.iter().enumerate() {
+        let twice: Vec<_> = p.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            twice.is_empty(),
+            "the plain subscriber on node {} got some twice: {twice:?}",
+            nodes[k] + 1
+        );
+        assert_eq!(
+            p.len() as u64,
+            N,
+            "plain subscriber on node {}",
+            nodes[k] + 1
+        );
+    }
+    by_member
 }
 
 /// The Raft log segments under `store` (a node's).
@@ -2302,7 +2352,13 @@ async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_l
     };
     every_node_holds(&js, "EUORDERS", &european(200), 100).await;
     let mut backup = js[0].get_stream("ORDERSBACKUP").await.unwrap();
-    let mirror = backup.info().await.unwrap().mirror.clone().expect("mirror info");
+    let mirror = backup
+        .info()
+        .await
+        .unwrap()
+        .mirror
+        .clone()
+        .expect("mirror info");
     assert_eq!(mirror.name, "ORDERS");
     drop(js);
 

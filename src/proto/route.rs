@@ -17,7 +17,11 @@
 //! <size>`, a JetStream delivery to the subscribers of `<to>` on that peer that shows the stream
 //! message's own subject `<shown>` (a push consumer's deliver subject or a pull request's inbox
 //! is where it goes; what the client sees as the subject is the message's). `RMSG` has one
-//! subject, so it cannot say both.
+//! subject, so it cannot say both. A `JMSG` reaches the peer's plain subscribers only; the
+//! queue groups' members the sender picked there get `JQMSG <account> <to> <shown> [+ reply |
+//! |] <queue>… <size>` (`JQHMSG` with headers), which reaches those groups' members only —
+//! the sender picks a queue group's member among every server's, so a peer never picks one of
+//! its own for a delivery (it would be a second copy for the group).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -71,7 +75,9 @@ pub enum RouteOp {
         reply: Option<Bytes>,
         /// Queue groups of ours the sender picked for this message (one member each).
         queues: Vec<Bytes>,
-        /// `JMSG`/`JHMSG`: the subject subscribers are shown (`subject` is where it goes).
+        /// `JMSG`/`JHMSG` (then `queues` is empty: plain subscribers only) and
+        /// `JQMSG`/`JQHMSG` (`queues`' members only): the subject subscribers are shown
+        /// (`subject` is where it goes).
         shown: Option<Bytes>,
         /// Header block, for HMSG.
         headers: Option<Bytes>,
@@ -260,6 +266,14 @@ impl RouteParser {
                     self.start_msg(args, true, "JHMSG")?;
                     continue;
                 }
+                b"JQMSG" => {
+                    self.start_msg(args, false, "JQMSG")?;
+                    continue;
+                }
+                b"JQHMSG" => {
+                    self.start_msg(args, true, "JQHMSG")?;
+                    continue;
+                }
                 _ => return Err(ProtoError::UnknownOp),
             };
             return Ok(Some(op));
@@ -288,8 +302,9 @@ impl RouteParser {
             None
         };
         let middle = head.get(if delivery { 3 } else { 2 }..).unwrap_or(&[]);
+        let to_groups = op.starts_with("JQ");
         let (reply, queues) = match middle {
-            _ if delivery && middle.len() > 1 => return Err(bad()),
+            _ if delivery && !to_groups && middle.len() > 1 => return Err(bad()),
             [] => (None, Vec::new()),
             [r] => (Some(r.clone()), Vec::new()),
             [marker, rest @ ..] if marker.as_ref() == b"+" => {
@@ -299,6 +314,9 @@ impl RouteParser {
             [marker, rest @ ..] if marker.as_ref() == b"|" => (None, rest.to_vec()),
             _ => return Err(bad()),
         };
+        if to_groups && queues.is_empty() {
+            return Err(bad());
+        }
         let nums: Vec<u64> = size_words
             .iter()
             .map(|s| parse_size(s).ok_or_else(bad))
@@ -460,26 +478,49 @@ fn put_sizes(out: &mut BytesMut, header_len: Option<usize>, total: usize) {
     out.put_slice(b"\r\n");
 }
 
-/// Appends the `JMSG`/`JHMSG` control line (without the body): a delivery to `to`'s
-/// subscribers on a sealstream peer, shown as `shown`.
+/// Appends the `JMSG`/`JHMSG` control line (without the body): a delivery to `to`'s plain
+/// subscribers on a sealstream peer, shown as `shown`; with `queues`, `JQMSG`/`JQHMSG`: to
+/// one member of each of those groups there instead.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_delivery_line(
     out: &mut BytesMut,
     account: &[u8],
     to: &[u8],
     shown: &[u8],
     reply: Option<&[u8]>,
+    queues: &[&[u8]],
     header_len: Option<usize>,
     total: usize,
 ) {
-    out.put_slice(if header_len.is_some() {
-        b"JHMSG "
-    } else {
-        b"JMSG "
+    out.put_slice(match (queues.is_empty(), header_len.is_some()) {
+        (true, false) => b"JMSG ",
+        (true, true) => b"JHMSG ",
+        (false, false) => b"JQMSG ",
+        (false, true) => b"JQHMSG ",
     });
     put_account(out, account);
-    for w in [Some(to), Some(shown), reply].into_iter().flatten() {
+    for w in [to, shown] {
         out.put_slice(w);
         out.put_u8(b' ');
+    }
+    if queues.is_empty() {
+        if let Some(r) = reply {
+            out.put_slice(r);
+            out.put_u8(b' ');
+        }
+    } else {
+        match reply {
+            Some(r) => {
+                out.put_slice(b"+ ");
+                out.put_slice(r);
+                out.put_u8(b' ');
+            }
+            None => out.put_slice(b"| "),
+        }
+        for q in queues {
+            out.put_slice(q);
+            out.put_u8(b' ');
+        }
     }
     put_sizes(out, header_len, total);
 }
@@ -803,11 +844,12 @@ mod tests {
             b"_INBOX.x",
             b"orders.1",
             Some(b"$JS.ACK.S"),
+            &[],
             None,
             2,
         );
         out.put_slice(b"hi\r\n");
-        encode_delivery_line(&mut out, b"", b"dlv", b"orders.2", None, Some(12), 12);
+        encode_delivery_line(&mut out, b"", b"dlv", b"orders.2", None, &[], Some(12), 12);
         out.put_slice(b"NATS/1.0\r\n\r\n\r\n");
         assert!(out.starts_with(b"JMSG A _INBOX.x orders.1 $JS.ACK.S 2\r\nhi\r\nJHMSG dlv"));
         let mut p = RouteParser::new();
@@ -826,6 +868,60 @@ mod tests {
         // A delivery names one reply at most and no queue groups.
         let mut p = RouteParser::new();
         let mut buf = BytesMut::from(&b"JMSG A to shown + r q 2\r\nhi\r\n"[..]);
+        assert!(p.next_op(&mut buf).is_err());
+    }
+
+    #[test]
+    fn a_delivery_to_picked_queue_groups_names_them_and_never_none() {
+        let mut out = BytesMut::new();
+        encode_delivery_line(
+            &mut out,
+            b"A",
+            b"dlv",
+            b"orders.1",
+            Some(b"$JS.ACK.S"),
+            &[b"workers", b"audit"],
+            None,
+            2,
+        );
+        out.put_slice(b"hi\r\n");
+        encode_delivery_line(
+            &mut out,
+            b"A",
+            b"dlv",
+            b"orders.2",
+            None,
+            &[b"w"],
+            Some(12),
+            12,
+        );
+        out.put_slice(b"NATS/1.0\r\n\r\n\r\n");
+        assert!(out.starts_with(b"JQMSG A dlv orders.1 + $JS.ACK.S workers audit 2\r\nhi\r\n"));
+        let mut p = RouteParser::new();
+        let mut buf = BytesMut::from(&out[..]);
+        let Some(RouteOp::Msg {
+            shown,
+            reply,
+            queues,
+            ..
+        }) = p.next_op(&mut buf).unwrap()
+        else {
+            panic!("not a message")
+        };
+        assert_eq!(shown.as_deref(), Some(&b"orders.1"[..]));
+        assert_eq!(reply.as_deref(), Some(&b"$JS.ACK.S"[..]));
+        assert_eq!(queues, vec![Bytes::from("workers"), Bytes::from("audit")]);
+        let Some(RouteOp::Msg {
+            queues, headers, ..
+        }) = p.next_op(&mut buf).unwrap()
+        else {
+            panic!("not a message")
+        };
+        assert_eq!(queues, vec![Bytes::from("w")]);
+        assert!(headers.is_some());
+        // A delivery to queue groups names at least one.
+        let mut p = RouteParser::new();
+        let mut buf = BytesMut::from(&b"JQMSG A to shown r 2\r\nhi\r\n"[..]);
         assert!(p.next_op(&mut buf).is_err());
     }
 

@@ -138,6 +138,9 @@ impl RouteCtx {
 struct RoutedCopy {
     route: Arc<ClientHandle>,
     queues: Vec<Arc<[u8]>>,
+    /// The peer's plain subscribers take it (a JetStream delivery says so apart from the
+    /// groups; an `RMSG` always reaches them).
+    plain: bool,
     /// The connection is pinned to the account: no account name in the `RMSG`.
     pinned: bool,
 }
@@ -147,11 +150,15 @@ struct RoutedCopy {
 enum Reach<'a> {
     /// Local subscribers and, as `RMSG` in this account, route peers (a local publisher).
     Cluster(&'a [u8]),
-    /// Local subscribers only (a JetStream delivery a peer sent here).
+    /// Local subscribers only (a stream import mapped here).
     Local,
-    /// A replicated stream's delivery on a follower: local plain subscribers only. A queue
-    /// group gets one copy cluster-wide, picked by the leader ([`DeliveryReach`]).
+    /// A JetStream delivery to local plain subscribers only: a replicated stream's follower,
+    /// or a peer's `JMSG`. A queue group gets one copy cluster-wide, picked by the server
+    /// that delivers ([`DeliveryReach`]).
     Follower,
+    /// A peer's `JQMSG`: one local member of each of these queue groups (the sender picked
+    /// them here), nobody else.
+    Picked(&'a [Bytes]),
     /// A JetStream delivery to `to`'s subscribers here and, as `JMSG` in `account`, on the
     /// sealstream peers not named in `skip` (the stream's other replicas deliver there
     /// themselves).
@@ -175,7 +182,7 @@ impl Reach<'_> {
             Reach::Deliver { skip, .. } => {
                 r.takes_deliveries && !skip.iter().any(|p| **p == *r.peer)
             }
-            Reach::Local | Reach::Follower | Reach::FromRoute(_) => false,
+            Reach::Local | Reach::Follower | Reach::Picked(_) | Reach::FromRoute(_) => false,
         }
     }
 
@@ -193,13 +200,13 @@ impl Reach<'_> {
 /// Where a JetStream delivery goes besides this server's plain subscribers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum DeliveryReach<'a> {
-    /// This server's subscribers, a queue group's local members included (a delivery a peer
-    /// sent here, or a stream of this server that has no peers).
-    Here,
-    /// A replicated stream's follower: this server's plain subscribers only. Every replica
+    /// This server's plain subscribers only: a replicated stream's follower (every replica
     /// delivers a committed round to its own plain subscribers, but a queue group must get
-    /// one copy, not one per replica: the leader picks its member, on any server.
+    /// one copy, not one per replica: the leader picks its member, on any server), or a
+    /// peer's `JMSG` (the peer picked the groups' members itself).
     Follower,
+    /// One member here of each of these queue groups, nobody else: a peer's `JQMSG`.
+    Picked(&'a [Bytes]),
     /// This server's subscribers, the other servers' except those in `skip` (replicas that
     /// deliver there themselves), and a queue group's members on any server.
     Peers(&'a [String]),
@@ -274,7 +281,7 @@ pub(crate) fn deliver_as(
             skip,
         },
         DeliveryReach::Follower => Reach::Follower,
-        DeliveryReach::Here => Reach::Local,
+        DeliveryReach::Picked(queues) => Reach::Picked(queues),
     };
     let n = deliver_matches(ctx, &matches, from, reach, shown, reply, headers, payload);
     release_expired(ctx, account);
@@ -350,7 +357,12 @@ fn deliver_matches(
 ) -> usize {
     let from_route = matches!(reach, Reach::FromRoute(_));
     let mut n = 0;
-    for s in &matches.plain {
+    let plain = if matches!(reach, Reach::Picked(_)) {
+        &[][..]
+    } else {
+        &matches.plain[..]
+    };
+    for s in plain {
         let sub = &s.0;
         match &sub.subscriber {
             Subscriber::Route(r) => {
@@ -374,7 +386,7 @@ fn deliver_matches(
         if len == 0 || matches!(reach, Reach::Follower) {
             continue;
         }
-        if let Reach::FromRoute(picked) = reach {
+        if let Reach::FromRoute(picked) | Reach::Picked(picked) = reach {
             if !picked.iter().any(|q| q.as_ref() == &*group.name) {
                 continue;
             }
@@ -411,7 +423,7 @@ fn deliver_matches(
         Reach::Deliver { account, to, .. } => {
             send_deliveries(ctx, account, to, subject, reply, headers, payload);
         }
-        Reach::Local | Reach::Follower | Reach::FromRoute(_) => {}
+        Reach::Local | Reach::Follower | Reach::Picked(_) | Reach::FromRoute(_) => {}
     }
     n
 }
@@ -465,14 +477,16 @@ fn pick_member(ctx: &mut RouteCtx, members: &[SubRef], weighted: bool) -> usize 
 /// was not in the list yet.
 fn add_routed(ctx: &mut RouteCtx, r: &RemoteInterest, queue: Option<&Arc<[u8]>>) -> bool {
     if let Some(c) = ctx.routed.iter_mut().find(|c| c.route.cid == r.route.cid) {
-        if let Some(q) = queue {
-            c.queues.push(Arc::clone(q));
+        match queue {
+            Some(q) => c.queues.push(Arc::clone(q)),
+            None => c.plain = true,
         }
         return false;
     }
     ctx.routed.push(RoutedCopy {
         route: Arc::clone(&r.route),
         queues: queue.map(|q| vec![Arc::clone(q)]).unwrap_or_default(),
+        plain: queue.is_none(),
         pinned: r.pinned,
     });
     true
@@ -509,7 +523,8 @@ fn send_routed(
     }
 }
 
-/// Queues the collected JetStream deliveries for sealstream peers: one `JMSG`/`JHMSG` each.
+/// Queues the collected JetStream deliveries for sealstream peers: a `JMSG`/`JHMSG` to a
+/// peer's plain subscribers, a `JQMSG`/`JQHMSG` to the queue groups' members picked there.
 #[allow(clippy::too_many_arguments)]
 fn send_deliveries(
     ctx: &mut RouteCtx,
@@ -523,15 +538,20 @@ fn send_deliveries(
     for copy in std::mem::take(&mut ctx.routed) {
         let route = &copy.route;
         let account = if copy.pinned { &[][..] } else { account };
-        let pushed = route
-            .outbound
-            .push_delivery(account, to, shown, reply, headers, payload);
-        note_route_push(
-            ctx,
-            route,
-            pushed,
-            payload.len() + headers.map_or(0, Bytes::len),
-        );
+        let queues: Vec<&[u8]> = copy.queues.iter().map(|q| &**q).collect();
+        let to_plain = copy.plain.then_some(&[][..]);
+        let to_groups = (!queues.is_empty()).then_some(&queues[..]);
+        for groups in [to_plain, to_groups].into_iter().flatten() {
+            let pushed = route
+                .outbound
+                .push_delivery(account, to, shown, reply, groups, headers, payload);
+            note_route_push(
+                ctx,
+                route,
+                pushed,
+                payload.len() + headers.map_or(0, Bytes::len),
+            );
+        }
     }
 }
 

@@ -247,22 +247,25 @@ impl Outbound {
         })
     }
 
-    /// Queues a JetStream delivery for a sealstream route peer (`JMSG`/`JHMSG`): to the
-    /// subscribers of `to` there, shown as `shown`.
+    /// Queues a JetStream delivery for a sealstream route peer: to the plain subscribers of
+    /// `to` there (`JMSG`/`JHMSG`), or with `queues` to one member of each of those groups
+    /// there (`JQMSG`/`JQHMSG`), shown as `shown`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push_delivery(
         &self,
         account: &[u8],
         to: &[u8],
         shown: &[u8],
         reply: Option<&[u8]>,
+        queues: &[&[u8]],
         headers: Option<&Bytes>,
         payload: &Bytes,
     ) -> Result<Pushed, PushError> {
         let hlen = headers.map(|h| h.len());
         let total = hlen.unwrap_or(0) + payload.len();
-        let line = route::msg_line_len(account, to, reply, &[shown]);
+        let line = route::msg_line_len(account, to, reply, queues) + shown.len() + 1;
         self.push_frame(line, headers, payload, |out| {
-            route::encode_delivery_line(out, account, to, shown, reply, hlen, total);
+            route::encode_delivery_line(out, account, to, shown, reply, queues, hlen, total);
         })
     }
 

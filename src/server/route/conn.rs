@@ -503,7 +503,13 @@ impl RouteConn {
                     return true;
                 };
                 if let Some(shown) = shown {
-                    // A JetStream delivery: this server's subscribers of `subject` only.
+                    // A JetStream delivery: this server's plain subscribers of `subject`
+                    // (`JMSG`), or the members of the groups the sender picked here (`JQMSG`).
+                    let reach = if queues.is_empty() {
+                        router::DeliveryReach::Follower
+                    } else {
+                        router::DeliveryReach::Picked(&queues)
+                    };
                     router::deliver_as(
                         &mut self.ctx,
                         &acc,
@@ -512,7 +518,7 @@ impl RouteConn {
                         reply.as_deref(),
                         headers.as_ref(),
                         &payload,
-                        router::DeliveryReach::Here,
+                        reach,
                     );
                 } else {
                     router::deliver_routed(
