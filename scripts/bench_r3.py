@@ -56,6 +56,9 @@ class Cluster:
         for i in range(3):
             store = os.path.join(workdir, f"n{i + 1}")
             sync = ", sync_interval: always" if always else ""
+            if binary == SEALSTREAM:  # e.g. "raft_segment_size: 1GB", to see what a setting costs
+                extra = os.environ.get("SEALSTREAM_JS_EXTRA")
+                sync += f", {extra}" if extra else ""
             conf = os.path.join(workdir, f"n{i + 1}.conf")
             with open(conf, "w") as f:
                 f.write(
@@ -271,6 +274,33 @@ async def promote(cl, args):
             "promote_mb_s": n * 1024 / 1e6 / whole}
 
 
+async def mirror(cl, args):
+    """An R3 stream of --mirror MiB, then an R3 mirror of it: time until every node's own
+    replica of the mirror holds every message (the copy rate of a replicated mirror)."""
+    nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    js = nc.jetstream(timeout=30)
+    await add_stream(js, "ORIGIN", "origin.>", 3)
+    payload = os.urandom(1024)
+    n = args.mirror * 1024
+    sem = asyncio.Semaphore(256)
+
+    async def one(k):
+        async with sem:
+            await js.publish("origin.x", payload)
+
+    await asyncio.gather(*(one(k) for k in range(n)))
+    total = (await js.stream_info("ORIGIN")).state.messages
+    started = time.perf_counter()
+    await add_stream_cfg(js, name="COPY", mirror={"name": "ORIGIN"}, num_replicas=3)
+    while not all(cl.local_messages(i, "COPY") >= total for i in range(3)):
+        if time.perf_counter() - started > 180:
+            raise RuntimeError("the mirror's replicas did not fill in 180 s")
+        await asyncio.sleep(0.05)
+    took = time.perf_counter() - started
+    await nc.close()
+    return {"mirror_all_replicas_s": took, "mirror_mb_s": n * 1024 / 1e6 / took}
+
+
 async def gets(cl, args):
     """--gets sequential STREAM.MSG.GET on the R3 stream through node 1 (not direct gets)."""
     nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
@@ -414,6 +444,8 @@ async def measure(port, args, cl):
             out.update(await gets(cl, args))
         if args.disk:
             out.update(await disk(cl, args))
+        if args.mirror:
+            out.update(await mirror(cl, args))
         return out
     lat = []
     for _ in range(args.sync):
@@ -468,6 +500,8 @@ def main():
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
     ap.add_argument("--disk", type=int, default=0,
                     help="messages through an R3 stream capped at 10,000: store bytes per node")
+    ap.add_argument("--mirror", type=int, default=0,
+                    help="MiB in an R3 stream, then an R3 mirror of it: time to copy")
     ap.add_argument("--idle-secs", type=float, default=10.0)
     ap.add_argument("--idle-replicas", type=int, default=3)
     ap.add_argument("--servers", default="sealstream,default,always",
