@@ -275,11 +275,13 @@ async def promote(cl, args):
 
 
 async def mirror(cl, args):
-    """An R3 stream of --mirror MiB, then an R3 mirror of it: time until every node's own
-    replica of the mirror holds every message (the copy rate of a replicated mirror)."""
+    """A stream of --mirror MiB, then a mirror of it (both R3, or with --mirror-replicas 1 an
+    R1 origin on node 1 and an R1 mirror on node 2): time until every replica of the mirror
+    holds every message."""
     nc = await nats.connect(f"nats://127.0.0.1:{cl.cports[0]}", connect_timeout=5)
     js = nc.jetstream(timeout=30)
-    await add_stream(js, "ORIGIN", "origin.>", 3)
+    replicas = args.mirror_replicas
+    await add_stream(js, "ORIGIN", "origin.>", replicas)
     payload = os.urandom(1024)
     n = args.mirror * 1024
     sem = asyncio.Semaphore(256)
@@ -291,8 +293,17 @@ async def mirror(cl, args):
     await asyncio.gather(*(one(k) for k in range(n)))
     total = (await js.stream_info("ORIGIN")).state.messages
     started = time.perf_counter()
-    await add_stream_cfg(js, name="COPY", mirror={"name": "ORIGIN"}, num_replicas=3)
-    while not all(cl.local_messages(i, "COPY") >= total for i in range(3)):
+    # R1: the mirror is created through node 2, so it lives there and reads node 1's origin
+    # over the cluster.
+    nc2 = await nats.connect(f"nats://127.0.0.1:{cl.cports[1]}", connect_timeout=5)
+    js2 = nc2.jetstream(timeout=30)
+    await add_stream_cfg(js2, name="COPY", mirror={"name": "ORIGIN"}, num_replicas=replicas)
+    holders = range(3)
+    if replicas == 1:  # nats-server places an R1 stream on any server
+        leader = (await js2.stream_info("COPY")).cluster.leader
+        holders = [int(leader[1:]) - 1]
+    await nc2.close()
+    while not all(cl.local_messages(i, "COPY") >= total for i in holders):
         if time.perf_counter() - started > 180:
             raise RuntimeError("the mirror's replicas did not fill in 180 s")
         await asyncio.sleep(0.05)
@@ -502,6 +513,8 @@ def main():
                     help="messages through an R3 stream capped at 10,000: store bytes per node")
     ap.add_argument("--mirror", type=int, default=0,
                     help="MiB in an R3 stream, then an R3 mirror of it: time to copy")
+    ap.add_argument("--mirror-replicas", type=int, default=3, choices=[1, 3],
+                    help="1: an R1 origin on node 1 and an R1 mirror on node 2")
     ap.add_argument("--idle-secs", type=float, default=10.0)
     ap.add_argument("--idle-replicas", type=int, default=3)
     ap.add_argument("--servers", default="sealstream,default,always",

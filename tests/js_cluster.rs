@@ -2381,3 +2381,81 @@ async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_l
         assert_every_store_sealed(&cl, &["ORDERSBACKUP", "EUORDERS", &order(3), "orders.eu"]);
     }
 }
+
+/// A mirror on another server than its origin (an R1 stream of one server) and an R3 stream
+/// sourcing it copy every message exactly once: the origin's host answers their reads over
+/// the cluster, through a restart of the mirror's server and of the origin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_and_a_source_read_an_origin_held_by_another_server() {
+    let (mut cl, js) = three_nodes().await;
+    create_r1(&js[0], "DEPOT", "depot.>").await;
+    create_retrying(
+        &js[1],
+        stream::Config {
+            name: "DEPOTMIRROR".into(),
+            mirror: Some(stream::Source {
+                name: "DEPOT".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    create_retrying(
+        &js[2],
+        stream::Config {
+            name: "DEPOTEU".into(),
+            sources: Some(vec![stream::Source {
+                name: "DEPOT".into(),
+                filter_subject: Some("depot.eu.>".into()),
+                ..Default::default()
+            }]),
+            num_replicas: 3,
+            ..Default::default()
+        },
+    )
+    .await;
+    let subject = |n: usize| order_subject(n).replacen("orders", "depot", 1);
+    let mut acked = BTreeMap::new();
+    for n in 0..60 {
+        let seq = publish_until_acked(&js, n, &subject(n), order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    let european = |upto: usize| -> BTreeMap<u64, String> {
+        (0..upto)
+            .filter(|n| n % 2 == 0)
+            .enumerate()
+            .map(|(i, n)| (i as u64 + 1, order(n)))
+            .collect()
+    };
+    // The mirror lives on n2 alone; n1 holds the origin.
+    wait_messages(&js[1], "DEPOTMIRROR", 60).await;
+    assert_eq!(settled_history(&js[1], "DEPOTMIRROR", &acked).await, acked);
+    every_node_holds(&js, "DEPOTEU", &european(60), 30).await;
+    drop(js);
+
+    // The mirror's server and then the origin's go down and come back.
+    cl.restart(1);
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    for n in 60..80 {
+        let seq = publish_until_acked(&js, n, &subject(n), order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    drop(js);
+    cl.restart(0);
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    for n in 80..100 {
+        let seq = publish_until_acked(&js, n, &subject(n), order(n)).await;
+        acked.insert(seq, order(n));
+    }
+    wait_messages_within(&js[1], "DEPOTMIRROR", 100, Duration::from_secs(60)).await;
+    assert_eq!(settled_history(&js[1], "DEPOTMIRROR", &acked).await, acked);
+    for j in &js {
+        wait_messages_within(j, "DEPOTEU", 50, Duration::from_secs(60)).await;
+    }
+    every_node_holds(&js, "DEPOTEU", &european(100), 50).await;
+    drop(js);
+    if !cl.is_reference() {
+        assert_every_store_sealed(&cl, &["DEPOTMIRROR", "DEPOTEU", &order(5), "depot.eu"]);
+    }
+}

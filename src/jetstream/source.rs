@@ -166,6 +166,19 @@ pub struct SourceBatch {
 /// # Errors
 /// The origin's store failed to read.
 pub fn read_batch(store: &dyn StreamStore, link: &SourceLink) -> Result<SourceBatch, StoreError> {
+    read_batch_within(store, link, BATCH_MSGS, BATCH_BYTES)
+}
+
+/// [`read_batch`] within other bounds: at most `max_msgs` messages and about `max_bytes`.
+///
+/// # Errors
+/// The origin's store failed to read.
+pub fn read_batch_within(
+    store: &dyn StreamStore,
+    link: &SourceLink,
+    max_msgs: usize,
+    max_bytes: usize,
+) -> Result<SourceBatch, StoreError> {
     let st = store.state();
     let mut batch = SourceBatch {
         origin_last: st.last_seq,
@@ -197,7 +210,7 @@ pub fn read_batch(store: &dyn StreamStore, link: &SourceLink) -> Result<SourceBa
         }
         bytes += m.payload.len() + m.headers.as_ref().map_or(0, Bytes::len) + m.subject.len();
         batch.msgs.push(m);
-        if batch.msgs.len() >= BATCH_MSGS || bytes >= BATCH_BYTES {
+        if batch.msgs.len() >= max_msgs || bytes >= max_bytes {
             batch.more = batch.scanned_to < st.last_seq;
             break;
         }

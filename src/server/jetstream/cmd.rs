@@ -58,6 +58,15 @@ pub(crate) enum Cmd {
     SourceReady,
     /// A replicated stream: a batch its leader read from an origin, applied from the log.
     Sourced(Box<Sourced>),
+    /// A copier on another server asks this stream (its origin) for its next batch
+    /// (`origin_read`): answered to `reply` from this replica's state.
+    SourceRead { reply: String, payload: Bytes },
+    /// The answer to this stream's read of a remote origin (`origin_read`).
+    OriginAnswer {
+        mirror: bool,
+        origin: String,
+        body: Bytes,
+    },
     /// The server is stopping: waiting pull requests end with `409 Server Shutdown` (before
     /// the clients' connections close); signal when those are routed.
     EndPullsForShutdown(SyncSender<()>),
@@ -104,6 +113,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
             payload,
         } => subject.len() + reply.as_ref().map_or(0, String::len) + payload.len(),
         Cmd::FlowControl { subject } => subject.len(),
+        Cmd::SourceRead { reply, payload } => reply.len() + payload.len(),
         Cmd::Read { .. }
         | Cmd::Info(_)
         | Cmd::Update(..)
@@ -111,6 +121,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::EndPulls
         | Cmd::SourceReady
         | Cmd::Sourced(_)
+        | Cmd::OriginAnswer { .. }
         | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_)
         | Cmd::Apply(..)

@@ -28,6 +28,7 @@ mod cluster;
 mod cmd;
 mod gather;
 mod lifecycle;
+mod origin_read;
 pub(crate) mod rekey;
 mod replica;
 pub(crate) mod rotation;
@@ -236,10 +237,12 @@ fn entry_group(stream: &str) -> Bytes {
     Bytes::from(q)
 }
 
-/// A stream's API subjects (each names the stream in a fixed place), acks and flow control,
-/// with the sid [`AccountJs::dispatch`] reads.
-fn entry_subjects(stream: &str) -> [(String, &'static [u8]); 9] {
+/// A stream's API subjects (each names the stream in a fixed place), acks, flow control and
+/// reads by copiers on other servers (`origin_read`), with the sid [`AccountJs::dispatch`]
+/// reads.
+fn entry_subjects(stream: &str) -> [(String, &'static [u8]); 10] {
     [
+        (origin_read::read_subject(stream), b"src"),
         (format!("$JS.API.STREAM.*.{stream}"), b"api"),
         (format!("$JS.API.STREAM.*.*.{stream}"), b"api"),
         (format!("$JS.API.DIRECT.GET.{stream}"), b"api"),
@@ -571,6 +574,16 @@ impl AccountJs {
                     };
                     s.tx.send_counted(&s.budget, cmd)
                 }
+            }
+            b"src" => {
+                // A copier on another server reads this stream (see `origin_read`).
+                let reply = reply?;
+                let stream = entry?;
+                if subject_str != origin_read::read_subject(stream) {
+                    return None;
+                }
+                let s = self.streams.get(stream)?;
+                s.tx.send_counted(&s.budget, Cmd::SourceRead { reply, payload })
             }
             _ => None,
         }

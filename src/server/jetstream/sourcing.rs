@@ -72,6 +72,11 @@ impl CopyBell {
         self.pending.store(true, Ordering::Release);
     }
 
+    /// The stream's queue (once its store thread adopted it), for answers that come later.
+    pub(crate) fn queue(&self) -> Option<WeakStreamTx> {
+        self.tx.get().cloned()
+    }
+
     /// Whether a ring is pending.
     pub(crate) fn is_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
@@ -123,9 +128,11 @@ impl Copiers {
 
 /// One pass over `st`'s links: reads what each origin has that the link has not copied yet
 /// (a bounded batch each) and hands it to `take` — a stream of this server stores it at once,
-/// a replicated stream's leader proposes it ([`proposal`]). Returns when the next pass must
-/// run without a ring (a missing or busy origin, or a batch that stopped at its bounds),
-/// `None` when only a ring needs one.
+/// a replicated stream's leader proposes it ([`proposal`]). An origin with no copy here is
+/// handed to `elsewhere` (its account and the link), which asks a server that holds it
+/// ([`origin_read`](super::origin_read)) and says whether it could. Returns when the next
+/// pass must run without a ring (a missing or busy origin, a batch that stopped at its
+/// bounds, a remote read to ask again), `None` when only a ring needs one.
 pub(crate) fn copy(
     js: &JetStream,
     acc: &Arc<AccountJs>,
@@ -133,6 +140,7 @@ pub(crate) fn copy(
     st: &mut Stream,
     now: i64,
     mut take: impl FnMut(&mut Stream, usize, SourceBatch),
+    mut elsewhere: impl FnMut(&Arc<AccountJs>, &SourceLink) -> bool,
 ) -> Option<i64> {
     let mut again: Option<i64> = None;
     let mut at = |t: i64| again = Some(again.map_or(t, |a: i64| a.min(t)));
@@ -158,6 +166,11 @@ pub(crate) fn copy(
             }
         };
         let Some(origin) = home.streams.get(&link.cfg.name) else {
+            if js.cluster().is_some() && elsewhere(&home, link) {
+                // Asked again if no answer comes (an answer sets the next pass itself).
+                at(now.saturating_add(super::origin_read::ANSWER_WAIT_NS));
+                continue;
+            }
             st.source_failed(idx, ApiError::stream_not_found());
             at(now.saturating_add(RETRY_NS));
             continue;

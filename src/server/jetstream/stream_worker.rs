@@ -34,6 +34,7 @@ use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::cmd::{cmd_size, Cmd};
+use super::origin_read::{self, Asking};
 use super::replica::{self, Replica, ReplicaView};
 use super::round::{Input, Round};
 use super::shard::{Served, ShardTask, StreamQueue};
@@ -291,6 +292,7 @@ pub(crate) fn spawn(
         copiers: Arc::clone(&copiers),
         last_rung,
         copy_at: None,
+        asking: Asking::default(),
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
@@ -441,6 +443,8 @@ pub(crate) struct Worker {
     last_rung: u64,
     /// When a copy pass must run without a ring (a missing or busy origin).
     copy_at: Option<i64>,
+    /// Reads of origins other servers hold (see [`origin_read`]).
+    asking: Asking,
     changed_since_snapshot: bool,
     last_snapshot: i64,
     /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
@@ -711,6 +715,11 @@ impl Worker {
                 }
                 Cmd::LeaderElected => self.leader_elected(st, replica),
                 Cmd::QuorumLost => self.quorum_lost(st, replica),
+                Cmd::OriginAnswer {
+                    mirror,
+                    origin,
+                    body,
+                } => self.origin_answer(st, (mirror, &origin, &body), now, Some(replica)),
                 Cmd::Proposed(r) => {
                     if let Some((round, intake)) = replica.proposed(r) {
                         self.refuse(st, round);
@@ -984,6 +993,15 @@ impl Worker {
                 Cmd::Snapshot(done) => snapshot_waiters.push(done),
                 Cmd::SourceReady => {}
                 Cmd::Sourced(b) => sourcing::take_replicated(st, *b, &mut self.fx, now),
+                Cmd::SourceRead { reply, payload } => {
+                    let body = origin_read::answer(st, &payload);
+                    self.fx.reply(&reply, body);
+                }
+                Cmd::OriginAnswer {
+                    mirror,
+                    origin,
+                    body,
+                } => self.origin_answer(st, (mirror, &origin, &body), now, None),
                 Cmd::EndPullsForShutdown(done) => {
                     for c in st.consumers.values_mut() {
                         c.server_shutdown(&mut self.fx);
@@ -1097,18 +1115,84 @@ impl Worker {
             return;
         }
         let fx = &mut self.fx;
-        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, now, |st, idx, b| {
-            st.take_sourced(idx, b, fx, now);
-        });
+        let asking = &mut self.asking;
+        let (js, bell) = (&self.js, &self.bell);
+        self.copy_at = sourcing::copy(
+            js,
+            &self.acc,
+            bell,
+            st,
+            now,
+            |st, idx, b| st.take_sourced(idx, b, fx, now),
+            |home, link| {
+                asking.ask(
+                    &js.server_name,
+                    js.next_seed(),
+                    bell.queue(),
+                    home,
+                    link,
+                    now,
+                )
+            },
+        );
         self.execute(st);
+    }
+
+    /// An answer from a remote origin's host ([`origin_read`]): stored here, or — on a
+    /// replicated stream's leader — proposed like a batch read here. The next read of that
+    /// origin is due at once when it had something, after a poll interval when not.
+    fn origin_answer(
+        &mut self,
+        st: &mut Stream,
+        (mirror, origin, body): (bool, &str, &[u8]),
+        now: i64,
+        replica: Option<&mut Replica>,
+    ) {
+        self.asking.answered(mirror, origin);
+        let Some(idx) = st
+            .source_links()
+            .iter()
+            .position(|l| l.mirror == mirror && l.cfg.name == origin)
+        else {
+            return;
+        };
+        let next = match origin_read::batch_of(body) {
+            Ok(batch) => {
+                let next = if batch.more || !batch.msgs.is_empty() {
+                    now
+                } else {
+                    now.saturating_add(origin_read::POLL_NS)
+                };
+                match replica {
+                    None => st.take_sourced(idx, batch, &mut self.fx, now),
+                    Some(r) if r.is_leader() => {
+                        if let Some(p) = sourcing::proposal(st, idx, batch, &mut self.fx, now) {
+                            r.pending.push(Input::Sourced(p));
+                        }
+                    }
+                    Some(_) => {}
+                }
+                next
+            }
+            Err(e) => {
+                st.source_failed(idx, ApiError::new(404, 10059, e));
+                now.saturating_add(1_000_000_000)
+            }
+        };
+        self.copy_at = Some(self.copy_at.map_or(next, |t| t.min(next)));
     }
 
     /// A replicated copying stream's pass, on its leader while no proposal is in flight: what
     /// it reads joins the next round (see [`sourcing`]). The next pass waits for that round
     /// to be applied, which moves the links.
     fn copy_for_group(&mut self, st: &mut Stream, replica: &mut Replica, now: i64) {
+        // A batch waiting to be proposed (a remote origin's answer) moves the links first.
         if st.source_links().is_empty()
             || replica.in_flight.is_some()
+            || replica
+                .pending
+                .iter()
+                .any(|i| matches!(i, Input::Sourced(_)))
             || !replica.is_leader()
         {
             return;
@@ -1123,11 +1207,30 @@ impl Worker {
         }
         let fx = &mut self.fx;
         let pending = &mut replica.pending;
-        self.copy_at = sourcing::copy(&self.js, &self.acc, &self.bell, st, now, |st, idx, b| {
-            if let Some(p) = sourcing::proposal(st, idx, b, fx, now) {
-                pending.push(Input::Sourced(p));
-            }
-        });
+        let asking = &mut self.asking;
+        let (js, bell) = (&self.js, &self.bell);
+        self.copy_at = sourcing::copy(
+            js,
+            &self.acc,
+            bell,
+            st,
+            now,
+            |st, idx, b| {
+                if let Some(p) = sourcing::proposal(st, idx, b, fx, now) {
+                    pending.push(Input::Sourced(p));
+                }
+            },
+            |home, link| {
+                asking.ask(
+                    &js.server_name,
+                    js.next_seed(),
+                    bell.queue(),
+                    home,
+                    link,
+                    now,
+                )
+            },
+        );
     }
 
     /// Stores a batch of publishes unless the account or the server is out of storage.
@@ -1202,6 +1305,7 @@ impl Worker {
     }
 
     fn shutdown(&mut self, st: &mut Stream) {
+        self.asking.close();
         for c in st.consumers.values_mut() {
             c.dirty = true;
         }
