@@ -2281,6 +2281,43 @@ async fn create_retrying(js: &jetstream::Context, cfg: stream::Config) {
     }
 }
 
+/// What a stream sourcing the European orders of orders 0..`upto` holds: each, in order,
+/// at its own sequences from 1.
+fn european_orders(upto: usize) -> BTreeMap<u64, String> {
+    (0..upto)
+        .filter(|n| n % 2 == 0)
+        .enumerate()
+        .map(|(i, n)| (i as u64 + 1, order(n)))
+        .collect()
+}
+
+/// A mirror of `origin` with `replicas` replicas.
+fn mirror_of(name: &str, origin: &str, replicas: usize) -> stream::Config {
+    stream::Config {
+        name: name.into(),
+        mirror: Some(stream::Source {
+            name: origin.into(),
+            ..Default::default()
+        }),
+        num_replicas: replicas,
+        ..Default::default()
+    }
+}
+
+/// An R3 stream sourcing `origin`'s messages on `filter`.
+fn sourcing(name: &str, origin: &str, filter: &str) -> stream::Config {
+    stream::Config {
+        name: name.into(),
+        sources: Some(vec![stream::Source {
+            name: origin.into(),
+            filter_subject: Some(filter.into()),
+            ..Default::default()
+        }]),
+        num_replicas: 3,
+        ..Default::default()
+    }
+}
+
 /// Order `n`'s subject: even orders are European.
 fn order_subject(n: usize) -> String {
     let region = if n % 2 == 0 { "eu" } else { "us" };
@@ -2294,33 +2331,8 @@ fn order_subject(n: usize) -> String {
 async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_loss() {
     let (mut cl, js) = three_nodes().await;
     create_r3(&js[0], "ORDERS", "orders.>").await;
-    create_retrying(
-        &js[0],
-        stream::Config {
-            name: "ORDERSBACKUP".into(),
-            mirror: Some(stream::Source {
-                name: "ORDERS".into(),
-                ..Default::default()
-            }),
-            num_replicas: 3,
-            ..Default::default()
-        },
-    )
-    .await;
-    create_retrying(
-        &js[1],
-        stream::Config {
-            name: "EUORDERS".into(),
-            sources: Some(vec![stream::Source {
-                name: "ORDERS".into(),
-                filter_subject: Some("orders.eu.>".into()),
-                ..Default::default()
-            }]),
-            num_replicas: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    create_retrying(&js[0], mirror_of("ORDERSBACKUP", "ORDERS", 3)).await;
+    create_retrying(&js[1], sourcing("EUORDERS", "ORDERS", "orders.eu.>")).await;
 
     let mut acked = BTreeMap::new();
     for n in 0..100 {
@@ -2343,14 +2355,7 @@ async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_l
     // The mirror: the origin's history at the origin's sequences, on every node.
     every_node_holds(&js, "ORDERSBACKUP", &acked, 200).await;
     // The source: the European orders, once each, in order, at its own sequences.
-    let european = |upto: usize| -> BTreeMap<u64, String> {
-        (0..upto)
-            .filter(|n| n % 2 == 0)
-            .enumerate()
-            .map(|(i, n)| (i as u64 + 1, order(n)))
-            .collect()
-    };
-    every_node_holds(&js, "EUORDERS", &european(200), 100).await;
+    every_node_holds(&js, "EUORDERS", &european_orders(200), 100).await;
     let mut backup = js[0].get_stream("ORDERSBACKUP").await.unwrap();
     let mirror = backup
         .info()
@@ -2375,7 +2380,7 @@ async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_l
         wait_messages_within(j, "EUORDERS", 110, Duration::from_secs(90)).await;
     }
     every_node_holds(&js, "ORDERSBACKUP", &acked, 220).await;
-    every_node_holds(&js, "EUORDERS", &european(220), 110).await;
+    every_node_holds(&js, "EUORDERS", &european_orders(220), 110).await;
     drop(js);
     if !cl.is_reference() {
         assert_every_store_sealed(&cl, &["ORDERSBACKUP", "EUORDERS", &order(3), "orders.eu"]);
@@ -2389,49 +2394,18 @@ async fn replicated_mirrors_and_sources_copy_every_message_once_through_leader_l
 async fn a_mirror_and_a_source_read_an_origin_held_by_another_server() {
     let (mut cl, js) = three_nodes().await;
     create_r1(&js[0], "DEPOT", "depot.>").await;
-    create_retrying(
-        &js[1],
-        stream::Config {
-            name: "DEPOTMIRROR".into(),
-            mirror: Some(stream::Source {
-                name: "DEPOT".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
-    create_retrying(
-        &js[2],
-        stream::Config {
-            name: "DEPOTEU".into(),
-            sources: Some(vec![stream::Source {
-                name: "DEPOT".into(),
-                filter_subject: Some("depot.eu.>".into()),
-                ..Default::default()
-            }]),
-            num_replicas: 3,
-            ..Default::default()
-        },
-    )
-    .await;
+    create_retrying(&js[1], mirror_of("DEPOTMIRROR", "DEPOT", 1)).await;
+    create_retrying(&js[2], sourcing("DEPOTEU", "DEPOT", "depot.eu.>")).await;
     let subject = |n: usize| order_subject(n).replacen("orders", "depot", 1);
     let mut acked = BTreeMap::new();
     for n in 0..60 {
         let seq = publish_until_acked(&js, n, &subject(n), order(n)).await;
         acked.insert(seq, order(n));
     }
-    let european = |upto: usize| -> BTreeMap<u64, String> {
-        (0..upto)
-            .filter(|n| n % 2 == 0)
-            .enumerate()
-            .map(|(i, n)| (i as u64 + 1, order(n)))
-            .collect()
-    };
     // The mirror lives on n2 alone; n1 holds the origin.
     wait_messages(&js[1], "DEPOTMIRROR", 60).await;
     assert_eq!(settled_history(&js[1], "DEPOTMIRROR", &acked).await, acked);
-    every_node_holds(&js, "DEPOTEU", &european(60), 30).await;
+    every_node_holds(&js, "DEPOTEU", &european_orders(60), 30).await;
     drop(js);
 
     // The mirror's server and then the origin's go down and come back.
@@ -2453,7 +2427,7 @@ async fn a_mirror_and_a_source_read_an_origin_held_by_another_server() {
     for j in &js {
         wait_messages_within(j, "DEPOTEU", 50, Duration::from_secs(60)).await;
     }
-    every_node_holds(&js, "DEPOTEU", &european(100), 50).await;
+    every_node_holds(&js, "DEPOTEU", &european_orders(100), 50).await;
     drop(js);
     if !cl.is_reference() {
         assert_every_store_sealed(&cl, &["DEPOTMIRROR", "DEPOTEU", &order(5), "depot.eu"]);

@@ -446,26 +446,32 @@ pub fn encode_msg_line(
     put_account(out, account);
     out.put_slice(subject);
     out.put_u8(b' ');
+    put_reply_and_queues(out, reply, queues);
+    put_sizes(out, header_len, total);
+}
+
+/// A message control line's reply and queue groups: the reply alone without queues,
+/// `+ <reply> <queues>` or `| <queues>` with them.
+fn put_reply_and_queues(out: &mut BytesMut, reply: Option<&[u8]>, queues: &[&[u8]]) {
     if queues.is_empty() {
         if let Some(r) = reply {
             out.put_slice(r);
             out.put_u8(b' ');
         }
-    } else {
-        match reply {
-            Some(r) => {
-                out.put_slice(b"+ ");
-                out.put_slice(r);
-                out.put_u8(b' ');
-            }
-            None => out.put_slice(b"| "),
-        }
-        for q in queues {
-            out.put_slice(q);
+        return;
+    }
+    match reply {
+        Some(r) => {
+            out.put_slice(b"+ ");
+            out.put_slice(r);
             out.put_u8(b' ');
         }
+        None => out.put_slice(b"| "),
     }
-    put_sizes(out, header_len, total);
+    for q in queues {
+        out.put_slice(q);
+        out.put_u8(b' ');
+    }
 }
 
 /// Ends a message control line: the header size (header forms only), the total, CRLF.
@@ -503,25 +509,7 @@ pub fn encode_delivery_line(
         out.put_slice(w);
         out.put_u8(b' ');
     }
-    if queues.is_empty() {
-        if let Some(r) = reply {
-            out.put_slice(r);
-            out.put_u8(b' ');
-        }
-    } else {
-        match reply {
-            Some(r) => {
-                out.put_slice(b"+ ");
-                out.put_slice(r);
-                out.put_u8(b' ');
-            }
-            None => out.put_slice(b"| "),
-        }
-        for q in queues {
-            out.put_slice(q);
-            out.put_u8(b' ');
-        }
-    }
+    put_reply_and_queues(out, reply, queues);
     put_sizes(out, header_len, total);
 }
 

@@ -583,7 +583,7 @@ impl Worker {
             let in_flight = self.replica.as_ref().is_some_and(|r| r.in_flight.is_some());
             if !in_flight && r.is_leader() {
                 d = st.next_deadline();
-                // The leader copies for the group (see `copy_for_group`).
+                // The leader copies for the group (see `copy_sources`).
                 if !st.source_links().is_empty() {
                     if self.bell.is_pending() {
                         d = Some(0);
@@ -738,7 +738,7 @@ impl Worker {
         if self.run(st, local, now, Mode::Local) {
             return true;
         }
-        self.copy_for_group(st, replica, now);
+        self.copy_sources(st, Some(replica), now);
         let due = st.next_deadline().is_some_and(|t| t <= now);
         let tick = due && replica.is_leader();
         replica.propose(now, tick);
@@ -1034,7 +1034,7 @@ impl Worker {
             self.publish(st, publishes, now);
         }
         if mode == Mode::Single {
-            self.copy_sources(st, now);
+            self.copy_sources(st, None, now);
         }
         if mode != Mode::Local {
             st.tick(&mut self.fx, now);
@@ -1101,10 +1101,19 @@ impl Worker {
 
     /// Copies from the origins of a mirror or sourcing stream, when rung or due (see
     /// [`sourcing`](super::sourcing)). Over its quota a stream copies nothing (it tries again
-    /// later, as a publish would be refused).
-    fn copy_sources(&mut self, st: &mut Stream, now: i64) {
+    /// later, as a publish would be refused). A replicated stream copies on its leader while
+    /// no proposal is in flight, and what it read joins the next round: the next pass waits
+    /// for that round to be applied, which moves the links.
+    fn copy_sources(&mut self, st: &mut Stream, mut replica: Option<&mut Replica>, now: i64) {
         if st.source_links().is_empty() {
             return;
+        }
+        if let Some(r) = replica.as_deref() {
+            // A batch waiting to be proposed (a remote origin's answer) moves the links first.
+            let waiting = r.pending.iter().any(|i| matches!(i, Input::Sourced(_)));
+            if r.in_flight.is_some() || waiting || !r.is_leader() {
+                return;
+            }
         }
         let due = self.copy_at.is_some_and(|t| t <= now);
         if !self.bell.take() && !due {
@@ -1117,13 +1126,21 @@ impl Worker {
         let fx = &mut self.fx;
         let asking = &mut self.asking;
         let (js, bell) = (&self.js, &self.bell);
+        let replicated = replica.is_some();
         self.copy_at = sourcing::copy(
             js,
             &self.acc,
             bell,
             st,
             now,
-            |st, idx, b| st.take_sourced(idx, b, fx, now),
+            |st, idx, b| match replica.as_deref_mut() {
+                None => st.take_sourced(idx, b, fx, now),
+                Some(r) => {
+                    if let Some(p) = sourcing::proposal(st, idx, b, fx, now) {
+                        r.pending.push(Input::Sourced(p));
+                    }
+                }
+            },
             |home, link| {
                 asking.ask(
                     &js.server_name,
@@ -1135,7 +1152,9 @@ impl Worker {
                 )
             },
         );
-        self.execute(st);
+        if !replicated {
+            self.execute(st);
+        }
     }
 
     /// An answer from a remote origin's host ([`origin_read`]): stored here, or — on a
@@ -1180,57 +1199,6 @@ impl Worker {
             }
         };
         self.copy_at = Some(self.copy_at.map_or(next, |t| t.min(next)));
-    }
-
-    /// A replicated copying stream's pass, on its leader while no proposal is in flight: what
-    /// it reads joins the next round (see [`sourcing`]). The next pass waits for that round
-    /// to be applied, which moves the links.
-    fn copy_for_group(&mut self, st: &mut Stream, replica: &mut Replica, now: i64) {
-        // A batch waiting to be proposed (a remote origin's answer) moves the links first.
-        if st.source_links().is_empty()
-            || replica.in_flight.is_some()
-            || replica
-                .pending
-                .iter()
-                .any(|i| matches!(i, Input::Sourced(_)))
-            || !replica.is_leader()
-        {
-            return;
-        }
-        let due = self.copy_at.is_some_and(|t| t <= now);
-        if !self.bell.take() && !due {
-            return;
-        }
-        if self.over_quota(st).is_some() {
-            self.copy_at = Some(now.saturating_add(1_000_000_000));
-            return;
-        }
-        let fx = &mut self.fx;
-        let pending = &mut replica.pending;
-        let asking = &mut self.asking;
-        let (js, bell) = (&self.js, &self.bell);
-        self.copy_at = sourcing::copy(
-            js,
-            &self.acc,
-            bell,
-            st,
-            now,
-            |st, idx, b| {
-                if let Some(p) = sourcing::proposal(st, idx, b, fx, now) {
-                    pending.push(Input::Sourced(p));
-                }
-            },
-            |home, link| {
-                asking.ask(
-                    &js.server_name,
-                    js.next_seed(),
-                    bell.queue(),
-                    home,
-                    link,
-                    now,
-                )
-            },
-        );
     }
 
     /// Stores a batch of publishes unless the account or the server is out of storage.
