@@ -2428,6 +2428,25 @@ async fn a_mirror_and_a_source_read_an_origin_held_by_another_server() {
         wait_messages_within(j, "DEPOTEU", 50, Duration::from_secs(60)).await;
     }
     every_node_holds(&js, "DEPOTEU", &european_orders(100), 50).await;
+    if !cl.is_reference() {
+        // Idle, the copiers' reads wait at the origin's host for its next message instead of
+        // polling it: a few reads a second at most (a poll every 50 ms would be 40 or more).
+        let reads = |cl: &TestCluster| -> u64 {
+            let (_, body) = cl.nodes[0].server.http_get("/metrics");
+            body.lines()
+                .find_map(|l| l.strip_prefix("sealstream_js_source_reads_total "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("the source reads counter")
+        };
+        let before = reads(&cl);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let idle = reads(&cl) - before;
+        assert!(idle <= 10, "{idle} reads in 2 idle seconds");
+        // And the next message still reaches the mirror.
+        let seq = publish_until_acked(&js, 0, &subject(100), order(100)).await;
+        acked.insert(seq, order(100));
+        wait_messages(&js[1], "DEPOTMIRROR", 101).await;
+    }
     drop(js);
     if !cl.is_reference() {
         assert_every_store_sealed(&cl, &["DEPOTMIRROR", "DEPOTEU", &order(5), "depot.eu"]);

@@ -65,6 +65,7 @@ pub(crate) enum Cmd {
     OriginAnswer {
         mirror: bool,
         origin: String,
+        nonce: String,
         body: Bytes,
     },
     /// The server is stopping: waiting pull requests end with `409 Server Shutdown` (before

@@ -28,7 +28,7 @@ mod cluster;
 mod cmd;
 mod gather;
 mod lifecycle;
-mod origin_read;
+pub(crate) mod origin_read;
 pub(crate) mod rekey;
 mod replica;
 pub(crate) mod rotation;

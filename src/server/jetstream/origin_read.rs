@@ -11,14 +11,18 @@
 //! answer is stored (or, on a replicated copier's leader, proposed) like a local read.
 //!
 //! Bounds: one read in flight per link, asked again when unanswered after [`ANSWER_WAIT_NS`];
-//! at most [`REMOTE_BATCH_BYTES`] per answer. An origin that had nothing new is asked again
-//! after [`POLL_NS`] (a local origin rings its copiers; a remote one cannot).
+//! at most [`REMOTE_BATCH_BYTES`] per answer. A read that finds nothing new waits at the host
+//! ([`Parked`]: up to [`PARK_NS`], at most [`MAX_PARKED`] per stream) and is answered as soon
+//! as the origin stores something — what a local origin's ring does for its copiers — so a
+//! remote mirror follows its origin without polling; an empty answer is asked again after
+//! [`POLL_NS`].
 //!
 //! Trust: a read is answered in the origin's own account with that account's messages, which
 //! its users can read through `$JS.API` as well; a user whose permissions do not allow
 //! publishing to `$SEALSTREAM.>` cannot send one.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -39,8 +43,13 @@ use crate::store::StoredMsg;
 pub(crate) const REMOTE_BATCH_BYTES: usize = 1 << 20;
 /// A read unanswered for this long is asked again (the host may have gone).
 pub(crate) const ANSWER_WAIT_NS: i64 = 3_000_000_000;
-/// An origin that had nothing new is asked again after this long.
-pub(crate) const POLL_NS: i64 = 250_000_000;
+/// An origin that had nothing new (its host waited [`PARK_NS`] already) is asked again after
+/// this long.
+pub(crate) const POLL_NS: i64 = 50_000_000;
+/// How long a host keeps a read that found nothing new before it answers it empty.
+pub(crate) const PARK_NS: i64 = 1_000_000_000;
+/// Reads one stream keeps waiting at most (more are answered at once).
+pub(crate) const MAX_PARKED: usize = 256;
 
 /// The subject a host's stream entry takes reads on.
 pub(crate) fn read_subject(stream: &str) -> String {
@@ -75,9 +84,70 @@ struct WireBatch {
     more: bool,
 }
 
+/// Reads of this server's streams answered for copiers (`/metrics`:
+/// `sealstream_js_source_reads_total`).
+pub(crate) static ANSWERED: AtomicU64 = AtomicU64::new(0);
+/// Reads waiting for their stream's next message, every stream of this server
+/// (`sealstream_js_source_reads_waiting`).
+pub(crate) static WAITING: AtomicU64 = AtomicU64::new(0);
+
+/// Reads that found nothing new, waiting at the origin's host for its next message:
+/// (reply, question, answered empty at).
+#[derive(Default)]
+pub(crate) struct Parked(Vec<(String, Bytes, i64)>);
+
+impl Parked {
+    /// Keeps a read until `now` + [`PARK_NS`]; false when [`MAX_PARKED`] wait already (the
+    /// caller answers it now).
+    pub(crate) fn park(&mut self, reply: String, question: Bytes, now: i64) -> bool {
+        if self.0.len() >= MAX_PARKED {
+            return false;
+        }
+        self.0.push((reply, question, now.saturating_add(PARK_NS)));
+        WAITING.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The reads to answer now: all of them when the origin stored something, else those
+    /// whose wait is over.
+    pub(crate) fn take(&mut self, stored: bool, now: i64) -> Vec<(String, Bytes)> {
+        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|(_, _, until)| stored || *until <= now);
+        self.0 = stay;
+        WAITING.fetch_sub(go.len() as u64, Ordering::Relaxed);
+        go.into_iter().map(|(r, q, _)| (r, q)).collect()
+    }
+
+    /// When the first wait is over.
+    pub(crate) fn next_deadline(&self) -> Option<i64> {
+        self.0.iter().map(|(_, _, until)| *until).min()
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        // Unanswered (the stream stopped): their copiers ask again.
+        WAITING.fetch_sub(self.0.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The origin's side of a new read: its answer, or `None` when it found nothing new (the
+/// read waits: [`Parked`]).
+pub(crate) fn answer_if_any(st: &Stream, question: &[u8]) -> Option<Bytes> {
+    let pending = serde_json::from_slice::<Question>(question)
+        .ok()
+        .map(|q| q.next_seq.max(1) <= st.store().state().last_seq);
+    if pending == Some(false) {
+        return None;
+    }
+    Some(answer(st, question))
+}
+
 /// The origin's side: reads what the question's link has not copied yet from `st` and
 /// encodes it (or why it could not).
 pub(crate) fn answer(st: &Stream, question: &[u8]) -> Bytes {
+    ANSWERED.fetch_add(1, Ordering::Relaxed);
     let read = serde_json::from_slice::<Question>(question)
         .map_err(|e| format!("a source read that did not decode: {e}"))
         .and_then(|q| {
@@ -133,8 +203,10 @@ pub(crate) fn batch_of(body: &[u8]) -> Result<SourceBatch, String> {
     })
 }
 
-/// Where a link's answers arrive: the last token of the reply names the link
-/// (`M<origin>` for the mirror, `S<origin>` for a source).
+/// Where a link's answers arrive: the last token of the reply names the link and the read
+/// (`M` for the mirror or `S` for a source, the read's nonce in [`NONCE_CHARS`] hex digits,
+/// the origin's name). An answer whose nonce is not the read in flight's is dropped, so a
+/// client of the account cannot pass its own batch off as the origin's.
 struct Inbox {
     tx: WeakStreamTx,
 }
@@ -149,10 +221,13 @@ impl Service for Inbox {
         payload: &Bytes,
     ) -> Option<Arc<Budget>> {
         let token = subject.rsplit(|b| *b == b'.').next()?;
-        let (kind, origin) = token.split_first()?;
+        let (kind, rest) = token.split_first()?;
+        let nonce = rest.get(..NONCE_CHARS)?;
+        let origin = rest.get(NONCE_CHARS..)?;
         let cmd = Cmd::OriginAnswer {
             mirror: *kind == b'M',
             origin: String::from_utf8_lossy(origin).into_owned(),
+            nonce: String::from_utf8_lossy(nonce).into_owned(),
             body: payload.clone(),
         };
         if let Some(tx) = self.tx.upgrade() {
@@ -163,12 +238,15 @@ impl Service for Inbox {
     }
 }
 
+/// Hex digits of a read's nonce in its reply subject.
+const NONCE_CHARS: usize = 16;
+
 /// A copying stream's reads of remote origins: its inboxes (one per account it reads in)
-/// and the reads in flight.
+/// and the reads in flight (when asked, and the nonce the answer must carry).
 #[derive(Default)]
 pub(crate) struct Asking {
     inboxes: HashMap<String, (String, Arc<AccountJs>, Arc<Subscription>)>,
-    asked: HashMap<(bool, String), i64>,
+    asked: HashMap<(bool, String), (i64, String)>,
 }
 
 impl Asking {
@@ -187,7 +265,7 @@ impl Asking {
         if self
             .asked
             .get(&key)
-            .is_some_and(|at| now.saturating_sub(*at) < ANSWER_WAIT_NS)
+            .is_some_and(|(at, _)| now.saturating_sub(*at) < ANSWER_WAIT_NS)
         {
             return true;
         }
@@ -214,7 +292,12 @@ impl Asking {
             return false;
         };
         let kind = if link.mirror { 'M' } else { 'S' };
-        let reply = format!("{prefix}.{kind}{}", link.cfg.name);
+        let nonce: String = crate::crypto::random_id()
+            .iter()
+            .take(NONCE_CHARS / 2)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let reply = format!("{prefix}.{kind}{nonce}{}", link.cfg.name);
         let question = Question {
             source: link.cfg.clone(),
             mirror: link.mirror,
@@ -225,13 +308,19 @@ impl Asking {
         let mut sink = RouterSink::new(Arc::clone(&home.account), seed);
         sink.request(&read_subject(&link.cfg.name), &reply, &body);
         sink.flush();
-        self.asked.insert(key, now);
+        self.asked.insert(key, (now, nonce));
         true
     }
 
-    /// An answer for the link (`mirror`, `origin`) arrived: it is no longer in flight.
-    pub(crate) fn answered(&mut self, mirror: bool, origin: &str) {
-        self.asked.remove(&(mirror, origin.to_owned()));
+    /// An answer for the link (`mirror`, `origin`) arrived: true when it answers the read in
+    /// flight (`nonce`), which then is no longer in flight; false for anything else.
+    pub(crate) fn answered(&mut self, mirror: bool, origin: &str, nonce: &str) -> bool {
+        let key = (mirror, origin.to_owned());
+        if self.asked.get(&key).is_none_or(|(_, n)| n != nonce) {
+            return false;
+        }
+        self.asked.remove(&key);
+        true
     }
 
     /// Removes the inboxes (the stream stops).
@@ -294,5 +383,46 @@ mod tests {
         assert!(batch_of(&answer(&st, b"{"))
             .unwrap_err()
             .contains("did not decode"));
+    }
+
+    #[test]
+    fn a_read_with_nothing_new_waits_until_the_origin_stores_or_its_time_is_up() {
+        let st = origin();
+        assert!(answer_if_any(&st, &question("depot.eu.>", 1)).is_some());
+        // Past the last message: nothing to read, so it waits.
+        assert!(answer_if_any(&st, &question("depot.eu.>", 4)).is_none());
+        let mut parked = Parked::default();
+        assert!(parked.park("r1".into(), Bytes::new(), 0));
+        assert!(parked.park("r2".into(), Bytes::new(), 10));
+        assert_eq!(parked.next_deadline(), Some(PARK_NS));
+        assert!(parked.take(false, PARK_NS - 1).is_empty());
+        let due: Vec<String> = parked
+            .take(false, PARK_NS)
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(due, vec!["r1".to_owned()]);
+        // The origin stored something: every waiting read is answered.
+        assert_eq!(parked.take(true, 11).len(), 1);
+        assert_eq!(parked.next_deadline(), None);
+        for i in 0..MAX_PARKED {
+            assert!(parked.park(format!("r{i}"), Bytes::new(), 0));
+        }
+        assert!(!parked.park("one too many".into(), Bytes::new(), 0));
+    }
+
+    #[test]
+    fn only_the_answer_to_the_read_in_flight_is_taken() {
+        let mut asking = Asking::default();
+        let key = (true, "DEPOT".to_owned());
+        asking
+            .asked
+            .insert(key.clone(), (0, "00112233aabbccdd".into()));
+        assert!(!asking.answered(true, "DEPOT", "ffffffffffffffff"));
+        assert!(!asking.answered(false, "DEPOT", "00112233aabbccdd"));
+        assert!(asking.asked.contains_key(&key));
+        assert!(asking.answered(true, "DEPOT", "00112233aabbccdd"));
+        // Taken once: a second copy of the same answer is not.
+        assert!(!asking.answered(true, "DEPOT", "00112233aabbccdd"));
     }
 }

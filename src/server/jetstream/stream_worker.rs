@@ -34,7 +34,7 @@ use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
 use super::cmd::{cmd_size, Cmd};
-use super::origin_read::{self, Asking};
+use super::origin_read::{self, Asking, Parked};
 use super::replica::{self, Replica, ReplicaView};
 use super::round::{Input, Round};
 use super::shard::{Served, ShardTask, StreamQueue};
@@ -293,6 +293,7 @@ pub(crate) fn spawn(
         last_rung,
         copy_at: None,
         asking: Asking::default(),
+        parked: Parked::default(),
         js: Arc::clone(js),
         acc: Arc::clone(acc),
         sink: RouterSink::new(Arc::clone(&acc.account), js.next_seed()),
@@ -445,6 +446,8 @@ pub(crate) struct Worker {
     copy_at: Option<i64>,
     /// Reads of origins other servers hold (see [`origin_read`]).
     asking: Asking,
+    /// Copiers' reads of this stream waiting for its next message.
+    parked: Parked,
     changed_since_snapshot: bool,
     last_snapshot: i64,
     /// Last rollback checkpoint written to the catalog (unix nanos), and whether anything
@@ -596,10 +599,16 @@ impl Worker {
                 let t = self.last_snapshot.saturating_add(SNAPSHOT_EVERY_NS);
                 d = Some(d.map_or(t, |x: i64| x.min(t)));
             }
+            if let Some(t) = self.parked.next_deadline() {
+                d = Some(d.map_or(t, |x: i64| x.min(t)));
+            }
             return d;
         }
         let mut d = st.next_deadline();
         let mut take = |t: i64| d = Some(d.map_or(t, |x: i64| x.min(t)));
+        if let Some(t) = self.parked.next_deadline() {
+            take(t);
+        }
         if let Some(iv) = self.js.sync_interval {
             take(
                 self.last_sync
@@ -718,8 +727,9 @@ impl Worker {
                 Cmd::OriginAnswer {
                     mirror,
                     origin,
+                    nonce,
                     body,
-                } => self.origin_answer(st, (mirror, &origin, &body), now, Some(replica)),
+                } => self.origin_answer(st, (mirror, &origin, &nonce, &body), now, Some(replica)),
                 Cmd::Proposed(r) => {
                     if let Some((round, intake)) = replica.proposed(r) {
                         self.refuse(st, round);
@@ -994,14 +1004,21 @@ impl Worker {
                 Cmd::SourceReady => {}
                 Cmd::Sourced(b) => sourcing::take_replicated(st, *b, &mut self.fx, now),
                 Cmd::SourceRead { reply, payload } => {
-                    let body = origin_read::answer(st, &payload);
-                    self.fx.reply(&reply, body);
+                    match origin_read::answer_if_any(st, &payload) {
+                        Some(body) => self.fx.reply(&reply, body),
+                        None => {
+                            if !self.parked.park(reply.clone(), payload.clone(), now) {
+                                self.fx.reply(&reply, origin_read::answer(st, &payload));
+                            }
+                        }
+                    }
                 }
                 Cmd::OriginAnswer {
                     mirror,
                     origin,
+                    nonce,
                     body,
-                } => self.origin_answer(st, (mirror, &origin, &body), now, None),
+                } => self.origin_answer(st, (mirror, &origin, &nonce, &body), now, None),
                 Cmd::EndPullsForShutdown(done) => {
                     for c in st.consumers.values_mut() {
                         c.server_shutdown(&mut self.fx);
@@ -1085,10 +1102,12 @@ impl Worker {
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
         let last = st.store().state().last_seq;
-        if last != self.last_rung {
+        let stored = last != self.last_rung;
+        if stored {
             self.last_rung = last;
             self.copiers.ring();
         }
+        self.answer_parked(st, stored, now);
         if let Some(done) = stop {
             self.shutdown(st);
             if let Some(d) = done {
@@ -1157,17 +1176,34 @@ impl Worker {
         }
     }
 
+    /// Answers the reads of remote copiers that waited for this stream's next message
+    /// ([`origin_read::Parked`]): all of them once it `stored` something, else those whose
+    /// wait is over. Sent on the worker's own router sink: a follower's round of another
+    /// replica routes no replies, and these are this replica's own.
+    fn answer_parked(&mut self, st: &Stream, stored: bool, now: i64) {
+        let due = self.parked.take(stored, now);
+        if due.is_empty() {
+            return;
+        }
+        for (reply, question) in due {
+            self.sink.reply(&reply, origin_read::answer(st, &question));
+        }
+        self.sink.flush();
+    }
+
     /// An answer from a remote origin's host ([`origin_read`]): stored here, or — on a
     /// replicated stream's leader — proposed like a batch read here. The next read of that
     /// origin is due at once when it had something, after a poll interval when not.
     fn origin_answer(
         &mut self,
         st: &mut Stream,
-        (mirror, origin, body): (bool, &str, &[u8]),
+        (mirror, origin, nonce, body): (bool, &str, &str, &[u8]),
         now: i64,
         replica: Option<&mut Replica>,
     ) {
-        self.asking.answered(mirror, origin);
+        if !self.asking.answered(mirror, origin, nonce) {
+            return;
+        }
         let Some(idx) = st
             .source_links()
             .iter()

@@ -363,7 +363,19 @@ fn audit_metrics(o: &mut String, js: &crate::server::jetstream::JetStream) {
 pub(crate) fn metrics(shared: &Shared) -> String {
     let st = &shared.stats;
     let mut o = String::with_capacity(4096);
-    let simple: [(&str, &str, &str, u64); 14] = [
+    let simple: [(&str, &str, &str, u64); 16] = [
+        (
+            "sealstream_js_source_reads_total",
+            "counter",
+            "Reads of this server's streams answered for mirrors and sources on other servers.",
+            crate::server::jetstream::origin_read::ANSWERED.load(Ordering::Relaxed),
+        ),
+        (
+            "sealstream_js_source_reads_waiting",
+            "gauge",
+            "Such reads waiting for their stream's next message (up to 1 s each, at most 256 per stream).",
+            crate::server::jetstream::origin_read::WAITING.load(Ordering::Relaxed),
+        ),
         (
             "sealstream_js_reads_waiting",
             "gauge",
