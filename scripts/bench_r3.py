@@ -308,8 +308,23 @@ async def mirror(cl, args):
             raise RuntimeError("the mirror's replicas did not fill in 180 s")
         await asyncio.sleep(0.05)
     took = time.perf_counter() - started
+    # Then the mirror's lag: one message at a time into the idle origin, timed until every
+    # replica of the mirror holds it (its /jsz read every millisecond).
+    lags = []
+    for _ in range(20):
+        await asyncio.sleep(0.3)
+        total += 1
+        t = time.perf_counter()
+        await js.publish("origin.x", payload)
+        while not all(cl.local_messages(i, "COPY") >= total for i in holders):
+            if time.perf_counter() - t > 10:
+                raise RuntimeError("a message did not reach the mirror in 10 s")
+            await asyncio.sleep(0.001)
+        lags.append(time.perf_counter() - t)
+    lags.sort()
     await nc.close()
-    return {"mirror_all_replicas_s": took, "mirror_mb_s": n * 1024 / 1e6 / took}
+    return {"mirror_all_replicas_s": took, "mirror_mb_s": n * 1024 / 1e6 / took,
+            "mirror_lag_p50_ms": lags[len(lags) // 2] * 1e3, "mirror_lag_max_ms": lags[-1] * 1e3}
 
 
 async def gets(cl, args):
