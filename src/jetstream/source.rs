@@ -148,7 +148,7 @@ impl SourceLink {
 }
 
 /// What one read of an origin found.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SourceBatch {
     /// The messages to copy, in origin order.
     pub msgs: Vec<StoredMsg>,

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::cmd::Cmd;
+use super::round;
 use super::shard::WeakStreamTx;
 use super::sink::RouterSink;
 use super::AccountJs;
@@ -37,7 +38,6 @@ use crate::jetstream::source::{read_batch_within, SourceBatch, SourceLink, BATCH
 use crate::jetstream::stream::Stream;
 use crate::server::account::{Service, Subscription};
 use crate::server::backpressure::Budget;
-use crate::store::StoredMsg;
 
 /// Most bytes one answer carries (a route message, not a store thread's whole round).
 pub(crate) const REMOTE_BATCH_BYTES: usize = 1 << 20;
@@ -58,30 +58,11 @@ pub(crate) fn read_subject(stream: &str) -> String {
 
 /// What a copier asks: its link as it stands.
 #[derive(Serialize, Deserialize)]
-struct Question {
+pub(crate) struct Question {
     source: StreamSource,
     mirror: bool,
     next_seq: u64,
     not_before: Option<i64>,
-}
-
-/// One message of an answer.
-#[derive(Serialize, Deserialize)]
-struct WireMsg {
-    seq: u64,
-    ts: i64,
-    subject: String,
-    headers: Option<Vec<u8>>,
-    payload: Vec<u8>,
-}
-
-/// A batch as it travels.
-#[derive(Serialize, Deserialize)]
-struct WireBatch {
-    msgs: Vec<WireMsg>,
-    scanned_to: u64,
-    origin_last: u64,
-    more: bool,
 }
 
 /// Reads of this server's streams answered for copiers (`/metrics`:
@@ -94,23 +75,26 @@ pub(crate) static WAITING: AtomicU64 = AtomicU64::new(0);
 /// Reads that found nothing new, waiting at the origin's host for its next message:
 /// (reply, question, answered empty at).
 #[derive(Default)]
-pub(crate) struct Parked(Vec<(String, Bytes, i64)>);
+pub(crate) struct Parked(Vec<(String, Question, i64)>);
 
 impl Parked {
-    /// Keeps a read until `now` + [`PARK_NS`]; false when [`MAX_PARKED`] wait already (the
-    /// caller answers it now).
-    pub(crate) fn park(&mut self, reply: String, question: Bytes, now: i64) -> bool {
-        if self.0.len() >= MAX_PARKED {
-            return false;
-        }
-        self.0.push((reply, question, now.saturating_add(PARK_NS)));
+    /// Keeps a read until `now` + [`PARK_NS`].
+    fn park(&mut self, reply: String, q: Question, now: i64) {
+        self.0.push((reply, q, now.saturating_add(PARK_NS)));
         WAITING.fetch_add(1, Ordering::Relaxed);
-        true
+    }
+
+    /// Whether another read may wait ([`MAX_PARKED`]).
+    fn has_room(&self) -> bool {
+        self.0.len() < MAX_PARKED
     }
 
     /// The reads to answer now: all of them when the origin stored something, else those
     /// whose wait is over.
-    pub(crate) fn take(&mut self, stored: bool, now: i64) -> Vec<(String, Bytes)> {
+    fn take(&mut self, stored: bool, now: i64) -> Vec<(String, Question)> {
+        if self.0.is_empty() {
+            return Vec::new();
+        }
         let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut self.0)
             .into_iter()
             .partition(|(_, _, until)| stored || *until <= now);
@@ -123,6 +107,14 @@ impl Parked {
     pub(crate) fn next_deadline(&self) -> Option<i64> {
         self.0.iter().map(|(_, _, until)| *until).min()
     }
+
+    /// The waiting reads `st` answers now (see [`Parked::take`]): (reply, answer).
+    pub(crate) fn answers(&mut self, st: &Stream, stored: bool, now: i64) -> Vec<(String, Bytes)> {
+        self.take(stored, now)
+            .into_iter()
+            .map(|(reply, q)| (reply, answer(st, Ok(q))))
+            .collect()
+    }
 }
 
 impl Drop for Parked {
@@ -132,75 +124,61 @@ impl Drop for Parked {
     }
 }
 
-/// The origin's side of a new read: its answer, or `None` when it found nothing new (the
-/// read waits: [`Parked`]).
-pub(crate) fn answer_if_any(st: &Stream, question: &[u8]) -> Option<Bytes> {
-    let pending = serde_json::from_slice::<Question>(question)
-        .ok()
-        .map(|q| q.next_seq.max(1) <= st.store().state().last_seq);
-    if pending == Some(false) {
-        return None;
+/// The origin's side of a copier's read of `st`: the answer to send to `reply` now, or
+/// `None` when the read found nothing new and waits in `parked`.
+pub(crate) fn read(
+    st: &Stream,
+    parked: &mut Parked,
+    reply: String,
+    question: &[u8],
+    now: i64,
+) -> Option<(String, Bytes)> {
+    let q = serde_json::from_slice::<Question>(question)
+        .map_err(|e| format!("a source read that did not decode: {e}"));
+    match q {
+        Ok(q) if q.next_seq.max(1) > st.store().state().last_seq && parked.has_room() => {
+            parked.park(reply, q, now);
+            None
+        }
+        other => Some((reply, answer(st, other))),
     }
-    Some(answer(st, question))
 }
 
-/// The origin's side: reads what the question's link has not copied yet from `st` and
-/// encodes it (or why it could not).
-pub(crate) fn answer(st: &Stream, question: &[u8]) -> Bytes {
+/// The answer to a read: `0` and the batch ([`round::put_batch`]), or `1` and why there is
+/// none.
+fn answer(st: &Stream, q: Result<Question, String>) -> Bytes {
     ANSWERED.fetch_add(1, Ordering::Relaxed);
-    let read = serde_json::from_slice::<Question>(question)
-        .map_err(|e| format!("a source read that did not decode: {e}"))
-        .and_then(|q| {
-            let mut link = SourceLink::new(q.source, q.mirror);
-            link.next_seq = q.next_seq.max(1);
-            link.not_before = q.not_before;
-            read_batch_within(st.store(), &link, BATCH_MSGS, REMOTE_BATCH_BYTES)
-                .map_err(|e| e.to_string())
-        })
-        .map(|b| WireBatch {
-            scanned_to: b.scanned_to,
-            origin_last: b.origin_last,
-            more: b.more,
-            msgs: b
-                .msgs
-                .into_iter()
-                .map(|m| WireMsg {
-                    seq: m.seq,
-                    ts: m.ts,
-                    subject: m.subject,
-                    headers: m.headers.map(|h| h.to_vec()),
-                    payload: m.payload.to_vec(),
-                })
-                .collect(),
-        });
-    Bytes::from(postcard::to_stdvec(&read).unwrap_or_default())
+    let read = q.and_then(|q| {
+        let mut link = SourceLink::new(q.source, q.mirror);
+        link.next_seq = q.next_seq.max(1);
+        link.not_before = q.not_before;
+        read_batch_within(st.store(), &link, BATCH_MSGS, REMOTE_BATCH_BYTES)
+            .map_err(|e| e.to_string())
+    });
+    let mut out = Vec::new();
+    match read {
+        Ok(b) => {
+            out.push(0);
+            round::put_batch(&mut out, &b);
+        }
+        Err(e) => {
+            out.push(1);
+            out.extend_from_slice(e.as_bytes());
+        }
+    }
+    Bytes::from(out)
 }
 
 /// The copier's side: an answer's batch, or why there is none (an empty body is the
 /// router's "no responders": no server holds the origin now).
 pub(crate) fn batch_of(body: &[u8]) -> Result<SourceBatch, String> {
-    if body.is_empty() {
-        return Err("no server holds the origin stream now".to_owned());
+    match body.split_first() {
+        None => Err("no server holds the origin stream now".to_owned()),
+        Some((0, batch)) => {
+            round::batch_from(batch).ok_or_else(|| "an answer that did not decode".to_owned())
+        }
+        Some((_, why)) => Err(String::from_utf8_lossy(why).into_owned()),
     }
-    let read: Result<WireBatch, String> =
-        postcard::from_bytes(body).map_err(|e| format!("an answer that did not decode: {e}"))?;
-    let b = read?;
-    Ok(SourceBatch {
-        scanned_to: b.scanned_to,
-        origin_last: b.origin_last,
-        more: b.more,
-        msgs: b
-            .msgs
-            .into_iter()
-            .map(|m| StoredMsg {
-                seq: m.seq,
-                ts: m.ts,
-                subject: m.subject,
-                headers: m.headers.map(Bytes::from),
-                payload: Bytes::from(m.payload),
-            })
-            .collect(),
-    })
 }
 
 /// Where a link's answers arrive: the last token of the reply names the link and the read
@@ -366,49 +344,67 @@ mod tests {
         .unwrap()
     }
 
+    fn read_now(st: &Stream, parked: &mut Parked, q: &[u8]) -> Option<Bytes> {
+        read(st, parked, "r".into(), q, 0).map(|(_, body)| body)
+    }
+
     #[test]
     fn an_answer_carries_the_links_next_batch_and_a_failure_says_why() {
         let st = origin();
-        let b = batch_of(&answer(&st, &question("depot.eu.>", 1))).unwrap();
+        let mut parked = Parked::default();
+        let body = read_now(&st, &mut parked, &question("depot.eu.>", 1)).unwrap();
+        let b = batch_of(&body).unwrap();
         let seqs: Vec<u64> = b.msgs.iter().map(|m| m.seq).collect();
         assert_eq!(seqs, vec![1, 3]);
         assert_eq!((b.scanned_to, b.origin_last, b.more), (3, 3, false));
         assert_eq!(b.msgs[1].subject, "depot.eu.3");
         assert_eq!(&b.msgs[1].payload[..], b"x");
-        // From where the link stands: nothing left past 3.
-        let b = batch_of(&answer(&st, &question("depot.eu.>", 4))).unwrap();
-        assert!(b.msgs.is_empty());
-        // The router's no-responders answer, and a question that did not decode.
+        // The router's no-responders answer, a question that did not decode, a cut answer.
         assert!(batch_of(b"").unwrap_err().contains("no server holds"));
-        assert!(batch_of(&answer(&st, b"{"))
+        let bad = read_now(&st, &mut parked, b"{").unwrap();
+        assert!(batch_of(&bad).unwrap_err().contains("did not decode"));
+        assert!(batch_of(&body[..body.len() - 1])
             .unwrap_err()
             .contains("did not decode"));
+        assert_eq!(parked.next_deadline(), None);
     }
 
     #[test]
     fn a_read_with_nothing_new_waits_until_the_origin_stores_or_its_time_is_up() {
         let st = origin();
-        assert!(answer_if_any(&st, &question("depot.eu.>", 1)).is_some());
-        // Past the last message: nothing to read, so it waits.
-        assert!(answer_if_any(&st, &question("depot.eu.>", 4)).is_none());
         let mut parked = Parked::default();
-        assert!(parked.park("r1".into(), Bytes::new(), 0));
-        assert!(parked.park("r2".into(), Bytes::new(), 10));
+        // Past the last message: nothing to read, so it waits.
+        assert!(read(&st, &mut parked, "r1".into(), &question("depot.eu.>", 4), 0).is_none());
+        assert!(read(
+            &st,
+            &mut parked,
+            "r2".into(),
+            &question("depot.eu.>", 4),
+            10
+        )
+        .is_none());
         assert_eq!(parked.next_deadline(), Some(PARK_NS));
-        assert!(parked.take(false, PARK_NS - 1).is_empty());
-        let due: Vec<String> = parked
-            .take(false, PARK_NS)
-            .into_iter()
-            .map(|r| r.0)
-            .collect();
-        assert_eq!(due, vec!["r1".to_owned()]);
+        assert!(parked.answers(&st, false, PARK_NS - 1).is_empty());
+        let due = parked.answers(&st, false, PARK_NS);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].0, "r1");
+        assert!(batch_of(&due[0].1).unwrap().msgs.is_empty());
         // The origin stored something: every waiting read is answered.
-        assert_eq!(parked.take(true, 11).len(), 1);
+        assert_eq!(parked.answers(&st, true, 11).len(), 1);
         assert_eq!(parked.next_deadline(), None);
         for i in 0..MAX_PARKED {
-            assert!(parked.park(format!("r{i}"), Bytes::new(), 0));
+            assert!(read(
+                &st,
+                &mut parked,
+                format!("r{i}"),
+                &question("depot.eu.>", 4),
+                0
+            )
+            .is_none());
         }
-        assert!(!parked.park("one too many".into(), Bytes::new(), 0));
+        // One too many is answered at once, empty.
+        let now = read_now(&st, &mut parked, &question("depot.eu.>", 4)).unwrap();
+        assert!(batch_of(&now).unwrap().msgs.is_empty());
     }
 
     #[test]

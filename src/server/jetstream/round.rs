@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use crate::consensus::NodeId;
 use crate::jetstream::api::ApiCall;
+use crate::jetstream::source::SourceBatch;
 use crate::jetstream::stream::Incoming;
 use crate::store::StoredMsg;
 
@@ -47,12 +48,8 @@ pub(crate) struct Sourced {
     pub(crate) origin: String,
     /// Whether the link is the stream's mirror.
     pub(crate) mirror: bool,
-    /// The origin was read up to this sequence.
-    pub(crate) scanned_to: u64,
-    /// The origin's last sequence at the read.
-    pub(crate) origin_last: u64,
-    /// The messages to copy, in origin order.
-    pub(crate) msgs: Vec<StoredMsg>,
+    /// What the read found.
+    pub(crate) batch: SourceBatch,
 }
 
 /// What one replica proposes and every replica applies.
@@ -158,20 +155,7 @@ impl Round {
                     out.extend_from_slice(&b.link.to_le_bytes());
                     put(&mut out, b.origin.as_bytes());
                     out.push(u8::from(b.mirror));
-                    out.extend_from_slice(&b.scanned_to.to_le_bytes());
-                    out.extend_from_slice(&b.origin_last.to_le_bytes());
-                    out.extend_from_slice(
-                        &u32::try_from(b.msgs.len())
-                            .unwrap_or(u32::MAX)
-                            .to_le_bytes(),
-                    );
-                    for m in &b.msgs {
-                        out.extend_from_slice(&m.seq.to_le_bytes());
-                        out.extend_from_slice(&m.ts.to_le_bytes());
-                        put(&mut out, m.subject.as_bytes());
-                        put_opt(&mut out, m.headers.as_deref());
-                        put(&mut out, &m.payload);
-                    }
+                    put_batch(&mut out, &b.batch);
                 }
             }
         }
@@ -218,26 +202,12 @@ impl Round {
                     let link = r.u32()?;
                     let origin = r.string()?;
                     let mirror = *r.take(1)?.first()? != 0;
-                    let scanned_to = r.u64()?;
-                    let origin_last = r.u64()?;
-                    let n = r.u32()?;
-                    let mut msgs = Vec::with_capacity(n.min(4096) as usize);
-                    for _ in 0..n {
-                        msgs.push(StoredMsg {
-                            seq: r.u64()?,
-                            ts: i64::from_le_bytes(r.take(8)?.try_into().ok()?),
-                            subject: r.string()?,
-                            headers: r.opt()?,
-                            payload: r.bytes()?,
-                        });
-                    }
+                    let batch = r.batch()?;
                     Input::Sourced(Box::new(Sourced {
                         link,
                         origin,
                         mirror,
-                        scanned_to,
-                        origin_last,
-                        msgs,
+                        batch,
                     }))
                 }
                 _ => return None,
@@ -269,7 +239,8 @@ fn input_size(i: &Input) -> usize {
         Input::FlowControl { subject } => 8 + subject.len(),
         Input::Sourced(b) => {
             48 + b.origin.len()
-                + b.msgs
+                + b.batch
+                    .msgs
                     .iter()
                     .map(|m| {
                         32 + m.subject.len()
@@ -279,6 +250,34 @@ fn input_size(i: &Input) -> usize {
                     .sum::<usize>()
         }
     }
+}
+
+/// Appends a batch read from an origin: how far it was read, the origin's last sequence,
+/// whether more waits, and the messages. A round's `Sourced` input and a remote origin's
+/// answer (`origin_read`) both carry one.
+pub(crate) fn put_batch(out: &mut Vec<u8>, b: &SourceBatch) {
+    out.extend_from_slice(&b.scanned_to.to_le_bytes());
+    out.extend_from_slice(&b.origin_last.to_le_bytes());
+    out.push(u8::from(b.more));
+    out.extend_from_slice(
+        &u32::try_from(b.msgs.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
+    for m in &b.msgs {
+        out.extend_from_slice(&m.seq.to_le_bytes());
+        out.extend_from_slice(&m.ts.to_le_bytes());
+        put(out, m.subject.as_bytes());
+        put_opt(out, m.headers.as_deref());
+        put(out, &m.payload);
+    }
+}
+
+/// A batch [`put_batch`] wrote, and nothing after it; `None` for anything else.
+pub(crate) fn batch_from(bytes: &[u8]) -> Option<SourceBatch> {
+    let mut r = Reader { b: bytes };
+    let batch = r.batch()?;
+    r.b.is_empty().then_some(batch)
 }
 
 struct Reader<'a> {
@@ -301,6 +300,29 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn batch(&mut self) -> Option<SourceBatch> {
+        let scanned_to = self.u64()?;
+        let origin_last = self.u64()?;
+        let more = *self.take(1)?.first()? != 0;
+        let n = self.u32()?;
+        let mut msgs = Vec::with_capacity(n.min(4096) as usize);
+        for _ in 0..n {
+            msgs.push(StoredMsg {
+                seq: self.u64()?,
+                ts: i64::from_le_bytes(self.take(8)?.try_into().ok()?),
+                subject: self.string()?,
+                headers: self.opt()?,
+                payload: self.bytes()?,
+            });
+        }
+        Some(SourceBatch {
+            msgs,
+            scanned_to,
+            origin_last,
+            more,
+        })
     }
 
     fn opt(&mut self) -> Option<Option<Bytes>> {
@@ -360,24 +382,27 @@ mod tests {
                     link: 1,
                     origin: "ORIGIN".into(),
                     mirror: false,
-                    scanned_to: 12,
-                    origin_last: 40,
-                    msgs: vec![
-                        StoredMsg {
-                            seq: 9,
-                            ts: 1_700_000_000_000_000_001,
-                            subject: "orders.eu.1".into(),
-                            headers: Some(Bytes::from_static(b"NATS/1.0\r\nA: b\r\n\r\n")),
-                            payload: Bytes::from_static(b"x"),
-                        },
-                        StoredMsg {
-                            seq: 12,
-                            ts: -1,
-                            subject: "orders.eu.2".into(),
-                            headers: None,
-                            payload: Bytes::new(),
-                        },
-                    ],
+                    batch: SourceBatch {
+                        scanned_to: 12,
+                        origin_last: 40,
+                        more: true,
+                        msgs: vec![
+                            StoredMsg {
+                                seq: 9,
+                                ts: 1_700_000_000_000_000_001,
+                                subject: "orders.eu.1".into(),
+                                headers: Some(Bytes::from_static(b"NATS/1.0\r\nA: b\r\n\r\n")),
+                                payload: Bytes::from_static(b"x"),
+                            },
+                            StoredMsg {
+                                seq: 12,
+                                ts: -1,
+                                subject: "orders.eu.2".into(),
+                                headers: None,
+                                payload: Bytes::new(),
+                            },
+                        ],
+                    },
                 })),
             ],
         };

@@ -218,9 +218,7 @@ pub(crate) fn proposal(
         link: u32::try_from(idx).unwrap_or(u32::MAX),
         origin: link.cfg.name.clone(),
         mirror: link.mirror,
-        scanned_to: batch.scanned_to,
-        origin_last: batch.origin_last,
-        msgs: batch.msgs,
+        batch,
     }))
 }
 
@@ -236,13 +234,7 @@ pub(crate) fn take_replicated(st: &mut Stream, b: Sourced, fx: &mut Effects, now
         links.iter().position(is_it)
     };
     let Some(idx) = idx else { return };
-    let batch = SourceBatch {
-        msgs: b.msgs,
-        scanned_to: b.scanned_to,
-        origin_last: b.origin_last,
-        more: false,
-    };
-    st.take_sourced(idx, batch, fx, now);
+    st.take_sourced(idx, b.batch, fx, now);
 }
 
 /// The account whose stream `cfg` names: this one, or — with `external.api` — the account

@@ -1004,13 +1004,10 @@ impl Worker {
                 Cmd::SourceReady => {}
                 Cmd::Sourced(b) => sourcing::take_replicated(st, *b, &mut self.fx, now),
                 Cmd::SourceRead { reply, payload } => {
-                    match origin_read::answer_if_any(st, &payload) {
-                        Some(body) => self.fx.reply(&reply, body),
-                        None => {
-                            if !self.parked.park(reply.clone(), payload.clone(), now) {
-                                self.fx.reply(&reply, origin_read::answer(st, &payload));
-                            }
-                        }
+                    if let Some((reply, body)) =
+                        origin_read::read(st, &mut self.parked, reply, &payload, now)
+                    {
+                        self.fx.reply(&reply, body);
                     }
                 }
                 Cmd::OriginAnswer {
@@ -1181,12 +1178,12 @@ impl Worker {
     /// wait is over. Sent on the worker's own router sink: a follower's round of another
     /// replica routes no replies, and these are this replica's own.
     fn answer_parked(&mut self, st: &Stream, stored: bool, now: i64) {
-        let due = self.parked.take(stored, now);
+        let due = self.parked.answers(st, stored, now);
         if due.is_empty() {
             return;
         }
-        for (reply, question) in due {
-            self.sink.reply(&reply, origin_read::answer(st, &question));
+        for (reply, body) in due {
+            self.sink.reply(&reply, body);
         }
         self.sink.flush();
     }
