@@ -932,3 +932,20 @@ fn a_sourced_batch_applied_twice_stores_once_and_an_image_keeps_where_its_links_
     assert!(decoded.sourcing.links.is_empty());
     assert_eq!(decoded.last_seq, 2);
 }
+
+#[test]
+fn a_pull_that_arrives_during_a_graceful_stop_ends_with_what_it_asked_for_pending() {
+    let mut out = Recorder::default();
+    let body = br#"{"batch": 10, "max_bytes": 4096, "expires": 30000000000}"#;
+    Stream::pull_at_shutdown(body, "_INBOX.p", &mut out.fx);
+    let sent = out.sent();
+    assert_eq!(sent.len(), 1);
+    let h = String::from_utf8_lossy(sent[0].headers.as_ref().unwrap()).into_owned();
+    assert!(h.starts_with("NATS/1.0 409 Server Shutdown\r\n"), "{h}");
+    assert!(h.contains("Nats-Pending-Messages: 10\r\n"), "{h}");
+    assert!(h.contains("Nats-Pending-Bytes: 4096\r\n"), "{h}");
+    // An empty request asks for one message.
+    Stream::pull_at_shutdown(b"", "_INBOX.q", &mut out.fx);
+    let h = String::from_utf8_lossy(out.sent()[1].headers.as_ref().unwrap()).into_owned();
+    assert!(h.contains("Nats-Pending-Messages: 1\r\n"), "{h}");
+}

@@ -1732,6 +1732,18 @@ impl Stream {
         }
     }
 
+    /// A pull request that reached the stream after the server began a graceful stop: it
+    /// ends as a waiting request does then (`409 Server Shutdown`), with what it asked for
+    /// still pending — it was sent before the stop and got nothing.
+    pub fn pull_at_shutdown(body: &[u8], reply: &str, out: &mut Effects) {
+        let req = parse_pull_request(body).unwrap_or_default();
+        let h = [
+            ("Nats-Pending-Messages", req.batch.max(1).to_string()),
+            ("Nats-Pending-Bytes", req.max_bytes.to_string()),
+        ];
+        out.status(reply, status_block(409, "Server Shutdown", &h));
+    }
+
     /// Flow-control reply on `$JS.FC.<stream>.<consumer>.<n>`.
     pub fn flow_control(&mut self, subject: &str) {
         let consumer = subject.split('.').nth(3).unwrap_or("");

@@ -1631,12 +1631,7 @@ impl Worker {
         }
         if let ApiCall::MsgNext(_, consumer) = call {
             if self.js.is_stopping() {
-                let h = [
-                    ("Nats-Pending-Messages", "0".to_owned()),
-                    ("Nats-Pending-Bytes", "0".to_owned()),
-                ];
-                self.fx
-                    .status(reply, status_block(409, "Server Shutdown", &h));
+                Stream::pull_at_shutdown(payload, reply, &mut self.fx);
                 return;
             }
             st.pull(consumer, payload, reply, &mut self.fx, now);
