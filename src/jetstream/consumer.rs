@@ -1195,10 +1195,26 @@ impl Consumer {
                 if let Some(fc) = &p.fc_pending {
                     fields.push(("Nats-Consumer-Stalled", fc.clone()));
                 }
-                let bound = out.status(&ds, status_block(100, "Idle Heartbeat", &fields));
+                let hb = status_block(100, "Idle Heartbeat", &fields);
+                let bound = out.status_push(p.bound, &ds, hb);
                 p.last_sent = now;
                 Self::note_interest(p, bound, now);
             }
+        }
+    }
+
+    /// A push consumer's deliver subject and whether it is recorded as listened to (not
+    /// before a delivery attempt or a replicated round found it so).
+    pub fn push_interest(&self) -> Option<(&str, bool)> {
+        let p = self.push.as_ref()?;
+        Some((self.cfg.deliver_subject.as_deref()?, p.bound))
+    }
+
+    /// A replicated round's answer to whether the deliver subject is listened to, taken as
+    /// a delivery attempt's would be (see `Stream::take_push_interest`).
+    pub fn take_push_interest(&mut self, listened: bool, now: i64) {
+        if let Some(p) = &mut self.push {
+            Self::note_interest(p, listened, now);
         }
     }
 
@@ -1339,8 +1355,9 @@ impl Consumer {
             } else {
                 headers
             };
-            let bound = if self.push.is_some() {
-                out.send(
+            let bound = if let Some(p) = &self.push {
+                out.send_push(
+                    p.bound,
                     &target,
                     &msg.subject,
                     Some(&ack_subject),

@@ -76,6 +76,9 @@ pub struct Effects {
     /// Pull requesters are taken to listen whatever the subscriptions say (see
     /// [`Effects::assume_requesters`]).
     requesters_listen: bool,
+    /// Push deliveries follow the consumer's recorded interest (see
+    /// [`Effects::push_by_record`]).
+    push_by_record: bool,
 }
 
 impl std::fmt::Debug for Effects {
@@ -91,7 +94,47 @@ impl Effects {
             list: Vec::new(),
             interest,
             requesters_listen: false,
+            push_by_record: false,
         }
+    }
+
+    /// While set, [`Effects::send_push`] goes by what the consumer recorded instead of the
+    /// subscriptions: a replicated round's push deliveries are decided alike on every
+    /// replica — by the answers the round carries (`Stream::take_push_interest`), never by
+    /// each replica's own server — and each replica's server delivers to its own
+    /// subscribers, if any.
+    pub fn push_by_record(&mut self, on: bool) {
+        self.push_by_record = on;
+    }
+
+    /// [`Effects::send`] to a push consumer's deliver subject, which it `recorded` as
+    /// listened to or not.
+    pub fn send_push(
+        &mut self,
+        recorded: bool,
+        to: &str,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> bool {
+        if !self.push_by_record {
+            return self.send(to, subject, reply, headers, payload);
+        }
+        if recorded {
+            self.deliver(to, subject, reply, headers, payload);
+        }
+        recorded
+    }
+
+    /// [`Effects::status`] to a push consumer's deliver subject (see [`Effects::send_push`]).
+    pub fn status_push(&mut self, recorded: bool, to: &str, headers: Bytes) -> bool {
+        self.send_push(recorded, to, to, None, Some(&headers), &Bytes::new())
+    }
+
+    /// Whether a message to `subject` would reach a subscriber now, as the runtime sees it.
+    pub fn has_interest(&mut self, subject: &str) -> bool {
+        self.interest.has_interest(subject)
     }
 
     /// While set, a pull request's inbox counts as listened to ([`Effects::send_requester`],

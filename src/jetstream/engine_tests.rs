@@ -949,3 +949,56 @@ fn a_pull_that_arrives_during_a_graceful_stop_ends_with_what_it_asked_for_pendin
     let h = String::from_utf8_lossy(out.sent()[1].headers.as_ref().unwrap()).into_owned();
     assert!(h.contains("Nats-Pending-Messages: 1\r\n"), "{h}");
 }
+
+/// One replicated round as every replica runs it: the leader's interest answers taken,
+/// push deliveries decided by the record, then a publish and the closing tick.
+fn replicated_publish(h: &mut Harness, answers: &[(String, bool)], subject: &str, now: i64) {
+    h.st.take_push_interest(answers, now);
+    h.out.fx.push_by_record(true);
+    h.publish(subject, &[], now);
+    h.out.fx.push_by_record(false);
+}
+
+#[test]
+fn replicas_decide_push_deliveries_by_the_leaders_interest_answers_not_their_own() {
+    // Two replicas of one stream: the leader's server sees the subscriber of `d`, the
+    // follower's does not yet (interest still propagating).
+    let mut leader = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    let mut follower = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
+    follower.out.fx = Effects::new(Box::new(AllBut("d")));
+    for h in [&mut leader, &mut follower] {
+        h.consumer(
+            "p",
+            json!({"deliver_subject": "d", "ack_policy": "explicit"}),
+            T0,
+        );
+    }
+    // A round a follower proposed carries no answers: never found listened to, the new
+    // consumer delivers nothing on either replica, and checks again soon.
+    for h in [&mut leader, &mut follower] {
+        replicated_publish(h, &[], "s.1", T0 + MS);
+        assert!(h.out.delivered("d").is_empty());
+        assert_eq!(h.st.next_deadline(), Some(T0 + 2 * MS));
+    }
+    // The leader's server sees the subscriber: its next round says so, and both deliver.
+    let mut listening = |s: &str| s == "d";
+    let answers = leader.st.push_interest_changes(&mut listening);
+    assert_eq!(answers, vec![("p".to_owned(), true)]);
+    for h in [&mut leader, &mut follower] {
+        replicated_publish(h, &answers, "s.2", T0 + 2 * MS);
+        let seqs: Vec<u64> = h.out.delivered("d").iter().map(stream_seq).collect();
+        assert_eq!(seqs, vec![1, 2]);
+    }
+    // Recorded now: nothing more to say while that holds.
+    assert!(leader.st.push_interest_changes(&mut listening).is_empty());
+    // The subscriber leaves: the leader's answer stops delivery on both.
+    let mut gone = |_: &str| false;
+    let answers = leader.st.push_interest_changes(&mut gone);
+    assert_eq!(answers, vec![("p".to_owned(), false)]);
+    follower.out.fx = Effects::new(Box::new(Everyone));
+    for h in [&mut leader, &mut follower] {
+        replicated_publish(h, &answers, "s.3", T0 + 3 * MS);
+        assert!(h.out.delivered("d").is_empty());
+    }
+    assert_eq!(leader.infos(T0 + 3 * MS), follower.infos(T0 + 3 * MS));
+}

@@ -10,7 +10,7 @@
 //! acked it; `interest` once every consumer whose filter takes it has acked it (and at once
 //! when no consumer takes it).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -1728,6 +1728,38 @@ impl Stream {
                     reply,
                     status_block(400, &format!("Bad Request - {reason}"), &[]),
                 );
+            }
+        }
+    }
+
+    /// Push consumers whose deliver subject `listening` answers differently from what the
+    /// stream last recorded: what a replicated stream's leader carries in the round it
+    /// proposes, so that every replica decides push deliveries by one answer.
+    pub fn push_interest_changes(
+        &self,
+        listening: &mut dyn FnMut(&str) -> bool,
+    ) -> Vec<(String, bool)> {
+        let mut asked: HashMap<&str, bool> = HashMap::new();
+        let mut changes = Vec::new();
+        for (name, c) in &self.consumers {
+            let Some((subject, recorded)) = c.push_interest() else {
+                continue;
+            };
+            let now_listened = *asked.entry(subject).or_insert_with(|| listening(subject));
+            if recorded != now_listened {
+                changes.push((name.clone(), now_listened));
+            }
+        }
+        changes
+    }
+
+    /// Takes a replicated round's interest answers (see [`Stream::push_interest_changes`]),
+    /// before its inputs: push deliveries then follow the record
+    /// ([`Effects::push_by_record`]).
+    pub fn take_push_interest(&mut self, answers: &[(String, bool)], now: i64) {
+        for (name, listened) in answers {
+            if let Some(c) = self.consumers.get_mut(name) {
+                c.take_push_interest(*listened, now);
             }
         }
     }

@@ -366,8 +366,14 @@ impl Replica {
     }
 
     /// Proposes what is pending (or, with `tick`, an empty round), unless a proposal is in
-    /// flight. The outcome comes back as [`Cmd::Proposed`].
-    pub(crate) fn propose(&mut self, now: i64, tick: bool) {
+    /// flight. The leader adds the push-interest answers `interest` gives (`Round::interest`;
+    /// asked only when a round is proposed). The outcome comes back as [`Cmd::Proposed`].
+    pub(crate) fn propose(
+        &mut self,
+        now: i64,
+        tick: bool,
+        interest: impl FnOnce() -> Vec<(String, bool)>,
+    ) {
         if self.in_flight.is_some() || (self.pending.is_empty() && !tick) {
             return;
         }
@@ -375,6 +381,11 @@ impl Replica {
             origin: self.me,
             now,
             inputs: std::mem::take(&mut self.pending),
+            interest: if self.is_leader() {
+                interest()
+            } else {
+                Vec::new()
+            },
         };
         let intake = std::mem::take(&mut self.pending_intake);
         let bytes = round.encode();

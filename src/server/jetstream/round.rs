@@ -61,6 +61,13 @@ pub(crate) struct Round {
     pub(crate) now: i64,
     /// The inputs, in the order they arrived.
     pub(crate) inputs: Vec<Input>,
+    /// Push consumers whose deliver subject the proposing leader found listened to, or not,
+    /// unlike what the stream last recorded: every replica takes these answers before the
+    /// round's inputs and decides the round's push deliveries by them, never by its own
+    /// server's view (which differs between servers until interest has propagated, and
+    /// during a partition). Encoded after the inputs, only when there are any: a round
+    /// without them is the earlier format, and an earlier build stops reading before them.
+    pub(crate) interest: Vec<(String, bool)>,
 }
 
 /// Whether `call` only reads (answered by the replica that got it, not replicated).
@@ -159,6 +166,17 @@ impl Round {
                 }
             }
         }
+        if !self.interest.is_empty() {
+            out.extend_from_slice(
+                &u32::try_from(self.interest.len())
+                    .unwrap_or(u32::MAX)
+                    .to_le_bytes(),
+            );
+            for (consumer, listened) in &self.interest {
+                put(&mut out, consumer.as_bytes());
+                out.push(u8::from(*listened));
+            }
+        }
         out
     }
 
@@ -214,10 +232,20 @@ impl Round {
             };
             inputs.push(input);
         }
+        let mut interest = Vec::new();
+        if !r.b.is_empty() {
+            let n = r.u32()?;
+            for _ in 0..n {
+                let consumer = r.string()?;
+                let listened = *r.take(1)?.first()? != 0;
+                interest.push((consumer, listened));
+            }
+        }
         Some(Round {
             origin,
             now,
             inputs,
+            interest,
         })
     }
 }
@@ -405,6 +433,7 @@ mod tests {
                     },
                 })),
             ],
+            interest: vec![("PUSH".into(), true), ("GONE".into(), false)],
         };
         assert_eq!(Round::decode(&round.encode()), Some(round));
     }
@@ -417,12 +446,24 @@ mod tests {
             inputs: vec![Input::FlowControl {
                 subject: "$JS.FC.S.x.1".into(),
             }],
+            interest: Vec::new(),
         };
         let bytes = round.encode();
         for cut in 0..bytes.len() {
             assert_eq!(Round::decode(&bytes[..cut]), None, "cut at {cut}");
         }
         assert_eq!(Round::decode(b"{\"json\":true}"), None);
+        // With interest answers: a cut inside them does not decode either (a cut at their
+        // start is the earlier format, a round without any).
+        let with = Round {
+            interest: vec![("C".into(), true)],
+            ..round
+        };
+        let full = with.encode();
+        for cut in bytes.len() + 1..full.len() {
+            assert_eq!(Round::decode(&full[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(Round::decode(&full), Some(with));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::jetstream::api::{
     body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, ApiCall, ApiError,
 };
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
-use crate::jetstream::consumer::{status_block, Consumer, SavedState};
+use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::effects::Everyone;
 use crate::jetstream::image::StreamImage;
 use crate::jetstream::stream::{store_limits, CreateSubject, Incoming, Stream};
@@ -663,6 +663,7 @@ impl Worker {
                     let intake = replica.applied(&round);
                     self.routes = round.origin == replica.me;
                     let now = round.now;
+                    st.take_push_interest(&round.interest, now);
                     let cmds = round
                         .inputs
                         .into_iter()
@@ -688,7 +689,11 @@ impl Worker {
                         .set_remote_with(Box::new(move || view.members_if_leader()));
                     // Every replica must decide alike: pull requesters count as listening.
                     self.fx.assume_requesters(true);
+                    // ... and push deliver subjects as recorded, by the answers the leader
+                    // carries in its rounds (`Round::interest`).
+                    self.fx.push_by_record(true);
                     let stopped = self.run(st, cmds, round.now, Mode::Applied);
+                    self.fx.push_by_record(false);
                     self.fx.assume_requesters(false);
                     self.sink.set_remote(Some(Vec::new()));
                     self.routes = true;
@@ -751,7 +756,10 @@ impl Worker {
         self.copy_sources(st, Some(replica), now);
         let due = st.next_deadline().is_some_and(|t| t <= now);
         let tick = due && replica.is_leader();
-        replica.propose(now, tick);
+        let fx = &mut self.fx;
+        replica.propose(now, tick, || {
+            st.push_interest_changes(&mut |subject| fx.has_interest(subject))
+        });
         false
     }
 
