@@ -2484,3 +2484,114 @@ async fn a_mirror_made_replicated_goes_on_from_where_it_stood() {
     every_node_holds(&js, "LEDGERCOPY", &acked, 60).await;
     drop((cl, js));
 }
+
+/// Consumer `consumer` of `stream` as node `i`'s own replica holds it (`/jsz`, which each
+/// server answers from its own state, unlike the API, which may be answered elsewhere).
+fn replica_consumer(
+    cl: &TestCluster,
+    i: usize,
+    stream: &str,
+    consumer: &str,
+) -> Option<serde_json::Value> {
+    let (_, body) = cl.nodes[i]
+        .server
+        .http_get("/jsz?accounts=true&streams=true&consumers=true");
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let s = v["account_details"]
+        .as_array()?
+        .iter()
+        .filter_map(|a| a["stream_detail"].as_array())
+        .flatten()
+        .find(|s| s["name"] == stream)?;
+    s["consumer_detail"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == consumer)
+        .cloned()
+}
+
+/// Whether a push consumer's deliver subject is listened to is consumer state on a
+/// replicated stream: a replica must record the deliveries the others made even when its own
+/// server never saw the subscriber. Here the third node is down while a subscriber on the
+/// first gets 20 messages and leaves; restarted, it applies those rounds with nobody
+/// listening on its server. Each node's own replica (its `/jsz`) must then show the 20
+/// deliveries awaiting their acks. Before the leader carried its interest answers in the
+/// rounds, the third node showed none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_records_push_deliveries_its_own_server_never_saw_a_subscriber_for() {
+    use futures::StreamExt as _;
+    let (mut cl, js) = three_nodes().await;
+    create_r3(&js[0], "PUSHED", "pushed.>").await;
+    js[0]
+        .create_consumer_on_stream(
+            consumer::push::Config {
+                durable_name: Some("WATCH".into()),
+                deliver_subject: "deliver.pushed".into(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(300),
+                ..Default::default()
+            },
+            "PUSHED",
+        )
+        .await
+        .unwrap();
+    cl.stop(2, false);
+    let watcher = async_nats::connect(cl.url(0)).await.unwrap();
+    let mut sub = watcher.subscribe("deliver.pushed").await.unwrap();
+    watcher.flush().await.unwrap();
+    const N: u64 = 20;
+    for n in 0..N as usize {
+        publish_until_acked(&js[..2], 0, "pushed.x", order(n)).await;
+    }
+    for n in 0..N as usize {
+        let m = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .unwrap_or_else(|_| panic!("delivery {n} never came"))
+            .unwrap();
+        assert_eq!(&m.payload[..], order(n).as_bytes());
+    }
+    sub.unsubscribe().await.unwrap();
+    watcher.flush().await.unwrap();
+    drop(watcher);
+    cl.restart(2);
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    wait_messages(&js[2], "PUSHED", N).await;
+    for i in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            // nats-server's `/jsz` lists no consumer detail on these nodes; its API answer
+            // (the consumer leader's) is what is shared.
+            let seen = if cl.is_reference() {
+                js[i]
+                    .get_consumer_from_stream::<consumer::push::Config, _, _>("WATCH", "PUSHED")
+                    .await
+                    .ok()
+                    .map(|c| {
+                        let c = c.cached_info();
+                        serde_json::json!({
+                            "delivered": {"consumer_seq": c.delivered.consumer_sequence},
+                            "num_ack_pending": c.num_ack_pending,
+                        })
+                    })
+            } else {
+                replica_consumer(&cl, i, "PUSHED", "WATCH")
+            };
+            let got = seen.as_ref().map(|c| {
+                (
+                    c["delivered"]["consumer_seq"].as_u64(),
+                    c["num_ack_pending"].as_u64(),
+                )
+            });
+            if got == Some((Some(N), Some(N))) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "n{}'s replica of the consumer: {seen:?}",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    drop((cl, js));
+}
