@@ -2556,14 +2556,13 @@ async fn a_replica_records_push_deliveries_its_own_server_never_saw_a_subscriber
     cl.restart(2);
     let js = contexts(&cl, &[0, 1, 2]).await;
     wait_messages(&js[2], "PUSHED", N).await;
-    for i in 0..3 {
+    for (i, j) in js.iter().enumerate() {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             // nats-server's `/jsz` lists no consumer detail on these nodes; its API answer
             // (the consumer leader's) is what is shared.
             let seen = if cl.is_reference() {
-                js[i]
-                    .get_consumer_from_stream::<consumer::push::Config, _, _>("WATCH", "PUSHED")
+                j.get_consumer_from_stream::<consumer::push::Config, _, _>("WATCH", "PUSHED")
                     .await
                     .ok()
                     .map(|c| {
