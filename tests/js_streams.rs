@@ -1813,3 +1813,61 @@ async fn atomic_batches_are_stored_whole_or_not_at_all() {
     let h = String::from_utf8(b64(m["message"]["hdrs"].as_str().unwrap())).unwrap();
     assert!(h.contains("Nats-Batch-Id: b1\r\n"), "{h}");
 }
+
+/// Bytes of every file under `dir`.
+fn tree_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        total += if path.is_dir() {
+            tree_bytes(&path)
+        } else {
+            entry.metadata().map_or(0, |m| m.len())
+        };
+    }
+    total
+}
+
+/// What limits remove leaves the disk: a stream capped at 2 MiB that took 16 MiB keeps about
+/// its cap on disk, not everything it ever took (removed messages leave a whole segment at a
+/// time, and a capped stream's segments are a quarter of its cap).
+#[tokio::test]
+async fn a_byte_capped_stream_keeps_about_its_cap_on_disk() {
+    let (s, c) = js_server().await;
+    let js = jetstream::new(c);
+    js.create_stream(jetstream::stream::Config {
+        name: "CAPPED".into(),
+        subjects: vec!["capped".into()],
+        max_bytes: 2 << 20,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let payload = bytes::Bytes::from(vec![b'x'; 1024]);
+    let mut acks = Vec::new();
+    for _ in 0..16 * 1024 {
+        acks.push(js.publish("capped", payload.clone()).await.unwrap());
+        if acks.len() == 256 {
+            for a in acks.drain(..) {
+                a.await.unwrap();
+            }
+        }
+    }
+    for a in acks.drain(..) {
+        a.await.unwrap();
+    }
+    let info = js
+        .get_stream("CAPPED")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert!(info.state.bytes <= 2 << 20, "{:?}", info.state);
+    let on_disk = tree_bytes(&s.store_dir().unwrap().join("jetstream"));
+    assert!(
+        on_disk <= 6 << 20,
+        "{on_disk} bytes on disk for a stream capped at 2 MiB that took 16 MiB"
+    );
+}

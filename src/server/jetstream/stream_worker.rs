@@ -81,6 +81,37 @@ fn open_envelope(bytes: &[u8]) -> Option<(Value, i64)> {
 /// stream of 10,000 × 1 KiB (docs/PERFORMANCE.md stop 31).
 const REPLICA_SEGMENT_BYTES: u64 = 16 << 20;
 
+/// Where a stream of this server alone closes a segment when nothing smaller is called for.
+const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// The smallest segment limits choose.
+const MIN_SEGMENT_BYTES: u64 = 1 << 20;
+
+/// A key-value bucket's segments (a per-subject limit and no byte cap): its old revisions
+/// are removed as new ones come, and each segment leaves the disk only once all of it is.
+const PER_SUBJECT_SEGMENT_BYTES: u64 = 8 << 20;
+
+/// The segment size of a stream's store: removed messages leave the disk a whole segment at a
+/// time, so a stream capped by bytes gets segments of a quarter of its cap (1–64 MiB) and one
+/// capped per subject (a key-value bucket) 8 MiB; what limits removed then stays on disk for
+/// at most about a quarter of the cap. Without a cap, 64 MiB (a replica's copy: 16 MiB).
+/// Applies to segments opened from now on; a store's existing segments keep their size.
+fn segment_bytes(cfg: &StreamConfig, deferred: bool) -> u64 {
+    let most = if deferred {
+        REPLICA_SEGMENT_BYTES
+    } else {
+        DEFAULT_SEGMENT_BYTES
+    };
+    let by_limits = if cfg.max_bytes > 0 {
+        (cfg.max_bytes.unsigned_abs() / 4).max(MIN_SEGMENT_BYTES)
+    } else if cfg.max_msgs_per_subject > 0 {
+        PER_SUBJECT_SEGMENT_BYTES
+    } else {
+        most
+    };
+    by_limits.min(most)
+}
+
 /// Opens a file stream's segment log from the metadata layer (`deferred`: a replica's local
 /// copy, written without an fsync per round).
 pub(crate) fn open_file_store(
@@ -110,9 +141,7 @@ pub(crate) fn open_file_store(
     fcfg.min_durable = checkpoint.mark;
     fcfg.limits = store_limits(cfg);
     fcfg.defer_sync = deferred || js.sync_interval.is_some();
-    if deferred {
-        fcfg.max_segment_bytes = REPLICA_SEGMENT_BYTES;
-    }
+    fcfg.max_segment_bytes = segment_bytes(cfg, deferred);
     let store = FileStore::open(Arc::new(OsIo), keys, fcfg).map_err(|e| e.to_string())?;
     if let Some(t) = &store.report().torn_tail {
         warn!(
@@ -1819,3 +1848,32 @@ pub(crate) fn stop_and_wait(s: &StreamRef) {
 /// and snapshots, sealed with the group's key, and its replicas are rebuilt from them.
 const REPLICATED_RESEAL: &str =
     "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jetstream::config::parse_stream_config;
+
+    fn config(json: &str) -> StreamConfig {
+        let mut cfg = parse_stream_config(json.as_bytes()).unwrap();
+        cfg.normalize("2.11.0").unwrap();
+        cfg
+    }
+
+    #[test]
+    fn segments_follow_the_streams_caps() {
+        let mib = 1u64 << 20;
+        let plain = config(r#"{"name":"S","subjects":["s"]}"#);
+        assert_eq!(segment_bytes(&plain, false), 64 * mib);
+        assert_eq!(segment_bytes(&plain, true), 16 * mib);
+        let capped = config(r#"{"name":"S","subjects":["s"],"max_bytes":40000000}"#);
+        assert_eq!(segment_bytes(&capped, false), 10_000_000);
+        let tiny = config(r#"{"name":"S","subjects":["s"],"max_bytes":1000}"#);
+        assert_eq!(segment_bytes(&tiny, false), mib);
+        let huge = config(r#"{"name":"S","subjects":["s"],"max_bytes":10000000000}"#);
+        assert_eq!(segment_bytes(&huge, false), 64 * mib);
+        assert_eq!(segment_bytes(&huge, true), 16 * mib);
+        let bucket = config(r#"{"name":"KV_B","subjects":["$KV.B.>"],"max_msgs_per_subject":1}"#);
+        assert_eq!(segment_bytes(&bucket, false), 8 * mib);
+    }
+}
