@@ -1834,7 +1834,7 @@ fn tree_bytes(dir: &std::path::Path) -> u64 {
 #[tokio::test]
 async fn a_byte_capped_stream_keeps_about_its_cap_on_disk() {
     let (s, c) = js_server().await;
-    let js = jetstream::new(c);
+    let js = jetstream::new(c.clone());
     js.create_stream(jetstream::stream::Config {
         name: "CAPPED".into(),
         subjects: vec!["capped".into()],
@@ -1856,15 +1856,8 @@ async fn a_byte_capped_stream_keeps_about_its_cap_on_disk() {
     for a in acks.drain(..) {
         a.await.unwrap();
     }
-    let info = js
-        .get_stream("CAPPED")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .clone();
-    assert!(info.state.bytes <= 2 << 20, "{:?}", info.state);
+    let info = stream_info(&c, "CAPPED", "").await;
+    assert!(u(&state(&info)["bytes"]) <= 2 << 20, "{info}");
     let on_disk = tree_bytes(&s.store_dir().unwrap().join("jetstream"));
     assert!(
         on_disk <= 6 << 20,

@@ -118,13 +118,8 @@ impl Effects {
         headers: Option<&Bytes>,
         payload: &Bytes,
     ) -> bool {
-        if !self.push_by_record {
-            return self.send(to, subject, reply, headers, payload);
-        }
-        if recorded {
-            self.deliver(to, subject, reply, headers, payload);
-        }
-        recorded
+        let decided = self.push_by_record.then_some(recorded);
+        self.send_decided(decided, to, subject, reply, headers, payload)
     }
 
     /// [`Effects::status`] to a push consumer's deliver subject (see [`Effects::send_push`]).
@@ -158,11 +153,29 @@ impl Effects {
         headers: Option<&Bytes>,
         payload: &Bytes,
     ) -> bool {
-        if self.requesters_listen {
-            self.deliver(to, subject, reply, headers, payload);
-            return true;
+        let decided = self.requesters_listen.then_some(true);
+        self.send_decided(decided, to, subject, reply, headers, payload)
+    }
+
+    /// [`Effects::send`], unless whether `to` is listened to was `decided` already.
+    fn send_decided(
+        &mut self,
+        decided: Option<bool>,
+        to: &str,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&Bytes>,
+        payload: &Bytes,
+    ) -> bool {
+        match decided {
+            Some(listened) => {
+                if listened {
+                    self.deliver(to, subject, reply, headers, payload);
+                }
+                listened
+            }
+            None => self.send(to, subject, reply, headers, payload),
         }
-        self.send(to, subject, reply, headers, payload)
     }
 
     /// [`Effects::status`] to a pull request's inbox.
