@@ -2594,3 +2594,38 @@ async fn a_replica_records_push_deliveries_its_own_server_never_saw_a_subscriber
     }
     drop((cl, js));
 }
+
+/// An ephemeral consumer of a replicated stream, created without a name, has the one name
+/// the server answered on every replica (each node's own `/jsz`): the replica that proposes
+/// the create draws it. Before, every replica drew its own, so acks and info by name reached
+/// only the proposer's replica and a failover lost the consumer the client knew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_consumer_has_one_name_on_every_replica() {
+    let (cl, js) = three_nodes().await;
+    create_r3(&js[0], "EPH", "eph.>").await;
+    let mut c = js[1]
+        .create_consumer_on_stream(
+            consumer::pull::Config {
+                ack_policy: consumer::AckPolicy::Explicit,
+                ..Default::default()
+            },
+            "EPH",
+        )
+        .await
+        .unwrap();
+    let name = c.info().await.unwrap().name.clone();
+    if cl.is_reference() {
+        return; // nats-server's `/jsz` lists no consumer detail on these nodes
+    }
+    for i in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while replica_consumer(&cl, i, "EPH", &name).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "n{} has no consumer {name}",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -26,7 +26,7 @@ use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::{Command, GroupId, NodeId};
 
 use crate::jetstream::api::types::{ClusterInfo, PeerInfo};
-use crate::jetstream::api::ApiError;
+use crate::jetstream::api::{ApiCall, ApiError};
 
 use super::cmd::Cmd;
 use super::round::{read_only, Input, Round};
@@ -46,10 +46,10 @@ pub(crate) fn input_of(cmd: Cmd) -> Result<Input, Box<Cmd>> {
             headers,
             payload,
         } if !read_only(&call) => Ok(Input::Api {
+            payload: named_by_proposer(&call, payload),
             call,
             reply,
             headers,
-            payload,
         }),
         Cmd::Ack {
             subject,
@@ -64,6 +64,32 @@ pub(crate) fn input_of(cmd: Cmd) -> Result<Input, Box<Cmd>> {
         Cmd::Sourced(b) => Ok(Input::Sourced(b)),
         other => Err(Box::new(other)),
     }
+}
+
+/// A consumer create that leaves the name to the server gets it here, from the replica that
+/// proposes it: every replica then creates the consumer under that one name. (Each replica
+/// drew its own before — an ephemeral consumer of a replicated stream had another name on
+/// every replica: acks and info by name reached only the proposer's, and after a failover the
+/// consumer the client knew was gone.) Anything but a create without a name passes unchanged.
+fn named_by_proposer(call: &ApiCall, payload: bytes::Bytes) -> bytes::Bytes {
+    if !matches!(call, ApiCall::ConsumerCreate { consumer: None, .. }) {
+        return payload;
+    }
+    let Ok(mut request) = serde_json::from_slice::<serde_json::Value>(&payload) else {
+        return payload;
+    };
+    let Some(cfg) = request.get_mut("config").and_then(|c| c.as_object_mut()) else {
+        return payload;
+    };
+    let named = |k: &str| cfg.get(k).is_some_and(|v| !v.is_null());
+    if named("name") || named("durable_name") {
+        return payload;
+    }
+    cfg.insert(
+        "name".to_owned(),
+        serde_json::Value::String(crate::jetstream::config::consumer::generate_name()),
+    );
+    serde_json::to_vec(&request).map_or(payload, bytes::Bytes::from)
 }
 
 /// The command an applied input runs as.
