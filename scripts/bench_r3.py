@@ -351,11 +351,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
     for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
+
+
+def peak_rss(cl):
+    """Each node's peak resident memory (VmHWM) so far, in MiB: what building, sending and
+    installing a stream's snapshot cost in memory shows here (--catchup, --mirror, --promote)."""
+    return {f"peak_rss_mib_n{i + 1}": rss_kib(p.pid, "VmHWM") / 1024 for i, p in enumerate(cl.procs)}
 
 
 async def idle(cl, args):
@@ -472,6 +478,8 @@ async def measure(port, args, cl):
             out.update(await disk(cl, args))
         if args.mirror:
             out.update(await mirror(cl, args))
+        if args.catchup or args.promote or args.mirror:
+            out.update(peak_rss(cl))
         return out
     lat = []
     for _ in range(args.sync):

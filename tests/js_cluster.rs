@@ -2629,3 +2629,118 @@ async fn an_ephemeral_consumer_has_one_name_on_every_replica() {
         }
     }
 }
+
+/// A process's resident memory figure from `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in bytes.
+fn memory_of(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .map_or(0, |k| k * 1024)
+}
+
+/// A stream's snapshot is written, sent and installed a frame at a time: a follower whose
+/// missed log was compacted away is sent a 48 MiB snapshot and installs it while its peak
+/// resident memory grows by less than half of that (before, the image was built, sealed,
+/// sent and installed whole — several copies of the stream in memory on each side, so a
+/// stream larger than memory could not be snapshotted at all). Every acknowledged message
+/// arrives, and the node's store stays sealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_installs_a_snapshot_far_larger_than_the_memory_it_uses() {
+    const MSGS: usize = 768;
+    const SIZE: usize = 64 << 10;
+    let mut cl = TestCluster::start_js_conf(3, Some("jetstream { raft_segment_size: 1MB }"));
+    cl.wait_full_mesh(Duration::from_secs(10));
+    if cl.is_reference() {
+        return; // sealstream's log option and log lines
+    }
+    let js = contexts(&cl, &[0, 1, 2]).await;
+    create_r3(&js[0], "BULKYLEDGER", "bulkyledger.>").await;
+    let leader = leader_node(&cl, &js[0], "BULKYLEDGER").await;
+    let victim = (0..3).find(|i| *i != leader).unwrap();
+    let ljs = contexts(&cl, &[leader]).await;
+    publish_until_acked(&ljs, 0, "bulkyledger.first", "warm".into()).await;
+    // What the follower holds idle, with the stream created and written to.
+    let idle = memory_of(cl.nodes[victim].server.pid(), "VmHWM");
+    cl.stop(victim, false);
+    // Different bytes in every message (nothing to deduplicate or compress away).
+    let mut left = MSGS;
+    let mut n = 0u64;
+    while left > 0 {
+        let take = left.min(16);
+        let mut acks = Vec::with_capacity(take);
+        for _ in 0..take {
+            n += 1;
+            let mut body = vec![0u8; SIZE];
+            for (i, b) in body.iter_mut().enumerate() {
+                *b = (n.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8;
+            }
+            acks.push(
+                ljs[0]
+                    .publish("bulkyledger.x", Bytes::from(body))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        left -= take;
+    }
+    // The leader's log lets go of what the follower missed: only a snapshot can bring it.
+    // (Writing a 48 MiB image in a debug build beside the suite's other clusters takes a
+    // while: a longer wait than `wait_log_reclaimed`'s.)
+    let store = cl.nodes[leader].server.store_dir().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while raft_segments(&store).len() > 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the Raft log kept {} segments",
+            raft_segments(&store).len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cl.restart(victim);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !cl.nodes[victim]
+        .server
+        .log_text()
+        .contains("replaced by its leader's snapshot")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the follower was not sent the snapshot: {}",
+            cl.nodes[victim].server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let vjs = contexts(&cl, &[victim]).await;
+    wait_messages(&vjs[0], "BULKYLEDGER", MSGS as u64 + 1).await;
+    let peak = memory_of(cl.nodes[victim].server.pid(), "VmHWM");
+    let stream = (MSGS * SIZE) as u64;
+    assert!(
+        peak < idle + stream / 2,
+        "installing a {} MiB snapshot took the follower from {} MiB to a peak of {} MiB",
+        stream >> 20,
+        idle >> 20,
+        peak >> 20
+    );
+    eprintln!(
+        "follower: idle {} MiB, peak while installing a {} MiB snapshot {} MiB",
+        idle >> 20,
+        stream >> 20,
+        peak >> 20
+    );
+    let m = vjs[0]
+        .get_stream("BULKYLEDGER")
+        .await
+        .unwrap()
+        .get_raw_message(MSGS as u64 + 1)
+        .await
+        .unwrap();
+    assert_eq!(m.payload.len(), SIZE);
+    assert_eq!(m.payload[5], ((MSGS as u64 * 31 + 35) % 251) as u8);
+    drop((vjs, ljs, js));
+    assert_every_store_sealed(&cl, &["BULKYLEDGER", "bulkyledger.x"]);
+}

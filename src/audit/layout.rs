@@ -110,7 +110,15 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
         (["raft", "snapshots", f] | ["raft", "damaged", "snapshots", f], false) => {
             match f.rsplit_once('.') {
                 Some((h, "snap")) if is_hex(h, 16) => Some(FileKind::RaftSnapshot),
-                Some((h, "tmp")) if is_hex(h, 16) => Some(FileKind::Temp),
+                // A snapshot being written: `<pseudonym>.<writer>.tmp` (an earlier build's
+                // `<pseudonym>.tmp`).
+                Some((h, "tmp"))
+                    if is_hex(h, 16)
+                        || h.split_once('.')
+                            .is_some_and(|(p, w)| is_hex(p, 16) && is_hex(w, 8)) =>
+                {
+                    Some(FileKind::Temp)
+                }
                 _ => None,
             }
         }
@@ -234,6 +242,14 @@ mod tests {
             Some(FileKind::RaftSnapshot)
         );
         assert_eq!(classify("raft/snapshots/orders.snap", false), None);
+        assert_eq!(
+            classify("raft/snapshots/00112233445566ff.0a1b2c3d.tmp", false),
+            Some(FileKind::Temp)
+        );
+        assert_eq!(
+            classify("raft/snapshots/00112233445566ff.orders.tmp", false),
+            None
+        );
         assert_eq!(
             classify("keyring/kr-00000003.bin", false),
             Some(FileKind::Keyring(3))

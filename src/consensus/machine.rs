@@ -10,16 +10,17 @@
 //! Snapshots (`issue 15`): a group whose machine has a [`Snapshots`] place asks openraft for a
 //! snapshot once it has applied [`SNAPSHOT_AFTER_ENTRIES`] entries carrying at least as many
 //! bytes as its last snapshot held (so writing snapshots costs at most as much again as the
-//! log it replaces, whatever the state's size). The applier makes the image of its state in
-//! order with its applies; it is sealed into the group's snapshot file before openraft
-//! purges the log behind it, a follower too far behind is sent it, and a restart starts from
-//! it and applies only the entries after it. Every group of a node has a place — the meta
+//! log it replaces, whatever the state's size). The applier writes the image of its state in
+//! order with its applies, straight into a new snapshot file (sealed a frame at a time: an
+//! image may be larger than memory); the file is put in place before openraft purges the log
+//! behind it, a follower too far behind is sent it a frame at a time and writes its own file
+//! as the chunks come, and a restart installs it by reading it back (again a frame at a
+//! time) and applies only the entries after it. Every group of a node has a place — the meta
 //! group's image is its assignment table (`server/jetstream/cluster/meta_image.rs`) — and a
 //! group may also be asked for one from outside, when its entries keep the node's log from
 //! shrinking (`server/jetstream/cluster/reclaim.rs`).
 
 use std::future::Future;
-use std::io::Cursor;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
@@ -30,14 +31,21 @@ use openraft::{
 };
 
 use super::mux::MuxNode;
-use super::snapshot_file::SnapshotFile;
+use super::snapshot_data::{Inner, SnapshotData};
+use super::snapshot_file::{SnapshotFile, SnapshotReader, SnapshotWriter};
 use super::{Applied, GroupId, NodeId, TypeConfig};
 
 /// A future an applier returns.
 pub type ApplyFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Where an applier's image comes: its state's bytes, or why it has none.
-pub type ImageFuture = tokio::sync::oneshot::Receiver<Result<Vec<u8>, String>>;
+/// Where an applier writes its image: a new snapshot file, sealed a frame at a time.
+pub type ImageSink = SnapshotWriter;
+
+/// Where an applier reads an image from: a stored snapshot, opened a frame at a time.
+pub type ImageSource = SnapshotReader;
+
+/// Where an applier's image comes: the sink it was written to, or why there is none.
+pub type ImageFuture = tokio::sync::oneshot::Receiver<Result<ImageSink, String>>;
 
 /// The future of installing an image.
 pub type InstallFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
@@ -53,17 +61,21 @@ pub trait Applier: Send + Sync + 'static {
     /// log index of the first). The future resolves once they are applied.
     fn apply(&self, index: u64, commands: Vec<bytes::Bytes>) -> ApplyFuture;
 
-    /// The state after every command applied so far, as bytes. The request is made when this
-    /// is called (in order with the applies before and after it); the future brings the bytes.
-    fn image(&self) -> ImageFuture {
+    /// Writes the state after every command applied so far into `sink`. The request is made
+    /// when this is called (in order with the applies before and after it); the future gives
+    /// the sink back once the image is in it. An image may be larger than memory: write it
+    /// as it is read, never whole.
+    fn image(&self, sink: ImageSink) -> ImageFuture {
+        drop(sink);
         let (tx, rx) = tokio::sync::oneshot::channel();
         let _ = tx.send(Err("this group keeps no snapshots".to_owned()));
         rx
     }
 
-    /// Replaces the state with `image` (from [`Applier::image`], possibly another node's).
-    fn install(&self, image: Vec<u8>) -> InstallFuture {
-        drop(image);
+    /// Replaces the state with the image `source` reads (from [`Applier::image`], possibly
+    /// another node's).
+    fn install(&self, source: ImageSource) -> InstallFuture {
+        drop(source);
         Box::pin(async { Err("this group keeps no snapshots".to_owned()) })
     }
 }
@@ -99,46 +111,32 @@ fn storage_err(e: impl std::fmt::Display) -> StorageError<NodeId> {
     StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())).into()
 }
 
-/// Reads a group's stored snapshot off the async threads.
-async fn read_stored(
-    file: &Arc<SnapshotFile>,
-) -> Result<Option<super::snapshot_file::Stored>, StorageError<NodeId>> {
-    let file = Arc::clone(file);
-    tokio::task::spawn_blocking(move || file.read())
-        .await
-        .map_err(storage_err)?
-        .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
-}
-
-/// Writes a group's snapshot off the async threads; gives the bytes back.
-async fn write_stored(
-    file: &Arc<SnapshotFile>,
-    meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
-) -> Result<Vec<u8>, StorageError<NodeId>> {
-    let file = Arc::clone(file);
-    tokio::task::spawn_blocking(move || file.write(&meta, &data).map(|()| data))
+/// Runs blocking snapshot file work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, StorageError<NodeId>> {
+    tokio::task::spawn_blocking(f)
         .await
         .map_err(storage_err)?
         .map_err(storage_err)
 }
 
-/// Writes the snapshot a new group starts from when it takes over a state that already
+/// Opens a group's stored snapshot (its meta read and authenticated; its bytes are read as
+/// they are asked for).
+async fn open_stored(
+    file: &Arc<SnapshotFile>,
+) -> Result<Option<SnapshotReader>, StorageError<NodeId>> {
+    let file = Arc::clone(file);
+    tokio::task::spawn_blocking(move || file.open())
+        .await
+        .map_err(storage_err)?
+        .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+}
+
+/// The meta of the snapshot a new group starts from when it takes over a state that already
 /// exists (an R1 stream becoming replicated): as if the group had been formed with `members`
-/// by `first` and compacted at once — its log purged through index 0, its state `image`.
-/// The node that writes it starts the group with that membership and this state (openraft
-/// purges the log up to a stored snapshot at start); the other members start empty, vote,
-/// and are sent the snapshot by the leader, as a follower too far behind is. Durable when
-/// this returns.
-///
-/// # Errors
-/// I/O.
-pub fn write_seed(
-    file: &SnapshotFile,
-    first: NodeId,
-    members: &[(NodeId, String)],
-    image: &[u8],
-) -> std::io::Result<()> {
+/// by `first` and compacted at once — its log purged through index 0.
+fn seed_meta(first: NodeId, members: &[(NodeId, String)]) -> SnapshotMeta<NodeId, BasicNode> {
     let at = LogId::new(openraft::CommittedLeaderId::new(0, first), 0);
     let voters: std::collections::BTreeSet<NodeId> = members.iter().map(|(id, _)| *id).collect();
     let nodes: std::collections::BTreeMap<NodeId, BasicNode> = members
@@ -146,12 +144,27 @@ pub fn write_seed(
         .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
         .collect();
     let membership = openraft::Membership::new(vec![voters], nodes);
-    let meta = SnapshotMeta {
+    SnapshotMeta {
         last_log_id: Some(at),
         last_membership: StoredMembership::new(Some(at), membership),
         snapshot_id: "0-seed".to_owned(),
-    };
-    file.write(&meta, image)
+    }
+}
+
+/// Puts the image written into `image` in place as the snapshot a new group starts from when
+/// it takes over a state that already exists (see `seed_meta`). The node that writes it
+/// starts the group with that membership and this state (openraft purges the log up to a
+/// stored snapshot at start); the other members start empty, vote, and are sent the snapshot
+/// by the leader, as a follower too far behind is. Durable when this returns.
+///
+/// # Errors
+/// I/O.
+pub fn write_seed(
+    image: SnapshotWriter,
+    first: NodeId,
+    members: &[(NodeId, String)],
+) -> std::io::Result<()> {
+    image.finish(&seed_meta(first, members)).map(|_| ())
 }
 
 /// openraft's state machine over an [`Applier`].
@@ -218,29 +231,35 @@ impl ReplicatedMachine {
 
 /// Builds one snapshot: the applier's image, asked for when the builder was made.
 pub struct ImageBuilder {
-    image: Option<ImageFuture>,
+    image: Result<ImageFuture, String>,
     meta: SnapshotMeta<NodeId, BasicNode>,
     file: Option<Arc<SnapshotFile>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for ImageBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (Some(image), Some(file)) = (self.image.take(), self.file.as_ref()) else {
+        let Some(file) = self.file.clone() else {
             return Err(storage_err("this group keeps no snapshots"));
         };
-        let data = image
+        let image = std::mem::replace(&mut self.image, Err("built already".to_owned()));
+        let sink = image
+            .map_err(storage_err)?
             .await
             .map_err(|_| storage_err("the state machine stopped"))?
             .map_err(storage_err)?;
-        let data = write_stored(file, self.meta.clone(), data).await?;
+        let meta = self.meta.clone();
+        let bytes = blocking(move || sink.finish(&meta)).await?;
         tracing::debug!(
             index = self.meta.last_log_id.map(|l| l.index),
-            bytes = data.len(),
+            bytes,
             "a group's snapshot is stored"
         );
+        let stored = open_stored(&file)
+            .await?
+            .ok_or_else(|| storage_err("the snapshot just stored is gone"))?;
         Ok(Snapshot {
             meta: self.meta.clone(),
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(SnapshotData::stored(stored)),
         })
     }
 }
@@ -257,9 +276,10 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
             // begin from; openraft then applies what the log holds after it.
             self.loaded = true;
             if let Some(s) = &self.snapshots {
-                if let Some((meta, data)) = read_stored(&s.file).await? {
-                    let size = data.len() as u64;
-                    self.applier.install(data).await.map_err(storage_err)?;
+                if let Some(stored) = open_stored(&s.file).await? {
+                    let meta = stored.meta().clone();
+                    let size = stored.data_len();
+                    self.applier.install(stored).await.map_err(storage_err)?;
                     self.last_applied = meta.last_log_id;
                     self.membership = meta.last_membership;
                     self.reset_counts(size);
@@ -318,7 +338,13 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         };
         let file = self.snapshots.as_ref().map(|s| Arc::clone(&s.file));
         // Asked now, so the image is of exactly what was applied up to `last_applied`.
-        let image = file.is_some().then(|| self.applier.image());
+        let image = match &file {
+            Some(f) => f
+                .writer()
+                .map(|sink| self.applier.image(sink))
+                .map_err(|e| e.to_string()),
+            None => Err("this group keeps no snapshots".to_owned()),
+        };
         // The next request waits for as much log again as this snapshot will hold; its
         // size is not known yet, so the entry count alone rules until the next one.
         self.reset_counts(self.last_size);
@@ -327,25 +353,49 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        if self.snapshots.is_none() {
+    ) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        let Some(s) = &self.snapshots else {
             return Err(storage_err("this group keeps no snapshots"));
-        }
-        Ok(Box::new(Cursor::new(Vec::new())))
+        };
+        let file = Arc::clone(&s.file);
+        let writer = blocking(move || file.writer()).await?;
+        Ok(Box::new(SnapshotData::receiving(writer)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
         let Some(s) = &self.snapshots else {
             return Err(storage_err("this group keeps no snapshots"));
         };
         // Stored first: once the state is replaced, a restart must find this snapshot.
-        let data = write_stored(&s.file, meta.clone(), snapshot.into_inner()).await?;
-        let size = data.len() as u64;
-        self.applier.install(data).await.map_err(storage_err)?;
+        let file = Arc::clone(&s.file);
+        let m = meta.clone();
+        blocking(move || {
+            let mut w = match snapshot.into_inner() {
+                Inner::Receiving(w) => return w.finish(&m),
+                Inner::Memory(c) => {
+                    let mut w = file.writer()?;
+                    std::io::Write::write_all(&mut w, c.get_ref())?;
+                    w
+                }
+                Inner::Stored(mut r) => {
+                    let mut w = file.writer()?;
+                    std::io::copy(&mut r, &mut w)?;
+                    w
+                }
+            };
+            std::io::Write::flush(&mut w)?;
+            w.finish(&m)
+        })
+        .await?;
+        let stored = open_stored(&s.file)
+            .await?
+            .ok_or_else(|| storage_err("the snapshot just stored is gone"))?;
+        let size = stored.data_len();
+        self.applier.install(stored).await.map_err(storage_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.reset_counts(size);
@@ -363,9 +413,9 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         let Some(s) = &self.snapshots else {
             return Ok(None);
         };
-        Ok(read_stored(&s.file).await?.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
+        Ok(open_stored(&s.file).await?.map(|stored| Snapshot {
+            meta: stored.meta().clone(),
+            snapshot: Box::new(SnapshotData::stored(stored)),
         }))
     }
 }

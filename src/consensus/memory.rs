@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::io::Cursor;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,6 +18,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::snapshot_data::{Inner, SnapshotData};
 use super::{Applied, NodeId, TypeConfig};
 
 #[derive(Default)]
@@ -194,7 +194,7 @@ impl RaftSnapshotBuilder<TypeConfig> for CountingMachine {
         inner.snapshot = Some((meta.clone(), data.clone()));
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(SnapshotData::memory(data)),
         })
     }
 }
@@ -239,16 +239,22 @@ impl RaftStateMachine<TypeConfig> for CountingMachine {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<SnapshotData>, StorageError<NodeId>> {
+        Ok(Box::new(SnapshotData::memory(Vec::new())))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
-        let data = snapshot.into_inner();
+        let data = match snapshot.into_inner() {
+            Inner::Memory(c) => c.into_inner(),
+            _ => {
+                let e = std::io::Error::other("the in-memory store takes snapshots in memory only");
+                return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into());
+            }
+        };
         let state: CountState = serde_json::from_slice(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let mut inner = self.lock();
@@ -266,7 +272,7 @@ impl RaftStateMachine<TypeConfig> for CountingMachine {
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         Ok(self.lock().snapshot.clone().map(|(meta, data)| Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(SnapshotData::memory(data)),
         }))
     }
 }

@@ -25,7 +25,8 @@
 //! - [`machine`]: the state machine of real groups, handing committed commands in order to an
 //!   [`machine::Applier`] (the meta group's table, a stream's worker), and a stream group's
 //!   snapshots (the applier's image, taken by the log's size against the state's).
-//! - [`snapshot_file`]: a group's newest snapshot, sealed with its key beside the log.
+//! - [`snapshot_file`]: a group's newest snapshot, sealed with its key beside the log, a
+//!   frame at a time; [`snapshot_data`]: what openraft sends and receives of it.
 //! - `repair`: the needs-repair gate of a node whose log failed authentication.
 //!
 //! Who drives it: `server/jetstream/cluster/` (the meta group, stream groups) and
@@ -40,10 +41,9 @@ pub mod memory;
 pub mod mux;
 pub(crate) mod repair;
 pub mod sealed_log;
+pub mod snapshot_data;
 pub mod snapshot_file;
 pub mod timing;
-
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -162,7 +162,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -77,7 +77,7 @@ const RETRY_PROPOSAL: Duration = Duration::from_millis(50);
 enum Request {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Snapshot(#[serde(with = "codec::snapshot_chunk")] InstallSnapshotRequest<TypeConfig>),
     /// A follower's proposal, forwarded to the node it believes leads the group.
     Propose(Command),
     /// A replica's question for a read index, forwarded to the node it believes leads the

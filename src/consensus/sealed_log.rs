@@ -260,9 +260,9 @@ fn check_snapshots(inner: &Inner) -> Result<(), LogError> {
         }
         let file = SnapshotFile::new(&inner.dir, keys.pseudonym, keys.key.duplicate());
         let stored = file
-            .read()
+            .verify()
             .map_err(|_| corrupt("a snapshot fails authentication"))?;
-        let reaches = stored.and_then(|(m, _)| m.last_log_id);
+        let reaches = stored.and_then(|m| m.last_log_id);
         if let Some(p) = purged {
             if reaches.is_none_or(|r| r.index < p.index) {
                 return Err(corrupt(
@@ -400,6 +400,7 @@ impl SealedLog {
                 inner.end = end;
             }
         }
+        snapshot_file::remove_leftovers(dir);
         check_snapshots(&inner)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),

@@ -47,6 +47,9 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         // KiB): openraft's default of 300 per append would make catch-up frames of ~100 MiB,
         // over the transport's frame limit.
         max_payload_entries: MAX_ENTRIES_PER_APPEND,
+        // A snapshot is sent a frame of its file at a time: a chunk sent again then starts
+        // where a receiver can take its frames back (consensus/snapshot_file.rs).
+        snapshot_max_chunk_size: super::snapshot_file::FRAME_BYTES as u64,
         ..Default::default()
     };
     // The three numbers above satisfy openraft's rules (min < max, heartbeat < min); a test

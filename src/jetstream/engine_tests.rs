@@ -884,14 +884,76 @@ fn an_image_keeps_a_held_pull_and_images_of_the_earlier_format_still_decode() {
         h.tick(T0 + MS + super::consumer::PRIORITY_HOLD_NS);
         assert_eq!(h.out.delivered("in.low").len(), 2);
     }
-    let new = image.encode();
     let old_format = postcard::to_stdvec(&image).unwrap();
-    assert!(new.len() > old_format.len());
     let decoded = super::image::StreamImage::decode(&old_format).unwrap();
     assert_eq!(decoded.extras, super::image::ImageExtras::default());
     assert_eq!(decoded.last_seq, 4);
-    let read_by_earlier: super::image::StreamImage = postcard::from_bytes(&new).unwrap();
-    assert_eq!(read_by_earlier.last_seq, 4);
+    assert_eq!(decoded.messages.len(), 4);
+}
+
+/// A snapshot is written as the store is read and installed as it is read: the streamed
+/// image carries the same state as the whole one, its head is the earlier format's value
+/// without messages, and an image cut anywhere is refused, never installed in part.
+#[test]
+fn a_streamed_image_installs_the_same_stream_and_one_cut_short_is_refused() {
+    let mut a = prioritized_harness();
+    assert!(a
+        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
+        .is_empty());
+    let mut streamed = Vec::new();
+    a.st.write_image(&mut streamed).unwrap();
+    let whole = a.st.image().unwrap();
+    assert_eq!(
+        streamed,
+        whole.encode(),
+        "two writers of one image disagree"
+    );
+    // Read through a reader that hands out a few bytes at a time, as a snapshot file does
+    // a frame at a time.
+    struct Trickle<'a>(&'a [u8]);
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = out.len().min(self.0.len()).min(5);
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    let (head, messages) = super::image::read(Trickle(&streamed)).unwrap();
+    assert!(head.messages.is_empty());
+    let mut bare = a.st.image().unwrap();
+    bare.messages.clear();
+    let mut earlier = postcard::to_stdvec(&bare).unwrap();
+    earlier.extend(postcard::to_stdvec(&bare.extras).unwrap());
+    earlier.extend(postcard::to_stdvec(&bare.sourcing).unwrap());
+    assert_eq!(
+        super::image::StreamImage::decode(&earlier)
+            .unwrap()
+            .encode(),
+        head.encode()
+    );
+    let store: Box<dyn StreamStore> = Box::new(MemStore::new(store_limits(&a.st.cfg)));
+    let mut b = Harness {
+        st: Stream::from_image_parts(head, messages, store, "test", T0 + MS).unwrap(),
+        out: Recorder::default(),
+        clock: Arc::new(AtomicI64::new(T0 + MS)),
+    };
+    assert_eq!(a.infos(T0 + MS), b.infos(T0 + MS));
+    for h in [&mut a, &mut b] {
+        h.tick(T0 + MS + super::consumer::PRIORITY_HOLD_NS);
+        assert_eq!(h.out.delivered("in.low").len(), 2);
+    }
+    for cut in [9, streamed.len() / 2, streamed.len() - 1] {
+        let r = super::image::read(&streamed[..cut]).and_then(|(head, messages)| {
+            let store: Box<dyn StreamStore> = Box::new(MemStore::new(store_limits(&head.cfg)));
+            Stream::from_image_parts(head, messages, store, "test", T0).map(|_| ())
+        });
+        assert!(
+            r.is_err(),
+            "an image cut at {cut} of {} installed",
+            streamed.len()
+        );
+    }
 }
 
 /// A replicated copying stream stores each batch its leader read when the round applies; a

@@ -474,20 +474,20 @@ impl Stream {
         }
     }
 
-    /// The stream's whole engine state (a replicated stream's snapshot: see [`super::image`]).
+    /// The stream's whole engine state, its messages included, in memory (tests; a
+    /// snapshot is written with [`Stream::write_image`]).
     ///
     /// # Errors
     /// A store error while reading its messages.
     pub fn image(&self) -> Result<StreamImage, StoreError> {
-        let st = self.store.state();
-        let mut messages = Vec::with_capacity(usize::try_from(st.msgs).unwrap_or(0));
-        let mut seq = st.first_seq.max(1);
-        while seq <= st.last_seq {
+        let mut image = self.image_head();
+        let mut seq = image.first_seq.max(1);
+        while seq <= image.last_seq {
             let Some(m) = self.store.next_by_subject(seq, ">")? else {
                 break;
             };
             seq = m.seq + 1;
-            messages.push(ImageMsg {
+            image.messages.push(ImageMsg {
                 seq: m.seq,
                 ts: m.ts,
                 subject: m.subject,
@@ -495,13 +495,46 @@ impl Stream {
                 payload: m.payload.to_vec(),
             });
         }
-        Ok(StreamImage {
+        Ok(image)
+    }
+
+    /// Writes the stream's whole engine state into `w` (a replicated stream's snapshot: see
+    /// [`super::image`]): the head, then each message as the store gives it, so memory
+    /// holds one message at a time whatever the stream's size.
+    ///
+    /// # Errors
+    /// A store error while reading its messages; I/O.
+    pub fn write_image(&self, w: &mut dyn std::io::Write) -> Result<(), ImageError> {
+        let head = self.image_head();
+        let mut out = super::image::ImageWriter::head(w, &head)?;
+        let mut seq = head.first_seq.max(1);
+        while seq <= head.last_seq {
+            let Some(m) = self.store.next_by_subject(seq, ">")? else {
+                break;
+            };
+            seq = m.seq + 1;
+            out.message(&super::image::ImageMsgRef {
+                seq: m.seq,
+                ts: m.ts,
+                subject: &m.subject,
+                headers: m.headers.as_deref(),
+                payload: &m.payload,
+            })?;
+        }
+        out.end()?;
+        Ok(())
+    }
+
+    /// Everything of the stream's engine state but its messages.
+    fn image_head(&self) -> StreamImage {
+        let st = self.store.state();
+        StreamImage {
             cfg: self.cfg.clone(),
             created: self.created,
             first_seq: st.first_seq,
             last_seq: st.last_seq,
             last_ts: st.last_ts,
-            messages,
+            messages: Vec::new(),
             dedupe: self.dedupe.entries(),
             ttl: self.ttl.iter().copied().collect(),
             consumers: self.consumers.values().cloned().collect(),
@@ -544,7 +577,7 @@ impl Stream {
                     })
                     .collect(),
             },
-        })
+        }
     }
 
     /// A stream started from `image` over `store`, which must be empty: the image's messages
@@ -558,16 +591,42 @@ impl Stream {
         server_name: &str,
         now: i64,
     ) -> Result<Self, ImageError> {
+        let msgs = std::mem::take(&mut image.messages);
+        Self::from_image_parts(image, msgs.into_iter().map(Ok), store, server_name, now)
+    }
+
+    /// [`Stream::from_image`] from an image's head and its messages as they are read
+    /// ([`super::image::read`]): stored a batch at a time, never all in memory.
+    ///
+    /// # Errors
+    /// As [`Stream::from_image`], and a message that does not read.
+    pub fn from_image_parts(
+        mut image: StreamImage,
+        msgs: impl Iterator<Item = Result<ImageMsg, ImageError>>,
+        store: Box<dyn StreamStore>,
+        server_name: &str,
+        now: i64,
+    ) -> Result<Self, ImageError> {
         let cfg = image.cfg.clone();
         let mut s = Stream::new(cfg, image.created, store, server_name, now);
         if s.store.state().last_seq != 0 {
             return Err(ImageError::Mismatch("the store is not empty".into()));
         }
+        // Stored a batch (one block) at a time: at most 1,024 messages or 1 MiB of them.
         const CHUNK: usize = 1024;
-        let msgs = std::mem::take(&mut image.messages);
-        let last_msg = msgs.last().map(|m| m.seq);
-        let mut batch = Vec::with_capacity(CHUNK.min(msgs.len()));
+        const CHUNK_BYTES: usize = 1 << 20;
+        let mut last_msg = None;
+        let mut batch = Vec::with_capacity(CHUNK);
+        let mut batch_bytes = 0;
         for m in msgs {
+            let m = m?;
+            last_msg = Some(m.seq);
+            let size = m.subject.len() + m.payload.len() + m.headers.as_ref().map_or(0, Vec::len);
+            if batch_bytes + size > CHUNK_BYTES {
+                s.restore_batch(&mut batch)?;
+                batch_bytes = 0;
+            }
+            batch_bytes += size;
             batch.push(NewMsg {
                 subject: m.subject,
                 headers: m.headers.map(Bytes::from),
@@ -577,6 +636,7 @@ impl Stream {
             });
             if batch.len() == CHUNK {
                 s.restore_batch(&mut batch)?;
+                batch_bytes = 0;
             }
         }
         s.restore_batch(&mut batch)?;

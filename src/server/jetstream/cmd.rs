@@ -7,6 +7,7 @@ use std::sync::mpsc::SyncSender;
 
 use bytes::Bytes;
 
+use crate::consensus::machine::{ImageSink, ImageSource};
 use crate::consensus::mux::ProposeError;
 use crate::jetstream::api::types::StreamInfo;
 use crate::jetstream::api::{ApiCall, ApiError};
@@ -77,7 +78,11 @@ pub(crate) enum Cmd {
     Apply(Box<Round>, tokio::sync::oneshot::Sender<()>),
     /// A replicated stream: its whole state as an image (for its group's snapshot), made
     /// after every round applied before this command.
-    TakeImage(tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>),
+    /// The image is written into the sink (a new snapshot file), which is given back.
+    TakeImage(
+        ImageSink,
+        tokio::sync::oneshot::Sender<Result<ImageSink, String>>,
+    ),
     /// Re-seal the stream's files under a new data key (`rotate`), or under the current one
     /// to finish a re-sealing a crash interrupted; answered with what was done
     /// (`server/jetstream/rekey.rs`).
@@ -87,7 +92,11 @@ pub(crate) enum Cmd {
     },
     /// A replicated stream: replace the state with an image (a stored snapshot at start, or
     /// the leader's when this replica was too far behind); signal when done.
-    InstallImage(Vec<u8>, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// The image is read from the stored snapshot as it is installed.
+    InstallImage(
+        ImageSource,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    ),
     /// A replicated stream: the outcome of this replica's proposal in flight.
     Proposed(Result<u64, ProposeError>),
     /// A replicated stream: this node now leads its group (the advisory goes out).
@@ -126,7 +135,7 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::EndPullsForShutdown(_)
         | Cmd::Stop(_)
         | Cmd::Apply(..)
-        | Cmd::TakeImage(_)
+        | Cmd::TakeImage(..)
         | Cmd::Reseal { .. }
         | Cmd::InstallImage(..)
         | Cmd::Proposed(_)

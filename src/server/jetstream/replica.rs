@@ -21,7 +21,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use crate::consensus::machine::{Applier, ApplyFuture, ImageFuture, InstallFuture};
+use crate::consensus::machine::{
+    Applier, ApplyFuture, ImageFuture, ImageSink, ImageSource, InstallFuture,
+};
 use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::{Command, GroupId, NodeId};
 
@@ -169,13 +171,13 @@ impl Applier for StreamApplier {
         })
     }
 
-    fn image(&self) -> ImageFuture {
+    fn image(&self, sink: ImageSink) -> ImageFuture {
         let (done, image) = tokio::sync::oneshot::channel();
         // Queued now, behind every round handed over before: the image is of those.
         match self.worker() {
             // Refused, the command's sender is dropped: the builder hears the worker stopped.
             Some(tx) => {
-                let _ = tx.send(Cmd::TakeImage(done));
+                let _ = tx.send(Cmd::TakeImage(sink, done));
             }
             None => {
                 let _ = done.send(Err("the stream's worker is gone".to_owned()));
@@ -184,12 +186,12 @@ impl Applier for StreamApplier {
         image
     }
 
-    fn install(&self, image: Vec<u8>) -> InstallFuture {
+    fn install(&self, source: ImageSource) -> InstallFuture {
         let tx = self.worker();
         Box::pin(async move {
             let tx = tx.ok_or_else(|| "the stream's worker is gone".to_owned())?;
             let (done, installed) = tokio::sync::oneshot::channel();
-            if tx.send(Cmd::InstallImage(image, done)).is_err() {
+            if tx.send(Cmd::InstallImage(source, done)).is_err() {
                 return Err("the stream's worker is gone".to_owned());
             }
             installed

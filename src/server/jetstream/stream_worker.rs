@@ -19,6 +19,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
+use crate::consensus::machine::{ImageSink, ImageSource};
 use crate::jetstream::api::types::{StreamInfo, StreamInfoRequest};
 use crate::jetstream::api::{
     body, err_reply, info_for_reply, ok_reply, optional_body, paging, request, ApiCall, ApiError,
@@ -26,7 +27,7 @@ use crate::jetstream::api::{
 use crate::jetstream::config::{parse_create_request, ConsumerConfig, StorageType, StreamConfig};
 use crate::jetstream::consumer::{Consumer, SavedState};
 use crate::jetstream::effects::Everyone;
-use crate::jetstream::image::StreamImage;
+use crate::jetstream::image;
 use crate::jetstream::stream::{store_limits, CreateSubject, Incoming, Stream};
 use crate::jetstream::{now_nanos, Effect, Effects};
 use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
@@ -735,14 +736,13 @@ impl Worker {
                 Cmd::Reseal { done, .. } => {
                     let _ = done.try_send(Err(REPLICATED_RESEAL.to_owned()));
                 }
-                Cmd::TakeImage(done) => {
+                Cmd::TakeImage(sink, done) => {
                     if !local.is_empty()
                         && self.run(st, std::mem::take(&mut local), now, Mode::Local)
                     {
                         return true;
                     }
-                    let image = st.image().map(|i| i.encode()).map_err(|e| e.to_string());
-                    let _ = done.send(image);
+                    let _ = done.send(write_image(st, sink));
                 }
                 Cmd::InstallImage(image, done) => {
                     if !local.is_empty()
@@ -750,7 +750,7 @@ impl Worker {
                     {
                         return true;
                     }
-                    let r = self.install_image(st, &image);
+                    let r = self.install_image(st, image);
                     if let Err(e) = &r {
                         error!(stream = %st.cfg.name, error = %e, "a snapshot could not be installed");
                     }
@@ -795,12 +795,12 @@ impl Worker {
     /// Replaces the stream's state by `image` (its group's snapshot), over a new empty
     /// store. The stream keeps its current config (configs come from the meta group, not the
     /// stream's log).
-    fn install_image(&mut self, st: &mut Stream, image: &[u8]) -> Result<(), String> {
-        let mut image = StreamImage::decode(image).map_err(|e| e.to_string())?;
-        image.cfg = st.cfg.clone();
+    fn install_image(&mut self, st: &mut Stream, source: ImageSource) -> Result<(), String> {
+        let (mut head, messages) = image::read(source).map_err(|e| e.to_string())?;
+        head.cfg = st.cfg.clone();
         let store = self.fresh_store(st)?;
         let now = now_nanos();
-        *st = Stream::from_image(image, store, &self.js.server_name, now)
+        *st = Stream::from_image_parts(head, messages, store, &self.js.server_name, now)
             .map_err(|e| e.to_string())?;
         self.changed_since_snapshot = true;
         let (bytes, msgs) = st.usage();
@@ -1073,7 +1073,7 @@ impl Worker {
                 Cmd::Apply(_, done) => drop(done),
                 // A stream of this server becoming replicated: its image once this round
                 // is stored and answered (a replicated stream's worker takes these itself).
-                Cmd::TakeImage(done) => image_waiters.push(done),
+                Cmd::TakeImage(sink, done) => image_waiters.push((sink, done)),
                 Cmd::Reseal { rotate, done } => reseal_waiters.push((rotate, done)),
                 Cmd::InstallImage(_, done) => {
                     let _ = done.send(Err("the stream is not replicated".to_owned()));
@@ -1127,8 +1127,8 @@ impl Worker {
             }
         }
         self.execute(st);
-        for w in image_waiters {
-            let _ = w.send(st.image().map(|i| i.encode()).map_err(|e| e.to_string()));
+        for (sink, done) in image_waiters {
+            let _ = done.send(write_image(st, sink));
         }
         for (rotate, done) in reseal_waiters {
             let _ = done.try_send(self.reseal(st, rotate, now));
@@ -1848,6 +1848,13 @@ pub(crate) fn stop_and_wait(s: &StreamRef) {
 /// and snapshots, sealed with the group's key, and its replicas are rebuilt from them.
 const REPLICATED_RESEAL: &str =
     "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
+
+/// Writes the stream's image into `sink` (its group's snapshot file, or the seed of a
+/// promotion) as the store is read; gives the sink back.
+fn write_image(st: &Stream, mut sink: ImageSink) -> Result<ImageSink, String> {
+    st.write_image(&mut sink).map_err(|e| e.to_string())?;
+    Ok(sink)
+}
 
 #[cfg(test)]
 mod tests {

@@ -39,7 +39,8 @@ use sha2::Sha256;
 use tracing::{error, info, warn};
 
 use crate::consensus::machine::{
-    Applier, ApplyFuture, ImageFuture, InstallFuture, ReplicatedMachine, Snapshots,
+    Applier, ApplyFuture, ImageFuture, ImageSink, ImageSource, InstallFuture, ReplicatedMachine,
+    Snapshots,
 };
 use crate::consensus::mux::{MuxNode, ProposeError};
 use crate::consensus::sealed_log::{LogError, SealedLog};
@@ -696,21 +697,26 @@ impl Applier for MetaApplier {
         })
     }
 
-    fn image(&self) -> ImageFuture {
+    fn image(&self, mut sink: ImageSink) -> ImageFuture {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // The assignment table: small (names and configs, no messages), written at once.
         let image = match self.cj.upgrade() {
-            Some(cj) => cj.meta_image(),
+            Some(cj) => cj.meta_image().and_then(|bytes| {
+                std::io::Write::write_all(&mut sink, &bytes).map_err(|e| e.to_string())
+            }),
             None => Err("replicated JetStream is stopping".to_owned()),
         };
-        let _ = tx.send(image);
+        let _ = tx.send(image.map(|()| sink));
         rx
     }
 
-    fn install(&self, image: Vec<u8>) -> InstallFuture {
+    fn install(&self, mut source: ImageSource) -> InstallFuture {
         let cj = self.cj.upgrade();
         Box::pin(async move {
             let cj = cj.ok_or("replicated JetStream is stopping")?;
-            let image = MetaImage::decode(&image)?;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut source, &mut bytes).map_err(|e| e.to_string())?;
+            let image = MetaImage::decode(&bytes)?;
             cj.install_meta_image(image).await;
             Ok(())
         })

@@ -28,7 +28,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::{error, info, warn};
 
-use crate::consensus::machine::write_seed;
+use crate::consensus::machine::{write_seed, ImageSink};
 use crate::consensus::{GroupId, NodeId};
 use crate::jetstream::api::ApiError;
 use crate::jetstream::config::StreamConfig;
@@ -91,8 +91,7 @@ impl ClusterJs {
         acc.unsubscribe_stream(&cur.subs);
         acc.streams
             .insert(Arc::new(cur.updated(cur.cfg.clone(), Vec::new())));
-        let seeded = take_image(&self.runtime, &cur.tx)
-            .and_then(|image| self.seed(group, &members, &image, &cmd));
+        let seeded = self.seed(group, &members, &cur.tx, &cmd);
         if let Err(e) = seeded {
             // Nothing was proposed: the stream takes writes again, unchanged.
             self.unseed(group);
@@ -110,13 +109,14 @@ impl ClusterJs {
         self.replica_answer(acc, &name, group)
     }
 
-    /// Writes `image` as `group`'s first snapshot (membership `members`, this node first) and
-    /// records the promotion in the directory, durably.
+    /// Writes the stream's image (its worker behind `tx` writes it, once everything queued
+    /// before was stored) as `group`'s first snapshot (membership `members`, this node
+    /// first) and records the promotion in the directory, durably.
     fn seed(
         &self,
         group: GroupId,
         members: &[(NodeId, String)],
-        image: &[u8],
+        tx: &super::super::shard::StreamTx,
         cmd: &MetaCmd,
     ) -> Result<(), ApiError> {
         let failed = |e: &dyn std::fmt::Display| {
@@ -125,7 +125,9 @@ impl ClusterJs {
         };
         let (slot, key) = self.keep_group(group);
         let file = self.log.snapshot_file(slot, key);
-        write_seed(&file, self.me, members, image).map_err(|e| failed(&e))?;
+        let sink = file.writer().map_err(|e| failed(&e))?;
+        let image = take_image(&self.runtime, tx, sink)?;
+        write_seed(image, self.me, members).map_err(|e| failed(&e))?;
         let text = serde_json::to_string(cmd).map_err(|e| failed(&e))?;
         let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
         d.promoting.insert(group, text);
@@ -307,13 +309,15 @@ impl ClusterJs {
     }
 }
 
-/// The stream's image once everything queued before the request was stored and answered.
+/// The stream's image, written into `sink` once everything queued before the request was
+/// stored and answered.
 fn take_image(
     runtime: &tokio::runtime::Handle,
     tx: &super::super::shard::StreamTx,
-) -> Result<Vec<u8>, ApiError> {
+    sink: ImageSink,
+) -> Result<ImageSink, ApiError> {
     let (done, image) = tokio::sync::oneshot::channel();
-    if tx.send(Cmd::TakeImage(done)).is_err() {
+    if tx.send(Cmd::TakeImage(sink, done)).is_err() {
         return Err(ApiError::stream_not_found());
     }
     match runtime.block_on(async { tokio::time::timeout(API_WAIT, image).await }) {
