@@ -2146,8 +2146,27 @@ async fn create_capped_r3(js: &jetstream::Context, name: &str, subjects: &str, m
 /// Waits until node `i`'s Raft log is back to at most 4 segments (2 closed + the open one,
 /// and one on its way out): the reclaim pass let the oldest go.
 async fn wait_log_reclaimed(cl: &TestCluster, i: usize) {
+    wait_log_reclaimed_within(cl, i, Duration::from_secs(30)).await;
+}
+
+/// Waits up to `bound` until node `i`'s log holds `line`.
+async fn wait_log_line(cl: &TestCluster, i: usize, line: &str, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    while !cl.nodes[i].server.log_text().contains(line) {
+        assert!(
+            Instant::now() < deadline,
+            "n{} never logged {line:?}: {}",
+            i + 1,
+            cl.nodes[i].server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// As [`wait_log_reclaimed`], waiting up to `bound`.
+async fn wait_log_reclaimed_within(cl: &TestCluster, i: usize, bound: Duration) {
     let store = cl.nodes[i].server.store_dir().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + bound;
     while raft_segments(&store).len() > 4 {
         assert!(
             Instant::now() < deadline,
@@ -2215,19 +2234,13 @@ async fn the_raft_log_stays_bounded_and_a_node_catches_up_from_the_meta_snapshot
     wait_log_reclaimed(&cl, 0).await;
 
     cl.restart(2);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cl.nodes[2]
-        .server
-        .log_text()
-        .contains("the meta group's state was replaced by a snapshot")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "n3 caught up without the meta snapshot: {}",
-            cl.nodes[2].server.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_log_line(
+        &cl,
+        2,
+        "the meta group's state was replaced by a snapshot",
+        Duration::from_secs(30),
+    )
+    .await;
     let n3 = contexts(&cl, &[2]).await;
     wait_messages(&n3[0], "BUSYLEDGER", 6000).await;
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -2641,21 +2654,20 @@ fn memory_of(pid: u32, field: &str) -> u64 {
 }
 
 /// A stream's snapshot is written, sent and installed a frame at a time: a follower whose
-/// missed log was compacted away is sent a 48 MiB snapshot and installs it while its peak
-/// resident memory grows by less than half of that (before, the image was built, sealed,
+/// missed log was compacted away is sent a snapshot of about 48 MiB and installs it while its
+/// peak resident memory grows by less than half of that (before, the image was built, sealed,
 /// sent and installed whole — several copies of the stream in memory on each side, so a
 /// stream larger than memory could not be snapshotted at all). Every acknowledged message
-/// arrives, and the node's store stays sealed.
+/// arrives, and the node's store stays sealed. The snapshot is the group's own (1,024 entries
+/// applied: one per publish here), so exactly one large one is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_installs_a_snapshot_far_larger_than_the_memory_it_uses() {
-    const MSGS: usize = 768;
-    const SIZE: usize = 64 << 10;
-    let mut cl = TestCluster::start_js_conf(3, Some("jetstream { raft_segment_size: 1MB }"));
-    cl.wait_full_mesh(Duration::from_secs(10));
+    const MSGS: usize = 1040;
+    const SIZE: usize = 48 << 10;
+    let (mut cl, js) = three_nodes().await;
     if cl.is_reference() {
-        return; // sealstream's log option and log lines
+        return; // sealstream's snapshot files and log lines
     }
-    let js = contexts(&cl, &[0, 1, 2]).await;
     create_r3(&js[0], "BULKYLEDGER", "bulkyledger.>").await;
     let leader = leader_node(&cl, &js[0], "BULKYLEDGER").await;
     let victim = (0..3).find(|i| *i != leader).unwrap();
@@ -2664,72 +2676,71 @@ async fn a_follower_installs_a_snapshot_far_larger_than_the_memory_it_uses() {
     // What the follower holds idle, with the stream created and written to.
     let idle = memory_of(cl.nodes[victim].server.pid(), "VmHWM");
     cl.stop(victim, false);
-    // Different bytes in every message (nothing to deduplicate or compress away).
-    let mut left = MSGS;
-    let mut n = 0u64;
-    while left > 0 {
-        let take = left.min(16);
-        let mut acks = Vec::with_capacity(take);
-        for _ in 0..take {
-            n += 1;
-            let mut body = vec![0u8; SIZE];
-            for (i, b) in body.iter_mut().enumerate() {
-                *b = (n.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8;
-            }
-            acks.push(
-                ljs[0]
-                    .publish("bulkyledger.x", Bytes::from(body))
-                    .await
-                    .unwrap(),
-            );
-        }
-        for a in acks {
-            a.await.unwrap();
-        }
-        left -= take;
+    // One publish per round, each acknowledged; different bytes in every message (nothing
+    // to deduplicate or compress away).
+    for n in 1..=MSGS as u64 {
+        let body: Vec<u8> = (0..SIZE as u64)
+            .map(|i| (n.wrapping_mul(31).wrapping_add(i * 7) % 251) as u8)
+            .collect();
+        ljs[0]
+            .publish("bulkyledger.x", Bytes::from(body))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
-    // The leader's log lets go of what the follower missed: only a snapshot can bring it.
-    // (Writing a 48 MiB image in a debug build beside the suite's other clusters takes a
-    // while: a longer wait than `wait_log_reclaimed`'s.)
-    let store = cl.nodes[leader].server.store_dir().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while raft_segments(&store).len() > 4 {
+    // The group snapshots after 1,024 entries and purges its log behind it (keeping 128
+    // entries): the follower's place is gone, only the snapshot can bring it.
+    let snaps = cl.nodes[leader]
+        .server
+        .store_dir()
+        .unwrap()
+        .join("jetstream/raft/snapshots");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&snaps).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name().to_string_lossy().ends_with(".snap")
+                && e.metadata().is_ok_and(|m| m.len() > 40 << 20)
+        })
+    }) {
         assert!(
             Instant::now() < deadline,
-            "the Raft log kept {} segments",
-            raft_segments(&store).len()
+            "the leader made no snapshot of the stream"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     cl.restart(victim);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !cl.nodes[victim]
-        .server
-        .log_text()
-        .contains("replaced by its leader's snapshot")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the follower was not sent the snapshot: {}",
-            cl.nodes[victim].server.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_log_line(
+        &cl,
+        victim,
+        "replaced by its leader's snapshot",
+        Duration::from_secs(90),
+    )
+    .await;
     let vjs = contexts(&cl, &[victim]).await;
     wait_messages(&vjs[0], "BULKYLEDGER", MSGS as u64 + 1).await;
     let peak = memory_of(cl.nodes[victim].server.pid(), "VmHWM");
-    let stream = (MSGS * SIZE) as u64;
+    // The size of the snapshot it installed, as its log says.
+    let log = cl.nodes[victim].server.log_text();
+    let snapshot: u64 = log
+        .lines()
+        .find(|l| l.contains("replaced by its leader's snapshot"))
+        .and_then(|l| l.split("bytes=").nth(1))
+        .and_then(|b| b.split_whitespace().next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(0);
+    assert!(snapshot > 40 << 20, "a snapshot of {snapshot} bytes: {log}");
     assert!(
-        peak < idle + stream / 2,
+        peak < idle + snapshot / 2,
         "installing a {} MiB snapshot took the follower from {} MiB to a peak of {} MiB",
-        stream >> 20,
+        snapshot >> 20,
         idle >> 20,
         peak >> 20
     );
     eprintln!(
         "follower: idle {} MiB, peak while installing a {} MiB snapshot {} MiB",
         idle >> 20,
-        stream >> 20,
+        snapshot >> 20,
         peak >> 20
     );
     let m = vjs[0]

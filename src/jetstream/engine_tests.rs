@@ -800,6 +800,16 @@ fn bytes_that_are_not_an_image_are_refused() {
     assert!(super::image::StreamImage::decode(b"\xff\xff\xff not an image").is_err());
 }
 
+/// [`prioritized_harness`] with a pull of priority 1 (batch 2) from `in.low` held at
+/// `T0 + MS`.
+fn held_pull_harness() -> Harness {
+    let mut h = prioritized_harness();
+    assert!(h
+        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
+        .is_empty());
+    h
+}
+
 fn prioritized_harness() -> Harness {
     let mut h = Harness::new(json!({"name": "S", "subjects": ["s.>"]}));
     h.consumer(
@@ -823,10 +833,7 @@ fn prioritized_pull(batch: u64, priority: i64) -> Value {
 /// (as nats-server serves requests it read together); then the held one gets the rest.
 #[test]
 fn a_prioritized_pull_above_zero_waits_briefly_for_a_better_one() {
-    let mut h = prioritized_harness();
-    assert!(h
-        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
-        .is_empty());
+    let mut h = held_pull_harness();
     assert_eq!(
         h.st.next_deadline(),
         Some(T0 + MS + super::consumer::PRIORITY_HOLD_NS)
@@ -871,10 +878,7 @@ fn a_prioritized_pull_above_zero_waits_briefly_for_a_better_one() {
 /// earlier decoder reads a new image up to its trailing part.
 #[test]
 fn an_image_keeps_a_held_pull_and_images_of_the_earlier_format_still_decode() {
-    let mut a = prioritized_harness();
-    assert!(a
-        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
-        .is_empty());
+    let mut a = held_pull_harness();
     let image = a.st.image().unwrap();
     assert_eq!(image.extras.pull_holds.len(), 1);
     let mut b = a.restarted_from_image();
@@ -896,10 +900,7 @@ fn an_image_keeps_a_held_pull_and_images_of_the_earlier_format_still_decode() {
 /// without messages, and an image cut anywhere is refused, never installed in part.
 #[test]
 fn a_streamed_image_installs_the_same_stream_and_one_cut_short_is_refused() {
-    let mut a = prioritized_harness();
-    assert!(a
-        .pull("p", prioritized_pull(2, 1), "in.low", T0 + MS)
-        .is_empty());
+    let mut a = held_pull_harness();
     let mut streamed = Vec::new();
     a.st.write_image(&mut streamed).unwrap();
     let whole = a.st.image().unwrap();

@@ -160,6 +160,30 @@ pub struct ImageMsgRef<'a> {
     pub payload: &'a [u8],
 }
 
+impl From<&ImageMsgRef<'_>> for ImageMsg {
+    fn from(m: &ImageMsgRef<'_>) -> Self {
+        ImageMsg {
+            seq: m.seq,
+            ts: m.ts,
+            subject: m.subject.to_owned(),
+            headers: m.headers.map(<[u8]>::to_vec),
+            payload: m.payload.to_vec(),
+        }
+    }
+}
+
+impl<'a> From<&'a ImageMsg> for ImageMsgRef<'a> {
+    fn from(m: &'a ImageMsg) -> Self {
+        ImageMsgRef {
+            seq: m.seq,
+            ts: m.ts,
+            subject: &m.subject,
+            headers: m.headers.as_deref(),
+            payload: &m.payload,
+        }
+    }
+}
+
 /// Bytes as one run (see [`ImageMsg`]); read from a run or from a sequence.
 mod bytes_run {
     use serde::{Deserializer, Serializer};
@@ -268,13 +292,7 @@ impl<'w, W: Write + ?Sized> ImageWriter<'w, W> {
         bare.extend(postcard::to_stdvec(&head.sourcing).map_err(io::Error::other)?);
         write_value(me.w, &bare)?;
         for m in &head.messages {
-            me.message(&ImageMsgRef {
-                seq: m.seq,
-                ts: m.ts,
-                subject: &m.subject,
-                headers: m.headers.as_deref(),
-                payload: &m.payload,
-            })?;
+            me.message(&m.into())?;
         }
         Ok(me)
     }

@@ -479,23 +479,38 @@ impl Stream {
     ///
     /// # Errors
     /// A store error while reading its messages.
-    pub fn image(&self) -> Result<StreamImage, StoreError> {
+    pub fn image(&self) -> Result<StreamImage, ImageError> {
         let mut image = self.image_head();
-        let mut seq = image.first_seq.max(1);
-        while seq <= image.last_seq {
+        let mut messages = Vec::new();
+        self.each_message(&image, |m| {
+            messages.push(ImageMsg::from(&m));
+            Ok(())
+        })?;
+        image.messages = messages;
+        Ok(image)
+    }
+
+    /// Calls `f` with every stored message from `head`'s first to its last sequence.
+    fn each_message(
+        &self,
+        head: &StreamImage,
+        mut f: impl FnMut(super::image::ImageMsgRef<'_>) -> Result<(), ImageError>,
+    ) -> Result<(), ImageError> {
+        let mut seq = head.first_seq.max(1);
+        while seq <= head.last_seq {
             let Some(m) = self.store.next_by_subject(seq, ">")? else {
                 break;
             };
             seq = m.seq + 1;
-            image.messages.push(ImageMsg {
+            f(super::image::ImageMsgRef {
                 seq: m.seq,
                 ts: m.ts,
-                subject: m.subject,
-                headers: m.headers.map(|h| h.to_vec()),
-                payload: m.payload.to_vec(),
-            });
+                subject: &m.subject,
+                headers: m.headers.as_deref(),
+                payload: &m.payload,
+            })?;
         }
-        Ok(image)
+        Ok(())
     }
 
     /// Writes the stream's whole engine state into `w` (a replicated stream's snapshot: see
@@ -507,20 +522,7 @@ impl Stream {
     pub fn write_image(&self, w: &mut dyn std::io::Write) -> Result<(), ImageError> {
         let head = self.image_head();
         let mut out = super::image::ImageWriter::head(w, &head)?;
-        let mut seq = head.first_seq.max(1);
-        while seq <= head.last_seq {
-            let Some(m) = self.store.next_by_subject(seq, ">")? else {
-                break;
-            };
-            seq = m.seq + 1;
-            out.message(&super::image::ImageMsgRef {
-                seq: m.seq,
-                ts: m.ts,
-                subject: &m.subject,
-                headers: m.headers.as_deref(),
-                payload: &m.payload,
-            })?;
-        }
+        self.each_message(&head, |m| Ok(out.message(&m)?))?;
         out.end()?;
         Ok(())
     }
