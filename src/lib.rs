@@ -31,6 +31,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod bytes_run;
 pub mod config;
 pub mod consensus;
 pub mod crypto;

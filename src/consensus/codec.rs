@@ -55,11 +55,8 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
 }
 
 /// A snapshot chunk's request ([`openraft::raft::InstallSnapshotRequest`]) with its data
-/// written as one run of bytes: serde writes a `Vec<u8>` as a sequence, one call per byte —
-/// 0.2 s per 1 MiB chunk each way in a debug build, which held the peer's heartbeats behind
-/// the chunks long enough for it to call an election in the middle of every transfer. The
-/// bytes on the wire are the same (postcard writes a sequence of `u8` as its length and the
-/// raw bytes too), so peers of earlier builds read it alike. Use as
+/// written as one run of bytes (`crate::bytes_run`: the same bytes on the wire as openraft's
+/// own derive writes, so peers of earlier builds read it alike). Use as
 /// `#[serde(with = "codec::snapshot_chunk")]`.
 pub mod snapshot_chunk {
     use openraft::raft::InstallSnapshotRequest;
@@ -68,54 +65,14 @@ pub mod snapshot_chunk {
 
     use crate::consensus::{NodeId, TypeConfig};
 
-    struct Raw<'a>(&'a [u8]);
-
-    impl Serialize for Raw<'_> {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(self.0)
-        }
-    }
-
-    /// Bytes read back from a byte run, or from the sequence an earlier writer (or JSON)
-    /// made.
-    struct RawBuf(Vec<u8>);
-
-    impl<'de> Deserialize<'de> for RawBuf {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl<'de> serde::de::Visitor<'de> for V {
-                type Value = RawBuf;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("bytes")
-                }
-                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<RawBuf, E> {
-                    Ok(RawBuf(v.to_vec()))
-                }
-                fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<RawBuf, E> {
-                    Ok(RawBuf(v))
-                }
-                fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                    self,
-                    mut a: A,
-                ) -> Result<RawBuf, A::Error> {
-                    let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 20));
-                    while let Some(b) = a.next_element()? {
-                        v.push(b);
-                    }
-                    Ok(RawBuf(v))
-                }
-            }
-            d.deserialize_byte_buf(V)
-        }
-    }
-
     /// Fields in the order of openraft's own derive.
     #[derive(Serialize)]
     struct Out<'a> {
         vote: &'a Vote<NodeId>,
         meta: &'a SnapshotMeta<NodeId, BasicNode>,
         offset: u64,
-        data: Raw<'a>,
+        #[serde(serialize_with = "crate::bytes_run::serialize")]
+        data: &'a [u8],
         done: bool,
     }
 
@@ -124,7 +81,8 @@ pub mod snapshot_chunk {
         vote: Vote<NodeId>,
         meta: SnapshotMeta<NodeId, BasicNode>,
         offset: u64,
-        data: RawBuf,
+        #[serde(with = "crate::bytes_run")]
+        data: Vec<u8>,
         done: bool,
     }
 
@@ -137,7 +95,7 @@ pub mod snapshot_chunk {
             vote: &r.vote,
             meta: &r.meta,
             offset: r.offset,
-            data: Raw(&r.data),
+            data: &r.data,
             done: r.done,
         }
         .serialize(s)
@@ -152,7 +110,7 @@ pub mod snapshot_chunk {
             vote: i.vote,
             meta: i.meta,
             offset: i.offset,
-            data: i.data.0,
+            data: i.data,
             done: i.done,
         })
     }

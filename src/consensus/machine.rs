@@ -127,10 +127,7 @@ async fn open_stored(
     file: &Arc<SnapshotFile>,
 ) -> Result<Option<SnapshotReader>, StorageError<NodeId>> {
     let file = Arc::clone(file);
-    tokio::task::spawn_blocking(move || file.open())
-        .await
-        .map_err(storage_err)?
-        .map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+    blocking(move || file.open()).await
 }
 
 /// The meta of the snapshot a new group starts from when it takes over a state that already
@@ -374,8 +371,10 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         let file = Arc::clone(&s.file);
         let m = meta.clone();
         blocking(move || {
-            let mut w = match snapshot.into_inner() {
-                Inner::Receiving(w) => return w.finish(&m),
+            // What openraft received into; anything else (its storage tests hand over
+            // another snapshot's data) is copied into a new file first.
+            let w = match snapshot.into_inner() {
+                Inner::Receiving(w) => w,
                 Inner::Memory(c) => {
                     let mut w = file.writer()?;
                     std::io::Write::write_all(&mut w, c.get_ref())?;
@@ -387,7 +386,6 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
                     w
                 }
             };
-            std::io::Write::flush(&mut w)?;
             w.finish(&m)
         })
         .await?;

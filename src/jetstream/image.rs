@@ -102,9 +102,8 @@ pub struct LinkPosition {
     pub last_copied: u64,
 }
 
-/// One stored message. Its bytes are written and read as one run each (postcard writes a
-/// sequence of `u8` as the same bytes, so images of earlier builds read alike; serde's
-/// default, a call per byte, made a large image slow to write and to read).
+/// One stored message. Its bytes are written and read as one run each (`crate::bytes_run`:
+/// the same bytes as earlier builds wrote, far faster).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ImageMsg {
     /// Stream sequence.
@@ -114,10 +113,10 @@ pub struct ImageMsg {
     /// Subject.
     pub subject: String,
     /// Header block.
-    #[serde(with = "opt_bytes")]
+    #[serde(with = "crate::bytes_run::option")]
     pub headers: Option<Vec<u8>>,
     /// Payload.
-    #[serde(with = "bytes_run")]
+    #[serde(with = "crate::bytes_run")]
     pub payload: Vec<u8>,
 }
 
@@ -153,10 +152,10 @@ pub struct ImageMsgRef<'a> {
     /// Subject.
     pub subject: &'a str,
     /// Header block.
-    #[serde(serialize_with = "opt_bytes::serialize")]
+    #[serde(serialize_with = "crate::bytes_run::option::serialize")]
     pub headers: Option<&'a [u8]>,
     /// Payload.
-    #[serde(serialize_with = "bytes_run::serialize")]
+    #[serde(serialize_with = "crate::bytes_run::serialize")]
     pub payload: &'a [u8],
 }
 
@@ -181,84 +180,6 @@ impl<'a> From<&'a ImageMsg> for ImageMsgRef<'a> {
             headers: m.headers.as_deref(),
             payload: &m.payload,
         }
-    }
-}
-
-/// Bytes as one run (see [`ImageMsg`]); read from a run or from a sequence.
-mod bytes_run {
-    use serde::{Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer, B: AsRef<[u8]>>(b: &B, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(b.as_ref())
-    }
-
-    pub(super) struct Visitor;
-
-    impl<'de> serde::de::Visitor<'de> for Visitor {
-        type Value = Vec<u8>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("bytes")
-        }
-        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-            Ok(v.to_vec())
-        }
-        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-            Ok(v)
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<u8>, A::Error> {
-            let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 20));
-            while let Some(b) = a.next_element()? {
-                v.push(b);
-            }
-            Ok(v)
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        d.deserialize_byte_buf(Visitor)
-    }
-}
-
-/// Optional bytes as one run (see [`ImageMsg`]).
-mod opt_bytes {
-    use serde::{Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer, B: AsRef<[u8]>>(
-        b: &Option<B>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        struct Run<'a>(&'a [u8]);
-        impl serde::Serialize for Run<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_bytes(self.0)
-            }
-        }
-        match b {
-            Some(b) => s.serialize_some(&Run(b.as_ref())),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Vec<u8>>, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Option<Vec<u8>>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("optional bytes")
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-                d.deserialize_byte_buf(super::bytes_run::Visitor).map(Some)
-            }
-        }
-        d.deserialize_option(V)
     }
 }
 
