@@ -16,7 +16,8 @@ With --offline the server is then stopped and `sealctl audit` reads the same sto
 
 With --rekey the stream's data key is then rotated and its files re-sealed
 (`$SYS.REQ.SERVER.PING.REKEY`) while the client keeps publishing to it: the re-sealing's
-duration and bytes, and the publish latency meanwhile (the stream's publishes wait for it).
+duration and bytes, and the publish latency meanwhile. SEALSTREAM_BIN / SEALCTL_BIN pick other
+binaries (an earlier build, side by side).
 """
 import argparse
 import asyncio
@@ -33,8 +34,8 @@ from bench_compare import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-SEALSTREAM = os.path.join(TARGET, "release/sealstream-server")
-SEALCTL = os.path.join(TARGET, "release/sealctl")
+SEALSTREAM = os.environ.get("SEALSTREAM_BIN", os.path.join(TARGET, "release/sealstream-server"))
+SEALCTL = os.environ.get("SEALCTL_BIN", os.path.join(TARGET, "release/sealctl"))
 NATS_SERVER = os.path.join(ROOT, ".venv/bin/nats-server")
 
 CONF = """

@@ -595,6 +595,115 @@ async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
     assert_eq!(info.state.messages, acked, "every acknowledged message");
 }
 
+/// A metric's value in `/metrics` (0 when absent).
+fn metric(s: &TestServer, name: &str) -> u64 {
+    let (_, m) = s.http_get("/metrics");
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 17: a stream is re-sealed a segment at a time, off the stream's own thread: while its
+/// re-sealing is part way (some of its segments rewritten, not all), the stream acknowledges
+/// publishes — a rotation does not stop a stream for as long as its whole store takes to
+/// rewrite. Afterwards the old key is gone and every message reads.
+#[tokio::test]
+async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
+    let s = TestServer::start_js_with(&["-m", "-1"], Some(LIVE_CONF));
+    if s.is_reference() {
+        return; // nats-server has no data-key rotation
+    }
+    let c = async_nats::ConnectOptions::with_user_and_password("acme".into(), "pw".into())
+        .connect(s.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(c);
+    // Capped at 8 MiB: the store's segments are 2 MiB, so 6 MiB make three sealed segments.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "ACME_LEDGER".into(),
+        subjects: vec!["ledger.acme.>".into()],
+        max_bytes: 8 << 20,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let payload = |i: usize| -> bytes::Bytes {
+        let mut p = format!("confidential-ledger-entry-{i}-").into_bytes();
+        p.resize(64 << 10, b'x');
+        p.into()
+    };
+    for i in 0..96 {
+        js.publish("ledger.acme.eu", payload(i))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let id = first_stream_id(&s.url(), "ACME");
+    let total = 6u64 << 20;
+    // 1 MiB/s: the re-sealing takes about six seconds.
+    let url = s.url();
+    let rekey = tokio::task::spawn_blocking(move || {
+        sealctl_as(
+            &url,
+            "admin",
+            &[
+                "store",
+                "rekey-live",
+                "--account",
+                "ACME",
+                "--stream",
+                "ACME_LEDGER",
+                "--bytes-per-sec",
+                "1048576",
+            ],
+        )
+    });
+    // Part way: some bytes rewritten, far from all of them.
+    let part_way = || {
+        let b = metric(&s, "sealstream_resealed_bytes_total");
+        b > 0 && b < total / 2
+    };
+    assert!(
+        support::eventually(Duration::from_secs(20), part_way).await,
+        "the re-sealing never showed progress part way (bytes rewritten: {})",
+        metric(&s, "sealstream_resealed_bytes_total")
+    );
+    let mut during = 0;
+    for i in 96..106 {
+        js.publish("ledger.acme.eu", payload(i))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        during += 1;
+    }
+    let rewritten = metric(&s, "sealstream_resealed_bytes_total");
+    assert!(
+        rewritten < total && metric(&s, "sealstream_reseal_running") == 1,
+        "the publishes were acknowledged while the re-sealing was still part way \
+         ({rewritten} of about {total} bytes)"
+    );
+    let (code, out, err) = rekey.await.unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("re-sealed under data key v2"), "{out}");
+    assert!(out.contains("destroyed v1"), "{out}");
+    assert_eq!(dek_versions(&s.url(), &id), [2], "the old key is gone");
+    // Every message reads: the first and the last, and the count.
+    let mut stream = js.get_stream("ACME_LEDGER").await.unwrap();
+    let info = stream.info().await.unwrap().clone();
+    assert_eq!(info.state.messages, 96 + during);
+    for seq in [1, 50, 96 + during] {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        assert_eq!(m.payload, payload(seq as usize - 1), "message {seq}");
+    }
+    let (code, out, err) = sealctl_as(&s.url(), "admin", &["audit", "--live"]);
+    assert_eq!(
+        code, 0,
+        "the live audit after the re-sealing is clean: {out}{err}"
+    );
+}
+
 /// Issue 17: a tenant's crypto-erase leaves a signed attestation naming the key ids and
 /// versions the server destroyed and the keyring generation it checked holds none of them;
 /// the other tenant's data stays, and the store audits clean.

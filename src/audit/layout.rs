@@ -6,6 +6,7 @@
 //! keyring/kr-<gen:8 digits>.bin
 //! catalog/cat-<gen:8 digits>.log
 //! s/<stream_id:32 lowercase hex>/seg-<segment_id:16 hex>.log | .idx
+//! s/<stream_id>/seg-<segment_id:16 hex>.log.reseal   (a segment being re-sealed)
 //! s/<stream_id>/c/<consumer_id:32 hex>.st
 //! tmp/<anything>                   (a finding only on a cleanly stopped store)
 //! raft/<segment:16 hex>.rlog | raft/groups   (a clustered node's Raft log, sealed)
@@ -135,7 +136,10 @@ pub fn classify(rel: &str, is_dir: bool) -> Option<FileKind> {
                     .filter(|h| is_hex(h, 16))
                     .and_then(|h| u64::from_str_radix(h, 16).ok())
             };
-            if let Some(segment) = seg(".log") {
+            if seg(".log.reseal").is_some() {
+                // A segment being re-sealed under a new data key (`file_store/reseal.rs`).
+                Some(FileKind::Temp)
+            } else if let Some(segment) = seg(".log") {
                 Some(FileKind::Segment {
                     stream: (*id).to_owned(),
                     segment,
@@ -262,6 +266,14 @@ mod tests {
             classify(&format!("s/{SID}/seg-000000000000000a.log"), false),
             Some(FileKind::Segment { segment: 10, .. })
         ));
+        assert_eq!(
+            classify(&format!("s/{SID}/seg-000000000000000a.log.reseal"), false),
+            Some(FileKind::Temp)
+        );
+        assert_eq!(
+            classify(&format!("s/{SID}/seg-orders.log.reseal"), false),
+            None
+        );
         assert!(matches!(
             classify(&format!("s/{SID}/c/{SID}.st"), false),
             Some(FileKind::ConsumerState { .. })

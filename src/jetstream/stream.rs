@@ -730,18 +730,36 @@ impl Stream {
         self.store.as_ref()
     }
 
-    /// Re-seals the store under a new data key (see [`StreamStore::reseal`]).
+    /// Starts re-sealing the store under a new data key (see [`StreamStore::reseal_begin`]).
     ///
     /// # Errors
     /// The store's (a fatal one also takes the stream offline).
-    pub fn reseal(
+    pub fn reseal_begin(
         &mut self,
         dek_version: u32,
         dek: crate::crypto::DataKey,
-    ) -> Result<Option<crate::store::CompactStats>, StoreError> {
-        self.store.reseal(dek_version, dek).inspect_err(|e| {
-            self.note_store_error(e);
-        })
+    ) -> Result<Option<Vec<crate::store::file_store::SegmentReseal>>, StoreError> {
+        self.store
+            .reseal_begin(dek_version, dek)
+            .inspect_err(|e| self.note_store_error(e))
+    }
+
+    /// Puts a re-sealed segment in place (see [`StreamStore::reseal_install`]).
+    ///
+    /// # Errors
+    /// The store's (a fatal one also takes the stream offline).
+    pub fn reseal_install(
+        &mut self,
+        copy: crate::store::file_store::ResealedSegment,
+    ) -> Result<bool, StoreError> {
+        self.store
+            .reseal_install(copy)
+            .inspect_err(|e| self.note_store_error(e))
+    }
+
+    /// Ends a re-sealing (see [`StreamStore::reseal_finish`]).
+    pub fn reseal_finish(&mut self) -> Vec<u32> {
+        self.store.reseal_finish()
     }
 
     /// Whether a fatal store error took the stream offline.

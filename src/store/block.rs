@@ -690,6 +690,59 @@ pub fn open_block(
     Ok(FRAME_HEADER_LEN..tag_at)
 }
 
+/// Where a body holds the tag of the block before it ([`BodyHeader::prev_tag`]).
+const PREV_TAG_IN_BODY: Range<usize> = 16..32;
+
+/// The chain link of a block [`open_block`] opened: the tag its body names as the previous
+/// block's.
+pub fn opened_prev_tag(block: &[u8]) -> Option<[u8; TAG_LEN]> {
+    block
+        .get(FRAME_HEADER_LEN..)
+        .and_then(|body| body.get(PREV_TAG_IN_BODY))
+        .and_then(|t| t.try_into().ok())
+}
+
+/// Seals a block [`open_block`] opened again, for `place` under `sealer` (another data key),
+/// its body unchanged but for the chain link `prev_tag`; the block keeps its length, so every
+/// record stays where it was. Returns the new tag.
+///
+/// # Errors
+/// [`DecodeError::Malformed`] when `block` is not a whole block of its frame's length.
+pub fn reseal_opened(
+    sealer: &Sealer,
+    place: &BlockPlace,
+    block: &mut [u8],
+    prev_tag: [u8; TAG_LEN],
+) -> Result<[u8; TAG_LEN], DecodeError> {
+    let len = u32::try_from(block.len()).map_err(|_| DecodeError::Malformed("block too long"))?;
+    if block.len() < MIN_BLOCK_LEN as usize {
+        return Err(DecodeError::Malformed("block too short"));
+    }
+    let tag_at = block.len() - TAG_LEN;
+    let body = block
+        .get_mut(FRAME_HEADER_LEN..tag_at)
+        .ok_or(DecodeError::Malformed("block too short"))?;
+    body.get_mut(PREV_TAG_IN_BODY)
+        .ok_or(DecodeError::Malformed("block too short"))?
+        .copy_from_slice(&prev_tag);
+    let (nonce, tag) = sealer.seal_in_place(&place.aad(len), body);
+    let mut frame = [0u8; FRAME_HEADER_LEN];
+    {
+        let mut w = Writer(&mut frame, 0);
+        w.put(&SYNC_MARKER.to_le_bytes());
+        w.put(&len.to_le_bytes());
+        w.put(&place.index.to_le_bytes());
+        w.put(&nonce);
+    }
+    if let Some(dst) = block.get_mut(..FRAME_HEADER_LEN) {
+        dst.copy_from_slice(&frame);
+    }
+    if let Some(dst) = block.get_mut(tag_at..) {
+        dst.copy_from_slice(&tag);
+    }
+    Ok(tag)
+}
+
 /// The tag of a whole block (its last 16 bytes).
 pub fn block_tag(block: &[u8]) -> Option<[u8; TAG_LEN]> {
     block

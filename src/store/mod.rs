@@ -381,21 +381,37 @@ pub trait StreamStore: Send {
     /// Write errors.
     fn compact(&mut self) -> Result<CompactStats, StoreError>;
 
-    /// Re-seals the whole stream under a new data key: `dek` at `dek_version` becomes the key
-    /// of new segments, every live message is rewritten (a compaction) and the segments sealed
-    /// with older keys are removed; afterwards the store holds only the new version. `None`:
-    /// a store without keys (memory).
+    /// Starts re-sealing the stream under a new data key (`dek` at `dek_version`; the current
+    /// key already, to finish an interrupted re-sealing): new segments are sealed with it from
+    /// now on; returns the segments older keys sealed, each to be written again on any thread
+    /// and put in place with [`StreamStore::reseal_install`] (see `file_store/reseal.rs`).
+    /// `None`: a store without keys (memory).
     ///
     /// # Errors
-    /// Write errors (the stream is then as a failed compaction leaves it: whole, partly under
-    /// the old key, which it still holds).
-    fn reseal(
+    /// Write errors; a key version the store does not hold.
+    fn reseal_begin(
         &mut self,
         dek_version: u32,
         dek: crate::crypto::DataKey,
-    ) -> Result<Option<CompactStats>, StoreError> {
+    ) -> Result<Option<Vec<file_store::SegmentReseal>>, StoreError> {
         let _ = (dek_version, dek);
         Ok(None)
+    }
+
+    /// Puts a segment written again under the new key in place of its original; `false` when
+    /// the segment went meanwhile (the copy is then removed).
+    ///
+    /// # Errors
+    /// The rename or the directory's fsync failed.
+    fn reseal_install(&mut self, copy: file_store::ResealedSegment) -> Result<bool, StoreError> {
+        drop(copy);
+        Ok(false)
+    }
+
+    /// Ends a re-sealing: the older key versions segments still depend on (none: the store
+    /// forgot them, and they may be destroyed).
+    fn reseal_finish(&mut self) -> Vec<u32> {
+        Vec::new()
     }
 
     /// Writes the idle checkpoint (covers every earlier block) if anything is uncovered.

@@ -547,6 +547,13 @@ pub(crate) mod support {
             .expect("test key unwraps")
     }
 
+    /// A second data key of the test stream, the same every time (version 2: a rotation).
+    pub(crate) fn dek_v2() -> DataKey {
+        static W: OnceLock<WrappedKey> = OnceLock::new();
+        let w = W.get_or_init(|| kek().wrap(&DataKey::generate(), &STREAM, 2));
+        kek().unwrap(w, &STREAM, 2).expect("test key unwraps")
+    }
+
     pub(crate) fn keys() -> StreamKeys {
         StreamKeys::new(STORE, STREAM, 1, dek(STREAM))
     }

@@ -439,11 +439,11 @@ pub async fn rekey_live(
                         .flatten()
                         .map(|v| format!("v{v}"))
                         .collect();
+                    // `bytes_after`: what a server of an earlier build answers.
+                    let bytes = st.get("bytes_rewritten").unwrap_or(&st["bytes_after"]);
                     println!(
                         "{label}: re-sealed under data key v{} ({} segments, {} bytes); destroyed {}",
-                        st["dek_version"],
-                        st["segments_rewritten"],
-                        st["bytes_after"],
+                        st["dek_version"], st["segments_rewritten"], bytes,
                         if destroyed.is_empty() {
                             "none".to_owned()
                         } else {

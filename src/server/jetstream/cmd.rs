@@ -14,6 +14,7 @@ use crate::jetstream::api::{ApiCall, ApiError};
 use crate::jetstream::config::StreamConfig;
 use crate::jetstream::stream::Incoming;
 use crate::server::backpressure::{INTAKE_REFUSED, MIN_COMMAND_COST};
+use crate::store::file_store::{ResealedSegment, SegmentReseal};
 
 use super::round::{Round, Sourced};
 
@@ -83,13 +84,9 @@ pub(crate) enum Cmd {
         ImageSink,
         tokio::sync::oneshot::Sender<Result<ImageSink, String>>,
     ),
-    /// Re-seal the stream's files under a new data key (`rotate`), or under the current one
-    /// to finish a re-sealing a crash interrupted; answered with what was done
+    /// One step of re-sealing the stream's files under a new data key
     /// (`server/jetstream/rekey.rs`).
-    Reseal {
-        rotate: bool,
-        done: SyncSender<Result<serde_json::Value, String>>,
-    },
+    Reseal(ResealStep),
     /// A replicated stream: replace the state with an image (a stored snapshot at start, or
     /// the leader's when this replica was too far behind); signal when done.
     /// The image is read from the stored snapshot as it is installed.
@@ -136,13 +133,68 @@ pub(crate) fn cmd_size(c: &Cmd) -> usize {
         | Cmd::Stop(_)
         | Cmd::Apply(..)
         | Cmd::TakeImage(..)
-        | Cmd::Reseal { .. }
+        | Cmd::Reseal(_)
         | Cmd::InstallImage(..)
         | Cmd::Proposed(_)
         | Cmd::LeaderElected
         | Cmd::QuorumLost => return 0,
     };
     bytes.max(MIN_COMMAND_COST)
+}
+
+/// The steps of re-sealing one stream, each taken by the stream's thread between rounds;
+/// the segments are rewritten in between, on the re-sealer's thread.
+pub(crate) enum ResealStep {
+    /// Rotate the data key (`rotate`; else keep the current one, to finish an interrupted
+    /// re-sealing); answered with the segments to rewrite.
+    Begin {
+        rotate: bool,
+        done: SyncSender<Result<ResealPlan, String>>,
+    },
+    /// Put one rewritten segment in place of its original (`false`: it went meanwhile).
+    Install {
+        copy: ResealedSegment,
+        done: SyncSender<Result<bool, String>>,
+    },
+    /// Every segment rewritten: seal the consumers' states again and destroy the older keys;
+    /// answered with the outcome.
+    Finish {
+        plan: ResealDone,
+        done: SyncSender<Result<serde_json::Value, String>>,
+    },
+}
+
+impl ResealStep {
+    /// Answers the step with `why` without taking it.
+    pub(crate) fn refuse(self, why: &str) {
+        match self {
+            ResealStep::Begin { done, .. } => drop(done.try_send(Err(why.to_owned()))),
+            ResealStep::Install { done, .. } => drop(done.try_send(Err(why.to_owned()))),
+            ResealStep::Finish { done, .. } => drop(done.try_send(Err(why.to_owned()))),
+        }
+    }
+}
+
+/// What [`ResealStep::Begin`] answers.
+pub(crate) struct ResealPlan {
+    /// The data key version the stream is re-sealed under.
+    pub(crate) version: u32,
+    /// The key versions the stream held before.
+    pub(crate) before: Vec<u32>,
+    /// The segments to rewrite.
+    pub(crate) segments: Vec<SegmentReseal>,
+}
+
+/// What [`ResealStep::Finish`] is told.
+pub(crate) struct ResealDone {
+    /// The data key version the stream was re-sealed under.
+    pub(crate) version: u32,
+    /// The key versions the stream held before.
+    pub(crate) before: Vec<u32>,
+    /// Segments rewritten and put in place.
+    pub(crate) segments: u64,
+    /// Their bytes.
+    pub(crate) bytes: u64,
 }
 
 /// Counts (and, sparingly, logs) a command refused by a full queue.

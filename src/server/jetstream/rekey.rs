@@ -3,39 +3,42 @@
 //! "stream": .., "bytes_per_sec": ..}` (every field optional: no account means every stream).
 //!
 //! Each chosen stream gets a new data key and its files are rewritten under it, one stream
-//! at a time, by the stream's own thread (`Cmd::Reseal`: a compaction under the new key, the
-//! consumers' state files written again, the checkpoint moved); then its older key versions
-//! are destroyed — the keyring no longer holds them, and an audit shows each stream with one
-//! key generation. Between streams the re-sealer waits as long as the bytes it rewrote take
-//! at the pace, so the disk keeps its bandwidth for the clients.
+//! and one segment at a time: the stream's thread rotates the key (new blocks go to a new
+//! segment under it at once), this module's thread rewrites each sealed segment under the new
+//! key beside the original (`store/file_store/reseal.rs`), block by block at the pace, and the
+//! stream's thread puts each copy in place (a rename); finally the stream's thread writes the
+//! consumers' state files again and destroys the older key versions — the keyring no longer
+//! holds them, and an audit shows each stream with one key generation. The stream's
+//! publishes wait only for those short steps, never for the rewriting.
 //!
 //! Crash-safe and resumable: the new key is in the keyring before any byte is rewritten, and
-//! the compaction is the store's (a crash leaves the old segments or the whole new run, never
-//! a mix it cannot read). A stream that still holds several key versions at start — a
-//! re-sealing that a crash or restart interrupted — is re-sealed again under its current key
-//! in the background ([`resume`]).
+//! a segment is the original or the whole copy, never a mix; the older keys are destroyed
+//! only once no segment depends on them. A stream that still holds several key versions at
+//! start — a re-sealing that a crash or restart interrupted — is re-sealed again under its
+//! current key in the background ([`resume`]); only the segments still under an older key
+//! are rewritten.
 //!
 //! Not covered: replicated streams (their data travels in their group's Raft log, sealed with
 //! the group's key, and replicas are rebuilt from it) and memory streams (nothing at rest).
-//! Within one stream the rewrite is one step: that stream's publishes wait for it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::jetstream::config::StorageType;
 
-use super::cmd::Cmd;
+use super::cmd::{Cmd, ResealDone, ResealStep};
 use super::{JetStream, StreamRef};
 
 /// The re-sealing pace unless the request names one.
 pub(crate) const DEFAULT_BYTES_PER_SEC: u64 = 32 << 20;
 
-/// How long one stream's re-sealing may take before the re-sealer reports it as not done.
-const STREAM_WAIT: Duration = Duration::from_secs(600);
+/// How long the re-sealer waits for the stream's thread to take one step.
+const STEP_WAIT: Duration = Duration::from_secs(120);
 
 /// The request body.
 #[derive(Debug, Default, Deserialize)]
@@ -157,33 +160,19 @@ fn run_pass(
         .spawn(move || {
             let js = js2;
             let r = &js.resealer;
+            let mut pacer = Pacer::new(pace, &r.bytes);
             let mut results = Vec::new();
-            let last = streams.len();
-            for (i, (account, s)) in streams.into_iter().enumerate() {
-                let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                let sent = s.tx.send(Cmd::Reseal { rotate, done: tx }).is_ok();
-                let outcome = match sent.then(|| rx.recv_timeout(STREAM_WAIT)) {
-                    Some(Ok(Ok(v))) => v,
-                    Some(Ok(Err(e))) => json!({ "stream": s.cfg.name, "error": e }),
-                    _ => json!({ "stream": s.cfg.name, "error": "the stream did not answer (stopped, or still re-sealing)" }),
+            for (account, s) in streams {
+                let mut outcome = match reseal_stream(&s, rotate, &mut pacer) {
+                    Ok(v) => {
+                        r.streams.fetch_add(1, Ordering::Relaxed);
+                        v
+                    }
+                    Err(e) => json!({ "stream": s.cfg.name, "error": e }),
                 };
                 r.pending.fetch_sub(1, Ordering::Relaxed);
-                let rewritten = outcome["bytes_after"].as_u64().unwrap_or(0);
-                if outcome.get("error").is_none() {
-                    r.streams.fetch_add(1, Ordering::Relaxed);
-                    r.bytes.fetch_add(rewritten, Ordering::Relaxed);
-                }
-                let mut outcome = outcome;
                 outcome["account"] = json!(account);
                 results.push(outcome);
-                // The pace: as long as the rewritten bytes take at it, before the next stream
-                // (a deadline, not a poll: nothing unparks this thread, and a spurious wake-up
-                // only shortens it).
-                if i + 1 < last {
-                    std::thread::park_timeout(Duration::from_secs_f64(
-                        rewritten as f64 / pace as f64,
-                    ));
-                }
             }
             r.running.store(false, Ordering::Release);
             done(results);
@@ -193,4 +182,82 @@ fn run_pass(
         return Err("could not start the re-sealing thread".into());
     }
     Ok(())
+}
+
+/// Re-seals one stream: the key rotated by the stream's thread, each segment rewritten here
+/// at the pace and put in place by the stream's thread, then the older keys destroyed.
+/// An error leaves the stream whole, with the older keys kept ([`resume`] finishes it at
+/// the next start).
+fn reseal_stream(s: &StreamRef, rotate: bool, pacer: &mut Pacer<'_>) -> Result<Value, String> {
+    let plan = ask(s, |done| ResealStep::Begin { rotate, done })?;
+    let mut segments = 0u64;
+    let mut bytes = 0u64;
+    for seg in plan.segments {
+        let id = seg.segment();
+        let copy = seg
+            .write(&mut |n| pacer.spent(n))
+            .map_err(|e| format!("segment {id:016x} not re-sealed: {e}"))?;
+        let len = copy.len();
+        if ask(s, |done| ResealStep::Install { copy, done })? {
+            segments += 1;
+            bytes += len;
+        }
+    }
+    ask(s, |done| ResealStep::Finish {
+        plan: ResealDone {
+            version: plan.version,
+            before: plan.before,
+            segments,
+            bytes,
+        },
+        done,
+    })
+}
+
+/// Sends one step to the stream's thread and waits for its answer.
+fn ask<T>(
+    s: &StreamRef,
+    step: impl FnOnce(SyncSender<Result<T, String>>) -> ResealStep,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    if s.tx.send(Cmd::Reseal(step(tx))).is_err() {
+        return Err("the stream stopped".into());
+    }
+    rx.recv_timeout(STEP_WAIT)
+        .unwrap_or_else(|_| Err("the stream did not answer (stopped, or busy)".into()))
+}
+
+/// Keeps the rewriting at a byte rate: after each block, waits until the bytes written so far
+/// are due at the pace (the disk keeps its bandwidth for the clients, a block at a time).
+struct Pacer<'a> {
+    per_sec: u64,
+    start: Instant,
+    written: u64,
+    /// What `/metrics` shows as rewritten.
+    shown: &'a AtomicU64,
+}
+
+impl<'a> Pacer<'a> {
+    fn new(per_sec: u64, shown: &'a AtomicU64) -> Self {
+        Pacer {
+            per_sec: per_sec.max(1),
+            start: Instant::now(),
+            written: 0,
+            shown,
+        }
+    }
+
+    fn spent(&mut self, bytes: u64) {
+        self.written += bytes;
+        self.shown.fetch_add(bytes, Ordering::Relaxed);
+        let due = Duration::from_secs_f64(self.written as f64 / self.per_sec as f64);
+        // A deadline, not a poll: nothing unparks this thread, and a spurious wake-up only
+        // goes round once more.
+        while let Some(left) = due.checked_sub(self.start.elapsed()) {
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
 }

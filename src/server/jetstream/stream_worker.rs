@@ -34,7 +34,7 @@ use crate::store::meta::{ConsumerId, StreamCheckpoint, StreamId};
 use crate::store::segment::StreamKeys;
 use crate::store::{FileStore, FileStoreConfig, MemStore, OsIo, StreamStore};
 
-use super::cmd::{cmd_size, Cmd};
+use super::cmd::{cmd_size, Cmd, ResealDone, ResealPlan, ResealStep};
 use super::origin_read::{self, Asking, Parked};
 use super::replica::{self, Replica, ReplicaView};
 use super::round::{Input, Round};
@@ -733,9 +733,7 @@ impl Worker {
                         return true;
                     }
                 }
-                Cmd::Reseal { done, .. } => {
-                    let _ = done.try_send(Err(REPLICATED_RESEAL.to_owned()));
-                }
+                Cmd::Reseal(step) => step.refuse(REPLICATED_RESEAL),
                 Cmd::TakeImage(sink, done) => {
                     if !local.is_empty()
                         && self.run(st, std::mem::take(&mut local), now, Mode::Local)
@@ -1074,7 +1072,7 @@ impl Worker {
                 // A stream of this server becoming replicated: its image once this round
                 // is stored and answered (a replicated stream's worker takes these itself).
                 Cmd::TakeImage(sink, done) => image_waiters.push((sink, done)),
-                Cmd::Reseal { rotate, done } => reseal_waiters.push((rotate, done)),
+                Cmd::Reseal(step) => reseal_waiters.push(step),
                 Cmd::InstallImage(_, done) => {
                     let _ = done.send(Err("the stream is not replicated".to_owned()));
                 }
@@ -1130,8 +1128,8 @@ impl Worker {
         for (sink, done) in image_waiters {
             let _ = done.send(write_image(st, sink));
         }
-        for (rotate, done) in reseal_waiters {
-            let _ = done.try_send(self.reseal(st, rotate, now));
+        for step in reseal_waiters {
+            self.reseal(st, step, now);
         }
         // Only now (stored, fsync'd, acked) is the intake worked off: waiting publishers read on.
         self.budget.give_back(intake);
@@ -1359,16 +1357,34 @@ impl Worker {
         self.budget.close();
     }
 
-    /// Re-seals the stream's files under a new data key (`rotate`; else under its current
-    /// one, finishing an interrupted re-sealing), re-seals its consumers' state files, and
-    /// destroys the older data keys nothing depends on any more. Runs on the stream's thread
-    /// between rounds: the stream's publishes wait for it.
-    fn reseal(&mut self, st: &mut Stream, rotate: bool, now: i64) -> Result<Value, String> {
+    /// Takes one step of re-sealing the stream's files (`rekey.rs` drives them; the segments
+    /// are rewritten on its thread, so the stream's publishes wait only for a step).
+    fn reseal(&mut self, st: &mut Stream, step: ResealStep, now: i64) {
         if self.replicated {
-            return Err(REPLICATED_RESEAL.to_owned());
+            return step.refuse(REPLICATED_RESEAL);
         }
+        match step {
+            ResealStep::Begin { rotate, done } => {
+                let _ = done.try_send(self.reseal_begin(st, rotate));
+            }
+            ResealStep::Install { copy, done } => {
+                let _ = done.try_send(
+                    st.reseal_install(copy)
+                        .map_err(|e| format!("re-sealing failed: {e}")),
+                );
+            }
+            ResealStep::Finish { plan, done } => {
+                let _ = done.try_send(self.reseal_finish(st, plan, now));
+            }
+        }
+    }
+
+    /// Rotates the stream's data key (`rotate`; else keeps the current one, finishing an
+    /// interrupted re-sealing): new blocks are sealed with it from now on. Answers the
+    /// segments older keys sealed.
+    fn reseal_begin(&mut self, st: &mut Stream, rotate: bool) -> Result<ResealPlan, String> {
         let Some(id) = self.id else {
-            return Err("a memory stream keeps nothing at rest".to_owned());
+            return Err(MEMORY_RESEAL.to_owned());
         };
         let (handle, before) = {
             let Some(mut meta) = live_meta(&self.js, &self.erased) else {
@@ -1387,13 +1403,29 @@ impl Worker {
             (handle, before)
         };
         let version = handle.dek_version;
-        let stats = st
-            .reseal(version, handle.dek)
-            .map_err(|e| format!("re-sealing failed: {e}"))?;
-        let Some(stats) = stats else {
-            return Err("a memory stream keeps nothing at rest".to_owned());
+        let segments = st
+            .reseal_begin(version, handle.dek)
+            .map_err(|e| format!("re-sealing failed: {e}"))?
+            .ok_or_else(|| MEMORY_RESEAL.to_owned())?;
+        Ok(ResealPlan {
+            version,
+            before,
+            segments,
+        })
+    }
+
+    /// Ends a re-sealing: consumer state files are sealed again under the current key, the
+    /// checkpoint moved, and the older data keys no segment depends on any more destroyed.
+    fn reseal_finish(
+        &mut self,
+        st: &mut Stream,
+        plan: ResealDone,
+        now: i64,
+    ) -> Result<Value, String> {
+        let Some(id) = self.id else {
+            return Err(MEMORY_RESEAL.to_owned());
         };
-        // Consumer state files are sealed with the stream's current key: write them all again.
+        let still_used = st.reseal_finish();
         for c in st.consumers.values_mut() {
             if !c.cfg.mem_storage {
                 c.dirty = true;
@@ -1407,25 +1439,28 @@ impl Worker {
         let Some(mut meta) = live_meta(&self.js, &self.erased) else {
             return Err("the stream was deleted".to_owned());
         };
+        let version = plan.version;
         let mut destroyed = Vec::new();
         let mut kept = Vec::new();
-        for v in before.into_iter().filter(|v| *v != version) {
+        for v in plan.before.into_iter().filter(|v| *v != version) {
+            if still_used.contains(&v) {
+                kept.push(json!({"version": v, "why": "segments are still sealed with it"}));
+                continue;
+            }
             match meta.drop_dek_version(id, v) {
                 Ok(()) => destroyed.push(v),
                 Err(e) => kept.push(json!({"version": v, "why": e.to_string()})),
             }
         }
         drop(meta);
-        info!(stream = %st.cfg.name, version, destroyed = ?destroyed, "stream re-sealed under a new data key");
+        info!(stream = %st.cfg.name, version, destroyed = ?destroyed, segments = plan.segments, "stream re-sealed under a new data key");
         Ok(json!({
             "stream": st.cfg.name,
             "dek_version": version,
             "destroyed_versions": destroyed,
             "kept_versions": kept,
-            "segments_rewritten": stats.segments_written,
-            "segments_removed": stats.segments_removed,
-            "bytes_before": stats.bytes_before,
-            "bytes_after": stats.bytes_after,
+            "segments_rewritten": plan.segments,
+            "bytes_rewritten": plan.bytes,
         }))
     }
 
@@ -1846,6 +1881,8 @@ pub(crate) fn stop_and_wait(s: &StreamRef) {
 
 /// Why a replicated stream is not re-sealed here: its data travels in its group's Raft log
 /// and snapshots, sealed with the group's key, and its replicas are rebuilt from them.
+const MEMORY_RESEAL: &str = "a memory stream keeps nothing at rest";
+
 const REPLICATED_RESEAL: &str =
     "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
 

@@ -40,7 +40,10 @@ use super::{
 mod cache;
 mod compact;
 mod open;
+mod reseal;
 mod write;
+
+pub use reseal::{ResealedSegment, SegmentReseal};
 
 use cache::BlockCache;
 
@@ -459,24 +462,20 @@ impl StreamStore for FileStore {
         self.persist_deletions(&seqs)
     }
 
-    fn reseal(
+    fn reseal_begin(
         &mut self,
         dek_version: u32,
         dek: crate::crypto::DataKey,
-    ) -> Result<Option<CompactStats>, StoreError> {
-        self.check_write()?;
-        self.keys.rotate(dek_version, dek);
-        let stats = self.compact()?;
-        // Every segment sealed with an older key is gone with the compaction.
-        let current = self.keys.current_version();
-        if self
-            .segments
-            .values()
-            .all(|s| s.header.dek_version == current)
-        {
-            self.keys.keep_only_current();
-        }
-        Ok(Some(stats))
+    ) -> Result<Option<Vec<SegmentReseal>>, StoreError> {
+        FileStore::reseal_begin(self, dek_version, dek).map(Some)
+    }
+
+    fn reseal_install(&mut self, copy: ResealedSegment) -> Result<bool, StoreError> {
+        FileStore::reseal_install(self, copy)
+    }
+
+    fn reseal_finish(&mut self) -> Vec<u32> {
+        FileStore::reseal_finish(self)
     }
 
     fn compact(&mut self) -> Result<CompactStats, StoreError> {

@@ -41,6 +41,7 @@ impl FileStore {
         if !inspect {
             io.create_dir_all(&dir)
                 .map_err(io_err(&dir, "create dir"))?;
+            reseal::remove_leftovers(io.as_ref(), &dir);
         }
         let opts = RecoverOptions {
             min_durable: cfg.min_durable,
