@@ -957,6 +957,53 @@ fn a_streamed_image_installs_the_same_stream_and_one_cut_short_is_refused() {
     }
 }
 
+/// A file stream's image can be taken at one moment and written later, on another thread,
+/// while the stream goes on (how a replicated stream's snapshot leaves its shard free): the
+/// bytes are those the stream would have written at that moment.
+#[test]
+fn an_image_taken_now_and_written_later_is_the_image_of_its_moment() {
+    let a = held_pull_harness();
+    let mut bytes = Vec::new();
+    a.st.write_image(&mut bytes).unwrap();
+    let (head, messages) = super::image::read(&bytes[..]).unwrap();
+    let io = crate::store::io::FaultIo::new();
+    let store: Box<dyn StreamStore> = Box::new(crate::store::testing::support::open(&io).unwrap());
+    let mut b = Harness {
+        st: Stream::from_image_parts(head, messages, store, "test", T0 + MS).unwrap(),
+        out: Recorder::default(),
+        clock: Arc::new(AtomicI64::new(T0 + MS)),
+    };
+    for i in 0..30 {
+        b.publish(&format!("s.{}", i % 4), &[("K", "v")], T0 + MS);
+    }
+    let mut now = Vec::new();
+    b.st.write_image(&mut now).unwrap();
+    let detached =
+        b.st.detached_image()
+            .unwrap()
+            .expect("a file store reads apart");
+    // The stream goes on: more messages, and a pull that changes its consumer.
+    for i in 0..10 {
+        b.publish(&format!("s.{i}"), &[], T0 + 2 * MS);
+    }
+    assert!(!b
+        .pull("p", prioritized_pull(3, 0), "in.late", T0 + 2 * MS)
+        .is_empty());
+    let later = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        detached.write(&mut out).unwrap();
+        out
+    })
+    .join()
+    .unwrap();
+    assert_eq!(later, now, "the detached image is of its moment");
+    let mut after = Vec::new();
+    b.st.write_image(&mut after).unwrap();
+    assert_ne!(after, now);
+    // A memory store is read in place.
+    assert!(a.st.detached_image().unwrap().is_none());
+}
+
 /// A replicated copying stream stores each batch its leader read when the round applies; a
 /// batch applied again over one position (read twice before the first was applied) stores
 /// nothing twice. The links' positions travel in the image: here the origin's last message

@@ -314,6 +314,44 @@ impl Queued {
     }
 }
 
+/// A stream's image taken at one moment, written later on any thread
+/// ([`Stream::detached_image`]).
+pub struct DetachedImage {
+    head: StreamImage,
+    messages: crate::store::file_store::FrozenMessages,
+}
+
+impl std::fmt::Debug for DetachedImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DetachedImage")
+            .field("stream", &self.head.cfg.name)
+            .field("messages", &self.messages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DetachedImage {
+    /// Writes the image (the same bytes [`Stream::write_image`] wrote at its moment).
+    ///
+    /// # Errors
+    /// Writing, or a block of the store that does not read or authenticate.
+    pub fn write(&self, w: &mut dyn std::io::Write) -> Result<(), ImageError> {
+        let mut out = super::image::ImageWriter::head(w, &self.head)?;
+        self.messages.for_each(|m| {
+            out.message(&super::image::ImageMsgRef {
+                seq: m.seq,
+                ts: m.ts,
+                subject: &m.subject,
+                headers: m.headers.as_deref(),
+                payload: &m.payload,
+            })
+            .map_err(ImageError::from)
+        })?;
+        out.end()?;
+        Ok(())
+    }
+}
+
 impl Stream {
     /// A stream over `store` (already opened). Rebuilds the dedupe window and TTL timers from
     /// the stored messages.
@@ -525,6 +563,23 @@ impl Stream {
         self.each_message(&head, |m| Ok(out.message(&m)?))?;
         out.end()?;
         Ok(())
+    }
+
+    /// The stream's image as it is now, to be written on another thread while the stream goes
+    /// on ([`DetachedImage::write`] writes what [`Stream::write_image`] would have written
+    /// now). `None`: the store cannot be read apart from the stream (memory); write the image
+    /// in place.
+    ///
+    /// # Errors
+    /// The store's.
+    pub fn detached_image(&self) -> Result<Option<DetachedImage>, ImageError> {
+        let Some(messages) = self.store.frozen()? else {
+            return Ok(None);
+        };
+        Ok(Some(DetachedImage {
+            head: self.image_head(),
+            messages,
+        }))
     }
 
     /// Everything of the stream's engine state but its messages.

@@ -414,6 +414,15 @@ pub trait StreamStore: Send {
         Vec::new()
     }
 
+    /// The live messages as they are now, to be read on another thread while the store goes
+    /// on (`file_store/frozen.rs`); `None`: this store cannot (memory: read it in place).
+    ///
+    /// # Errors
+    /// A closed store; a key it does not hold.
+    fn frozen(&self) -> Result<Option<file_store::FrozenMessages>, StoreError> {
+        Ok(None)
+    }
+
     /// Writes the idle checkpoint (covers every earlier block) if anything is uncovered.
     ///
     /// # Errors

@@ -10,7 +10,7 @@
 //! once a second and when the stream stops.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -740,7 +740,7 @@ impl Worker {
                     {
                         return true;
                     }
-                    let _ = done.send(write_image(st, sink));
+                    take_image(st, sink, done);
                 }
                 Cmd::InstallImage(image, done) => {
                     if !local.is_empty()
@@ -1126,7 +1126,7 @@ impl Worker {
         }
         self.execute(st);
         for (sink, done) in image_waiters {
-            let _ = done.send(write_image(st, sink));
+            take_image(st, sink, done);
         }
         for step in reseal_waiters {
             self.reseal(st, step, now);
@@ -1886,8 +1886,54 @@ const MEMORY_RESEAL: &str = "a memory stream keeps nothing at rest";
 const REPLICATED_RESEAL: &str =
     "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
 
-/// Writes the stream's image into `sink` (its group's snapshot file, or the seed of a
-/// promotion) as the store is read; gives the sink back.
+/// Image writers running apart from their streams' threads at most; past it an image is
+/// written in place (its shard waits for it), so a burst of snapshots cannot start a thread
+/// each.
+const DETACHED_IMAGES: usize = 4;
+
+/// Image writers running apart from their streams' threads now.
+static DETACHED_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Writes the stream's image as it is now into `sink` (its group's snapshot file, or the seed
+/// of a promotion) and answers `done` with the sink. A file stream's image is taken here (an
+/// index walk) and written on a thread of its own, so the shard's streams go on meanwhile —
+/// a large stream's image reads, decrypts and seals every message; others are written here.
+fn take_image(
+    st: &Stream,
+    sink: ImageSink,
+    done: tokio::sync::oneshot::Sender<Result<ImageSink, String>>,
+) {
+    let slot = DETACHED_RUNNING.fetch_add(1, Ordering::AcqRel) < DETACHED_IMAGES;
+    let detached = if slot { st.detached_image() } else { Ok(None) };
+    let image = match detached {
+        Ok(Some(image)) => image,
+        Ok(None) => {
+            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            let _ = done.send(write_image(st, sink));
+            return;
+        }
+        Err(e) => {
+            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            let _ = done.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("stream-image".into())
+        .spawn(move || {
+            let mut sink = sink;
+            let written = image.write(&mut sink).map(|()| sink);
+            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            let _ = done.send(written.map_err(|e| e.to_string()));
+        });
+    if let Err(e) = spawned {
+        // The closure, and with it `done`, is gone: the builder hears the image failed.
+        DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        error!(stream = %st.cfg.name, error = %e, "no thread for a stream's image");
+    }
+}
+
+/// Writes the stream's image into `sink` in place, as the store is read; gives the sink back.
 fn write_image(st: &Stream, mut sink: ImageSink) -> Result<ImageSink, String> {
     st.write_image(&mut sink).map_err(|e| e.to_string())?;
     Ok(sink)

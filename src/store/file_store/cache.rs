@@ -54,7 +54,6 @@ impl FileStore {
                 offset: loc.off(),
                 reason: format!("segment {:016x} missing", loc.seg()),
             })?;
-        let mut buf = read_block(s.file.as_ref(), loc.off()).map_err(io_err(&s.path, "read"))?;
         let place = BlockPlace {
             store_uuid: self.keys.store_uuid,
             stream_id: self.keys.stream_id,
@@ -63,18 +62,7 @@ impl FileStore {
             index: loc.block(),
             offset: loc.off(),
         };
-        let corrupt = |reason: String| StoreError::Corrupt {
-            file: s.path.clone(),
-            offset: loc.off(),
-            reason,
-        };
-        let range = open_block(&s.sealer, &place, &mut buf).map_err(|e| corrupt(e.to_string()))?;
-        let body = Bytes::from(buf).slice(range);
-        let parsed = parse_body(&body).map_err(|e| corrupt(e.to_string()))?;
-        let cb = Arc::new(CachedBlock {
-            body,
-            records: parsed.records,
-        });
+        let cb = Arc::new(open_block_at(s.file.as_ref(), &s.path, &s.sealer, &place)?);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).put(
             key,
             Arc::clone(&cb),
@@ -92,32 +80,64 @@ impl FileStore {
         };
         let loc = e.loc;
         let b = self.read_cached(&loc)?;
-        let bad = || StoreError::Corrupt {
-            file: self.cfg.dir.clone(),
-            offset: loc.off(),
-            reason: format!("record {} of block missing", loc.rec),
-        };
-        let r = b.records.get(loc.rec as usize).ok_or_else(bad)?;
-        if r.seq != seq {
-            return Err(bad());
-        }
-        let subject = b
-            .body
-            .get(r.subject.clone())
-            .and_then(|s| std::str::from_utf8(s).ok())
-            .ok_or_else(bad)?
-            .to_owned();
-        let headers = if r.headers.is_empty() {
-            None
-        } else {
-            Some(b.body.slice(r.headers.clone()))
-        };
-        Ok(Some(StoredMsg {
-            seq,
-            ts: r.ts,
-            subject,
-            headers,
-            payload: b.body.slice(r.payload.clone()),
-        }))
+        record_of(&b, loc, seq, &self.cfg.dir).map(Some)
     }
+}
+
+/// Reads and opens the block at `place` of a segment file: its plaintext body and records.
+pub(super) fn open_block_at(
+    file: &dyn SegmentFile,
+    path: &Path,
+    sealer: &crate::store::block::Sealer,
+    place: &BlockPlace,
+) -> Result<CachedBlock, StoreError> {
+    let mut buf = read_block(file, place.offset).map_err(io_err(path, "read"))?;
+    let corrupt = |reason: String| StoreError::Corrupt {
+        file: path.to_owned(),
+        offset: place.offset,
+        reason,
+    };
+    let range = open_block(sealer, place, &mut buf).map_err(|e| corrupt(e.to_string()))?;
+    let body = Bytes::from(buf).slice(range);
+    let parsed = parse_body(&body).map_err(|e| corrupt(e.to_string()))?;
+    Ok(CachedBlock {
+        body,
+        records: parsed.records,
+    })
+}
+
+/// The message record `loc.rec` of an opened block, which must be sequence `seq`.
+pub(super) fn record_of(
+    b: &CachedBlock,
+    loc: Loc,
+    seq: u64,
+    dir: &Path,
+) -> Result<StoredMsg, StoreError> {
+    let bad = || StoreError::Corrupt {
+        file: dir.to_owned(),
+        offset: loc.off(),
+        reason: format!("record {} of block missing", loc.rec),
+    };
+    let r = b.records.get(loc.rec as usize).ok_or_else(bad)?;
+    if r.seq != seq {
+        return Err(bad());
+    }
+    let subject = b
+        .body
+        .get(r.subject.clone())
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .ok_or_else(bad)?
+        .to_owned();
+    let headers = if r.headers.is_empty() {
+        None
+    } else {
+        Some(b.body.slice(r.headers.clone()))
+    };
+    Ok(StoredMsg {
+        seq,
+        ts: r.ts,
+        subject,
+        headers,
+        payload: b.body.slice(r.payload.clone()),
+    })
 }

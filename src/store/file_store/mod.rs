@@ -39,10 +39,12 @@ use super::{
 
 mod cache;
 mod compact;
+mod frozen;
 mod open;
 mod reseal;
 mod write;
 
+pub use frozen::FrozenMessages;
 pub use reseal::{ResealedSegment, SegmentReseal};
 
 use cache::BlockCache;
@@ -476,6 +478,10 @@ impl StreamStore for FileStore {
 
     fn reseal_finish(&mut self) -> Vec<u32> {
         FileStore::reseal_finish(self)
+    }
+
+    fn frozen(&self) -> Result<Option<FrozenMessages>, StoreError> {
+        FileStore::frozen(self).map(Some)
     }
 
     fn compact(&mut self) -> Result<CompactStats, StoreError> {

@@ -105,7 +105,7 @@ impl ResealedSegment {
 
 /// Bytes written between two fdatasyncs of a copy: the disk's dirty pages stay few, so the
 /// fsyncs of publishes do not wait behind a whole segment's.
-const SYNC_EVERY: u64 = 4 << 20;
+const SYNC_EVERY: u64 = 1 << 20;
 
 impl SegmentReseal {
     /// The segment id.
