@@ -18,6 +18,10 @@ again, and the time until its own /jsz shows every message is the catch-up (MB/s
 With --idle N: N more R3 streams are created (one message each), the cluster is left alone
 for 10 s, then each node's CPU time over --idle-secs and its RSS are read from /proc: the idle
 cost of N replicated streams per node.
+With --promote MIB: an R1 stream of MIB is made R3; the answer's time, the time until every
+replica holds every message, and the publishes (each awaiting its PubAck) of one client to four
+other R1 streams of node 1 until the answer came (p50 and max: whether their store threads
+waited for the promoted stream's image).
 
     .venv/bin/python scripts/bench_r3.py [--size 1024] [--sync 1000] [--msgs 20000] [--window 256]
     .venv/bin/python scripts/bench_r3.py --sync 0 --msgs 0 --failover 20 --catchup 32
@@ -256,11 +260,31 @@ async def promote(cl, args):
     await asyncio.gather(*(one(k) for k in range(n)))
     info = await js.stream_info("P1")
     total = info.state.messages
+    # Other R1 streams of node 1 (store threads take streams round robin: these share them
+    # with P1): one publisher, each publish awaiting its PubAck, while P1 is promoted.
+    for q in range(4):
+        await add_stream(js, f"Q{q}", f"q{q}.>", 1)
+    side = []
+    promoting = True
+
+    async def side_publisher():
+        k = 0
+        while promoting:
+            t = time.perf_counter()
+            await js.publish(f"q{k % 4}.x", b"side")
+            side.append((time.perf_counter() - t) * 1000)
+            k += 1
+
+    side_task = asyncio.ensure_future(side_publisher())
+    await asyncio.sleep(0.5)
+    side.clear()
     cfg = info.config
     cfg.num_replicas = 3
     started = time.perf_counter()
     await js.update_stream(cfg)
     answered = time.perf_counter() - started
+    promoting = False
+    await side_task
     while not all(cl.local_messages(i, "P1") >= total for i in range(3)):
         if time.perf_counter() - started > 180:
             raise RuntimeError("the replicas did not fill in 180 s")
@@ -270,8 +294,13 @@ async def promote(cl, args):
     ack = await js.publish("p1.x", payload)
     assert ack.seq == total + 1, ack
     await nc.close()
+    side.sort()
     return {"promote_answer_s": answered, "promote_all_replicas_s": whole,
-            "promote_mb_s": n * 1024 / 1e6 / whole}
+            "promote_mb_s": n * 1024 / 1e6 / whole,
+            # Other streams' publishes until the promotion was answered.
+            "promote_side_publishes": len(side),
+            "promote_side_p50_ms": side[len(side) // 2] if side else float("nan"),
+            "promote_side_max_ms": side[-1] if side else float("nan")}
 
 
 async def mirror(cl, args):
@@ -518,6 +547,15 @@ def run(name, binary, always, args):
             return asyncio.run(measure(cl.cports[0], args, cl))
         finally:
             cl.stop_all()
+            if os.environ.get("BENCH_KEEP_LOGS"):
+                # The nodes' logs, kept for a look at what the run did.
+                keep = os.path.join(os.environ["BENCH_KEEP_LOGS"], name)
+                os.makedirs(keep, exist_ok=True)
+                for f in os.listdir(d):
+                    if f.endswith(".log"):
+                        with open(os.path.join(d, f), "rb") as src, \
+                                open(os.path.join(keep, f), "wb") as dst:
+                            dst.write(src.read())
 
 
 def main():

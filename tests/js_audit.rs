@@ -516,18 +516,7 @@ async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
     );
     let id = first_stream_id(&s.url(), "ACME");
     assert_eq!(dek_versions(&s.url(), &id), [1]);
-    let (code, out, err) = sealctl_as(
-        &s.url(),
-        "admin",
-        &[
-            "store",
-            "rekey-live",
-            "--account",
-            "ACME",
-            "--stream",
-            "ACME_LEDGER",
-        ],
-    );
+    let (code, out, err) = rekey_ledger(&s.url(), &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("re-sealed under data key v2"), "{out}");
     assert!(out.contains("destroyed v1"), "{out}");
@@ -595,6 +584,20 @@ async fn a_stream_is_re_sealed_under_a_new_data_key_while_clients_publish() {
     assert_eq!(info.state.messages, acked, "every acknowledged message");
 }
 
+/// `sealctl store rekey-live` of ACME's ledger stream, with `extra` options.
+fn rekey_ledger(url: &str, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec![
+        "store",
+        "rekey-live",
+        "--account",
+        "ACME",
+        "--stream",
+        "ACME_LEDGER",
+    ];
+    args.extend_from_slice(extra);
+    sealctl_as(url, "admin", &args)
+}
+
 /// A metric's value in `/metrics` (0 when absent).
 fn metric(s: &TestServer, name: &str) -> u64 {
     let (_, m) = s.http_get("/metrics");
@@ -643,22 +646,8 @@ async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
     let total = 6u64 << 20;
     // 1 MiB/s: the re-sealing takes about six seconds.
     let url = s.url();
-    let rekey = tokio::task::spawn_blocking(move || {
-        sealctl_as(
-            &url,
-            "admin",
-            &[
-                "store",
-                "rekey-live",
-                "--account",
-                "ACME",
-                "--stream",
-                "ACME_LEDGER",
-                "--bytes-per-sec",
-                "1048576",
-            ],
-        )
-    });
+    let rekey =
+        tokio::task::spawn_blocking(move || rekey_ledger(&url, &["--bytes-per-sec", "1048576"]));
     // Part way: some bytes rewritten, far from all of them.
     let part_way = || {
         let b = metric(&s, "sealstream_resealed_bytes_total");

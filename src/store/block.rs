@@ -500,14 +500,7 @@ impl BlockBuilder {
             Some(body) => sealer.seal_in_place(&aad, body),
             None => return Err(DecodeError::Malformed("block buffer too short")),
         };
-        let mut frame = [0u8; FRAME_HEADER_LEN];
-        {
-            let mut w = Writer(&mut frame, 0);
-            w.put(&SYNC_MARKER.to_le_bytes());
-            w.put(&len.to_le_bytes());
-            w.put(&place.index.to_le_bytes());
-            w.put(&nonce);
-        }
+        let frame = frame_header(len, place.index, &nonce);
         if let Some(dst) = self.buf.get_mut(..FRAME_HEADER_LEN) {
             dst.copy_from_slice(&frame);
         }
@@ -519,6 +512,17 @@ impl BlockBuilder {
             body_len,
         })
     }
+}
+
+/// The plaintext frame header of a block of `len` bytes at `index`, sealed with `nonce`.
+fn frame_header(len: u32, index: u64, nonce: &[u8; NONCE_LEN]) -> [u8; FRAME_HEADER_LEN] {
+    let mut frame = [0u8; FRAME_HEADER_LEN];
+    let mut w = Writer(&mut frame, 0);
+    w.put(&SYNC_MARKER.to_le_bytes());
+    w.put(&len.to_le_bytes());
+    w.put(&index.to_le_bytes());
+    w.put(nonce);
+    frame
 }
 
 struct Writer<'a>(&'a mut [u8], usize);
@@ -726,14 +730,7 @@ pub fn reseal_opened(
         .ok_or(DecodeError::Malformed("block too short"))?
         .copy_from_slice(&prev_tag);
     let (nonce, tag) = sealer.seal_in_place(&place.aad(len), body);
-    let mut frame = [0u8; FRAME_HEADER_LEN];
-    {
-        let mut w = Writer(&mut frame, 0);
-        w.put(&SYNC_MARKER.to_le_bytes());
-        w.put(&len.to_le_bytes());
-        w.put(&place.index.to_le_bytes());
-        w.put(&nonce);
-    }
+    let frame = frame_header(len, place.index, &nonce);
     if let Some(dst) = block.get_mut(..FRAME_HEADER_LEN) {
         dst.copy_from_slice(&frame);
     }

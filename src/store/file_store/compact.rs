@@ -6,15 +6,7 @@ impl FileStore {
     pub(super) fn compact_inner(&mut self) -> Result<CompactStats, StoreError> {
         let bytes_before = self.disk_bytes();
         // 1. Close the active segment: seal it, or abandon a creation that never happened.
-        if let Some(w) = &self.active {
-            if w.is_new() {
-                let path = w.path.clone();
-                self.active = None;
-                let _ = self.io.remove_file(&path);
-            } else {
-                self.seal_active(0, 0)?;
-            }
-        }
+        self.close_active()?;
         // 2. Write every live message into new segments of one compaction run.
         let run_start = self.next_segment_id;
         let seqs: Vec<u64> = self.index.iter().map(|(s, _)| s).collect();

@@ -264,17 +264,12 @@ impl FileStore {
             self.keys.rotate(dek_version, dek);
         }
         let current = self.keys.current_version();
-        if let Some(w) = &self.active {
-            if w.header.dek_version != current {
-                if w.is_new() {
-                    // Never written: nothing to seal, the next block opens a new segment.
-                    let path = w.path.clone();
-                    self.active = None;
-                    let _ = self.io.remove_file(&path);
-                } else {
-                    self.seal_active(0, 0)?;
-                }
-            }
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|w| w.header.dek_version != current)
+        {
+            self.close_active()?;
         }
         let mut out = Vec::new();
         for (id, s) in &self.segments {

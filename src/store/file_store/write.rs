@@ -114,6 +114,20 @@ impl FileStore {
     }
 
     /// Seals the active segment (its own fdatasync). `flags`/`base` for compaction seals.
+    /// Closes the active segment: seals it, or abandons a creation that never happened (the
+    /// next block opens a new segment).
+    pub(super) fn close_active(&mut self) -> Result<(), StoreError> {
+        let Some(w) = &self.active else { return Ok(()) };
+        if w.is_new() {
+            let path = w.path.clone();
+            self.active = None;
+            let _ = self.io.remove_file(&path);
+            Ok(())
+        } else {
+            self.seal_active(0, 0)
+        }
+    }
+
     pub(super) fn seal_active(&mut self, flags: u8, base: u64) -> Result<(), StoreError> {
         let Some(w) = &self.active else { return Ok(()) };
         let (last_seq, last_ts) = self.index.last();
