@@ -609,7 +609,8 @@ fn metric(s: &TestServer, name: &str) -> u64 {
 /// Issue 17: a stream is re-sealed a segment at a time, off the stream's own thread: while its
 /// re-sealing is part way (some of its segments rewritten, not all), the stream acknowledges
 /// publishes — a rotation does not stop a stream for as long as its whole store takes to
-/// rewrite. Afterwards the old key is gone and every message reads.
+/// rewrite. A live audit asked meanwhile is refused (it would read the store by keys the
+/// re-sealing changes). Afterwards the old key is gone and every message reads.
 #[tokio::test]
 async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
     let s = TestServer::start_js_with(&["-m", "-1"], Some(LIVE_CONF));
@@ -667,6 +668,13 @@ async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
             .unwrap();
         during += 1;
     }
+    // A live audit would read the store by keys the re-sealing changes under it: refused.
+    let (code, out, err) = sealctl_as(&s.url(), "admin", &["audit", "--live"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("re-sealing is running"),
+        "{out}{err}"
+    );
     let rewritten = metric(&s, "sealstream_resealed_bytes_total");
     assert!(
         rewritten < total && metric(&s, "sealstream_reseal_running") == 1,

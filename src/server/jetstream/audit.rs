@@ -68,6 +68,13 @@ pub(crate) struct AuditStatus {
 }
 
 impl Auditor {
+    /// Runs `f` with whether an audit runs, under the audit slot's lock: no audit starts
+    /// until `f` returns.
+    pub(crate) fn while_settled<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        let slot = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        f(slot.is_some())
+    }
+
     /// The audit running now, if any.
     pub(crate) fn status(&self) -> AuditStatus {
         let current = self
@@ -113,7 +120,7 @@ pub(crate) fn yield_to_serving() {
 }
 
 /// Starts an audit of `scope` on a thread of its own; `done` gets the report. Refused while
-/// another runs.
+/// another runs, or a re-sealing.
 pub(crate) fn start(
     js: &Arc<JetStream>,
     scope: Scope,
@@ -129,6 +136,11 @@ pub(crate) fn start(
         let mut slot = js.auditor.current.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_some() {
             return Err("an audit is already running on this server");
+        }
+        // Decided under the audit slot's lock, as the re-sealer decides (`rekey.rs`): an audit
+        // reads the store by the keys of its start, which a re-sealing changes under it.
+        if js.resealer.running() {
+            return Err("a data-key re-sealing is running on this server; audit once it is done");
         }
         *slot = Some(Arc::clone(&progress));
     }

@@ -150,9 +150,17 @@ fn run_pass(
     done: impl FnOnce(Vec<Value>) + Send + 'static,
 ) -> Result<(), String> {
     let r = &js.resealer;
-    if r.running.swap(true, Ordering::AcqRel) {
-        return Err("a data-key rotation is already running on this server".into());
-    }
+    // Decided under the audit slot's lock, as an audit decides (`audit.rs`): an audit reads
+    // the store by the keys of its start, which a re-sealing changes under it.
+    js.auditor.while_settled(|auditing| {
+        if auditing {
+            return Err("a live audit is running on this server; re-seal once it is done");
+        }
+        if r.running.swap(true, Ordering::AcqRel) {
+            return Err("a data-key rotation is already running on this server");
+        }
+        Ok(())
+    })?;
     r.pending.store(streams.len() as u64, Ordering::Relaxed);
     let js2 = Arc::clone(js);
     let spawned = std::thread::Builder::new()
