@@ -446,7 +446,17 @@ async fn orders_walkthrough_disconnected_worker_and_restart() {
             .await
             .unwrap();
     }
-    let ci = consumer_info(&admin, "ORDERS", "WORKER1").await;
+    // nats-server counts a consumer's pending messages a moment after their PubAcks (its
+    // consumers learn of new messages apart from the store; the CI's reference run once read
+    // 2 here): asked again until it shows all three, for a bounded while.
+    let mut ci = consumer_info(&admin, "ORDERS", "WORKER1").await;
+    for _ in 0..50 {
+        if ci["num_pending"] == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ci = consumer_info(&admin, "ORDERS", "WORKER1").await;
+    }
     assert_eq!(ci["num_pending"], 3, "{ci}");
     assert_eq!(ci["ack_floor"]["stream_seq"], 1, "{ci}");
 
