@@ -16,6 +16,13 @@
 //! A stream is served at most [`MAX_ROUND`](ShardTask) commands at a time (its own bound); one
 //! with more queued goes round again after the shard's other ready streams, so a busy stream
 //! cannot starve the quiet ones of its shard.
+//!
+//! **Lent out.** A stream with one long piece of work (installing a replicated stream's
+//! snapshot: every message decrypted, checked and written again) answers [`Served::Away`]: the
+//! shard lends it to a thread of its own, which runs [`ShardTask::work_away`] and hands it
+//! back. Meanwhile the shard serves its other streams; the lent stream's commands wait in its
+//! queue (its bell stays rung), and it is served as soon as it is back. A stopping shard
+//! waits for its lent streams to come back before it closes them.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -36,6 +43,8 @@ pub(crate) trait ShardTask: Send {
     fn next_wake(&self) -> Option<i64>;
     /// The server is stopping and the stream was not stopped first: close it.
     fn close(&mut self);
+    /// The long work a [`Served::Away`] announced, on a thread apart from the shard.
+    fn work_away(&mut self) {}
 }
 
 /// What serving a task did.
@@ -47,6 +56,9 @@ pub(crate) enum Served {
     More,
     /// It stopped (asked to, or every sender is gone); the shard forgets it.
     Stopped,
+    /// It has long work to do apart: lend it to a thread that runs
+    /// [`ShardTask::work_away`], then serve it again.
+    Away,
 }
 
 /// Why a command was not queued (it is dropped; nothing was acknowledged for it).
@@ -234,7 +246,10 @@ impl StreamTx {
 #[derive(Default)]
 struct Inbox {
     ready: Vec<u64>,
+    /// New streams, and lent ones back from their work.
     adopted: Vec<Owned>,
+    /// Streams lent out now.
+    away: usize,
     exit: bool,
 }
 
@@ -360,7 +375,7 @@ impl ShardPool {
 const STALE_TIMERS_FACTOR: usize = 4;
 
 /// One store thread: waits for a ready stream, a new one, a due timer or the exit flag.
-fn run(shard: &Shard) {
+fn run(shard: &Arc<Shard>) {
     let mut owned: HashMap<u64, Owned> = HashMap::new();
     let mut timers: BinaryHeap<Reverse<(i64, u64)>> = BinaryHeap::new();
     let mut again: Vec<u64> = Vec::new();
@@ -409,7 +424,7 @@ fn run(shard: &Shard) {
                 continue;
             };
             o.queue.0.rung.store(false, Ordering::Release);
-            serve(&mut owned, key, &mut timers, &mut again);
+            serve(shard, &mut owned, key, &mut timers, &mut again);
         }
         let now = now_nanos();
         while let Some(&Reverse((t, key))) = timers.peek() {
@@ -425,7 +440,7 @@ fn run(shard: &Shard) {
                 mine
             });
             if due {
-                serve(&mut owned, key, &mut timers, &mut again);
+                serve(shard, &mut owned, key, &mut timers, &mut again);
             }
         }
         if timers.len() > STALE_TIMERS_FACTOR * owned.len() + 1024 {
@@ -438,13 +453,66 @@ fn run(shard: &Shard) {
             for (_, mut o) in owned.drain() {
                 o.task.close();
             }
+            close_when_back(shard);
             return;
         }
     }
 }
 
-/// Serves one stream and files its next timer.
+/// The shard is stopping: waits for its lent streams to come back and closes them.
+fn close_when_back(shard: &Shard) {
+    loop {
+        let back = {
+            let mut inbox = shard.lock();
+            while inbox.adopted.is_empty() && inbox.away > 0 {
+                inbox = shard.cv.wait(inbox).unwrap_or_else(|p| p.into_inner());
+            }
+            if inbox.adopted.is_empty() {
+                return;
+            }
+            std::mem::take(&mut inbox.adopted)
+        };
+        for mut o in back {
+            o.task.close();
+        }
+    }
+}
+
+/// Lends `o` to a thread of its own for its [`ShardTask::work_away`]; it comes back through
+/// the shard's inbox. With no thread to be had, the work is done here.
+fn lend(shard: &Arc<Shard>, o: Owned) {
+    shard.lock().away += 1;
+    let slot = Arc::new(Mutex::new(Some(o)));
+    let (back, mine) = (Arc::clone(shard), Arc::clone(&slot));
+    let spawned = std::thread::Builder::new()
+        .name("js-store-away".into())
+        .spawn(move || {
+            let taken = mine.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(o) = taken {
+                work_and_return(&back, o);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread for a stream's long work: done on its shard");
+        let taken = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(o) = taken {
+            work_and_return(shard, o);
+        }
+    }
+}
+
+fn work_and_return(shard: &Shard, mut o: Owned) {
+    o.task.work_away();
+    let mut inbox = shard.lock();
+    inbox.away -= 1;
+    inbox.adopted.push(o);
+    drop(inbox);
+    shard.cv.notify_one();
+}
+
+/// Serves one stream and files its next timer (or lends it out, see [`Served::Away`]).
 fn serve(
+    shard: &Arc<Shard>,
     owned: &mut HashMap<u64, Owned>,
     key: u64,
     timers: &mut BinaryHeap<Reverse<(i64, u64)>>,
@@ -456,6 +524,15 @@ fn serve(
     match o.task.serve(&o.queue) {
         Served::Stopped => {
             owned.remove(&key);
+            return;
+        }
+        Served::Away => {
+            if let Some(mut o) = owned.remove(&key) {
+                // Its timer is filed again when it is back (entries left in the heap are
+                // skipped while it is away).
+                o.wake_at = None;
+                lend(shard, o);
+            }
             return;
         }
         Served::More => again.push(key),
@@ -522,6 +599,151 @@ mod tests {
         Cmd::FlowControl {
             subject: "$JS.FC.S.x.y".into(),
         }
+    }
+
+    /// Goes away on `LeaderElected`; its work away waits for the test's word.
+    struct Lender {
+        seen: Arc<AtomicU64>,
+        timer_runs: Arc<AtomicU64>,
+        wake: Option<i64>,
+        closed: Arc<AtomicBool>,
+        events: SyncSender<()>,
+        started: SyncSender<()>,
+        release: Receiver<()>,
+    }
+
+    impl ShardTask for Lender {
+        fn serve(&mut self, queue: &StreamQueue) -> Served {
+            let (cmds, _) = queue.take(usize::MAX);
+            let any = !cmds.is_empty();
+            for c in cmds {
+                if matches!(c, Cmd::LeaderElected) {
+                    return Served::Away;
+                }
+                self.seen.fetch_add(1, Ordering::Relaxed);
+                let _ = self.events.try_send(());
+            }
+            if !any && self.wake.is_some_and(|w| w <= now_nanos()) {
+                self.timer_runs.fetch_add(1, Ordering::Relaxed);
+                self.wake = None;
+                let _ = self.events.try_send(());
+            }
+            Served::Idle
+        }
+        fn next_wake(&self) -> Option<i64> {
+            self.wake
+        }
+        fn close(&mut self) {
+            self.closed.store(true, Ordering::Relaxed);
+        }
+        fn work_away(&mut self) {
+            let _ = self.started.try_send(());
+            let _ = self.release.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
+    struct LenderHandles {
+        seen: Arc<AtomicU64>,
+        timer_runs: Arc<AtomicU64>,
+        closed: Arc<AtomicBool>,
+        started: Receiver<()>,
+        release: SyncSender<()>,
+    }
+
+    fn lender(events: &SyncSender<()>, wake: Option<i64>) -> (Box<Lender>, LenderHandles) {
+        let (started_tx, started) = std::sync::mpsc::sync_channel(4);
+        let (release, release_rx) = std::sync::mpsc::sync_channel(4);
+        let h = LenderHandles {
+            seen: Arc::new(AtomicU64::new(0)),
+            timer_runs: Arc::new(AtomicU64::new(0)),
+            closed: Arc::new(AtomicBool::new(false)),
+            started,
+            release,
+        };
+        let task = Lender {
+            seen: Arc::clone(&h.seen),
+            timer_runs: Arc::clone(&h.timer_runs),
+            wake,
+            closed: Arc::clone(&h.closed),
+            events: events.clone(),
+            started: started_tx,
+            release: release_rx,
+        };
+        (Box::new(task), h)
+    }
+
+    #[test]
+    fn a_stream_lent_out_for_long_work_holds_up_neither_its_shard_nor_its_commands() {
+        let pool = ShardPool::start(1).unwrap();
+        let (etx, erx) = events();
+        // Its timer falls due while it is away: it must still run once it is back.
+        let due = now_nanos() + 200_000_000;
+        let (task, h) = lender(&etx, Some(due));
+        let lent = pool.adopt(task);
+        let other_seen = Arc::new(AtomicU64::new(0));
+        let other = pool.adopt(Box::new(Probe {
+            seen: Arc::clone(&other_seen),
+            timer_runs: Arc::new(AtomicU64::new(0)),
+            wake: None,
+            closed: Arc::new(AtomicBool::new(false)),
+            events: etx.clone(),
+        }));
+        // Served once first: its timer is in the shard's heap when it goes.
+        lent.try_send(fc()).unwrap();
+        wait_for(&erx, || h.seen.load(Ordering::Relaxed) == 1);
+        lent.send(Cmd::LeaderElected).unwrap();
+        h.started.recv_timeout(Duration::from_secs(2)).unwrap();
+        for _ in 0..3 {
+            lent.try_send(fc()).unwrap();
+        }
+        // The shard's only thread serves the other stream while the lent one works.
+        for _ in 0..5 {
+            other.try_send(fc()).unwrap();
+        }
+        wait_for(&erx, || other_seen.load(Ordering::Relaxed) == 5);
+        assert_eq!(h.seen.load(Ordering::Relaxed), 1, "served while away");
+        while now_nanos() <= due {
+            let _ = erx.recv_timeout(Duration::from_millis(20));
+        }
+        // One more turn of the shard after the timer fell due: its entry is gone from the heap.
+        other.try_send(fc()).unwrap();
+        wait_for(&erx, || other_seen.load(Ordering::Relaxed) == 6);
+        assert_eq!(h.timer_runs.load(Ordering::Relaxed), 0);
+        h.release.send(()).unwrap();
+        wait_for(&erx, || {
+            h.seen.load(Ordering::Relaxed) == 4 && h.timer_runs.load(Ordering::Relaxed) == 1
+        });
+        // Lent out again: it comes back again.
+        lent.send(Cmd::LeaderElected).unwrap();
+        h.started.recv_timeout(Duration::from_secs(2)).unwrap();
+        h.release.send(()).unwrap();
+        lent.try_send(fc()).unwrap();
+        wait_for(&erx, || h.seen.load(Ordering::Relaxed) == 5);
+        pool.stop();
+        assert!(h.closed.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_stopping_shard_waits_for_its_lent_streams_and_closes_them() {
+        let pool = Arc::new(ShardPool::start(1).unwrap());
+        let (etx, _erx) = events();
+        let (task, h) = lender(&etx, None);
+        let lent = pool.adopt(task);
+        lent.send(Cmd::LeaderElected).unwrap();
+        h.started.recv_timeout(Duration::from_secs(2)).unwrap();
+        let stopping = Arc::clone(&pool);
+        let (stopped_tx, stopped) = std::sync::mpsc::sync_channel(1);
+        let stopper = std::thread::spawn(move || {
+            stopping.stop();
+            let _ = stopped_tx.send(());
+        });
+        assert!(stopped.recv_timeout(Duration::from_millis(100)).is_err());
+        assert!(!h.closed.load(Ordering::Relaxed), "closed while away");
+        h.release.send(()).unwrap();
+        stopped.recv_timeout(Duration::from_secs(2)).unwrap();
+        stopper.join().unwrap();
+        assert!(h.closed.load(Ordering::Relaxed));
+        drop(lent);
     }
 
     #[test]

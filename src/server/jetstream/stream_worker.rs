@@ -346,6 +346,8 @@ pub(crate) fn spawn(
         view,
         replicated,
         routes: true,
+        away: None,
+        deferred: Vec::new(),
     };
     let tx = js.shards.adopt(Box::new(worker));
     bell.connect(tx.downgrade());
@@ -497,6 +499,17 @@ pub(crate) struct Worker {
     replicated: bool,
     /// Replies are routed (false while a round of another replica runs; deliveries always are).
     routes: bool,
+    /// A snapshot to install on a thread apart from the shard ([`Served::Away`]).
+    away: Option<AwayInstall>,
+    /// Commands taken in the round that stopped at `away`: served first when it is back.
+    deferred: Vec<Cmd>,
+}
+
+/// A snapshot image the worker installs apart from its shard, and who waits for it.
+struct AwayInstall {
+    image: ImageSource,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+    _slot: ImageSlot,
 }
 
 /// Which parts of a round run.
@@ -570,8 +583,10 @@ const PERSIST_EVERY_NS: i64 = 1_000_000_000;
 impl ShardTask for Worker {
     fn serve(&mut self, queue: &StreamQueue) -> Served {
         let shared = Arc::clone(&self.stream);
-        let (round, disconnected) = queue.take(MAX_ROUND);
-        let full = round.len() == MAX_ROUND;
+        let mut round = std::mem::take(&mut self.deferred);
+        let (taken, disconnected) = queue.take(MAX_ROUND.saturating_sub(round.len()));
+        round.extend(taken);
+        let full = round.len() >= MAX_ROUND;
         let mut st = lock(&shared);
         if self.erased.load(Ordering::Acquire) {
             self.remove(&mut st, round);
@@ -579,6 +594,9 @@ impl ShardTask for Worker {
         }
         if self.round(&mut st, round) {
             return Served::Stopped;
+        }
+        if self.away.is_some() {
+            return Served::Away;
         }
         if disconnected {
             // Every sender is gone (the stream left the table without a stop).
@@ -599,6 +617,13 @@ impl ShardTask for Worker {
     fn close(&mut self) {
         let shared = Arc::clone(&self.stream);
         self.shutdown(&mut lock(&shared));
+    }
+
+    fn work_away(&mut self) {
+        if let Some(away) = self.away.take() {
+            let shared = Arc::clone(&self.stream);
+            self.install_and_answer(&mut lock(&shared), away.image, away.done);
+        }
     }
 }
 
@@ -682,7 +707,8 @@ impl Worker {
     fn replicated_round(&mut self, st: &mut Stream, cmds: Vec<Cmd>, replica: &mut Replica) -> bool {
         let now = now_nanos();
         let mut local = Vec::new();
-        for cmd in cmds {
+        let mut cmds = cmds.into_iter();
+        while let Some(cmd) = cmds.next() {
             match cmd {
                 Cmd::Apply(round, done) => {
                     if !local.is_empty()
@@ -748,11 +774,18 @@ impl Worker {
                     {
                         return true;
                     }
-                    let r = self.install_image(st, image);
-                    if let Err(e) = &r {
-                        error!(stream = %st.cfg.name, error = %e, "a snapshot could not be installed");
+                    // A large image takes long to install: on a thread apart when one is free
+                    // (the shard's other streams go on), the round's later commands after it.
+                    if let Some(slot) = ImageSlot::take() {
+                        self.away = Some(AwayInstall {
+                            image,
+                            done,
+                            _slot: slot,
+                        });
+                        self.deferred.extend(cmds);
+                        return false;
                     }
-                    let _ = done.send(r);
+                    self.install_and_answer(st, image, done);
                 }
                 Cmd::LeaderElected => self.leader_elected(st, replica),
                 Cmd::QuorumLost => self.quorum_lost(st, replica),
@@ -788,6 +821,20 @@ impl Worker {
             st.push_interest_changes(&mut |subject| fx.has_interest(subject))
         });
         false
+    }
+
+    /// Installs `image` and tells `done` how it went.
+    fn install_and_answer(
+        &mut self,
+        st: &mut Stream,
+        image: ImageSource,
+        done: tokio::sync::oneshot::Sender<Result<(), String>>,
+    ) {
+        let r = self.install_image(st, image);
+        if let Err(e) = &r {
+            error!(stream = %st.cfg.name, error = %e, "a snapshot could not be installed");
+        }
+        let _ = done.send(r);
     }
 
     /// Replaces the stream's state by `image` (its group's snapshot), over a new empty
@@ -1886,13 +1933,33 @@ const MEMORY_RESEAL: &str = "a memory stream keeps nothing at rest";
 const REPLICATED_RESEAL: &str =
     "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
 
-/// Image writers running apart from their streams' threads at most; past it an image is
-/// written in place (its shard waits for it), so a burst of snapshots cannot start a thread
-/// each.
-const DETACHED_IMAGES: usize = 4;
+/// Image threads (writers and installers apart from their streams' shards) at most; past
+/// it an image is written or installed in place (its shard waits for it), so a burst of
+/// snapshots cannot start a thread each.
+const IMAGE_THREADS: usize = 4;
 
-/// Image writers running apart from their streams' threads now.
-static DETACHED_RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Image threads running now.
+static IMAGE_THREADS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among the [`IMAGE_THREADS`], given back when dropped.
+struct ImageSlot(());
+
+impl ImageSlot {
+    fn take() -> Option<ImageSlot> {
+        if IMAGE_THREADS_RUNNING.fetch_add(1, Ordering::AcqRel) < IMAGE_THREADS {
+            Some(ImageSlot(()))
+        } else {
+            IMAGE_THREADS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            None
+        }
+    }
+}
+
+impl Drop for ImageSlot {
+    fn drop(&mut self) {
+        IMAGE_THREADS_RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Writes the stream's image as it is now into `sink` (its group's snapshot file, or the seed
 /// of a promotion) and answers `done` with the sink. A file stream's image is taken here (an
@@ -1903,17 +1970,18 @@ fn take_image(
     sink: ImageSink,
     done: tokio::sync::oneshot::Sender<Result<ImageSink, String>>,
 ) {
-    let slot = DETACHED_RUNNING.fetch_add(1, Ordering::AcqRel) < DETACHED_IMAGES;
-    let detached = if slot { st.detached_image() } else { Ok(None) };
-    let image = match detached {
+    let Some(slot) = ImageSlot::take() else {
+        let _ = done.send(write_image(st, sink));
+        return;
+    };
+    let image = match st.detached_image() {
         Ok(Some(image)) => image,
         Ok(None) => {
-            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            drop(slot);
             let _ = done.send(write_image(st, sink));
             return;
         }
         Err(e) => {
-            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
             let _ = done.send(Err(e.to_string()));
             return;
         }
@@ -1923,12 +1991,12 @@ fn take_image(
         .spawn(move || {
             let mut sink = sink;
             let written = image.write(&mut sink).map(|()| sink);
-            DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+            drop(slot);
             let _ = done.send(written.map_err(|e| e.to_string()));
         });
     if let Err(e) = spawned {
-        // The closure, and with it `done`, is gone: the builder hears the image failed.
-        DETACHED_RUNNING.fetch_sub(1, Ordering::AcqRel);
+        // The closure, and with it `done` and the slot, is gone: the builder hears the image
+        // failed.
         error!(stream = %st.cfg.name, error = %e, "no thread for a stream's image");
     }
 }
