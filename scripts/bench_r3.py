@@ -232,8 +232,8 @@ async def catchup(cl, args):
     started = time.perf_counter()
     cl.restart(2)
     while cl.local_messages(2, "R3") < total:
-        if time.perf_counter() - started > 120:
-            raise RuntimeError("node 3 did not catch up in 120 s")
+        if time.perf_counter() - started > args.catchup_limit:
+            raise RuntimeError(f"node 3 did not catch up in {args.catchup_limit} s")
         await asyncio.sleep(0.05)
     took = time.perf_counter() - started
     out = {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
@@ -567,6 +567,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--failover", type=int, default=0)
     ap.add_argument("--catchup", type=int, default=0, help="MiB")
+    ap.add_argument("--catchup-limit", type=float, default=120.0,
+                    help="seconds node 3 may take to catch up before the run fails")
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
     ap.add_argument("--promote", type=int, default=0, help="MiB in an R1 stream made R3")
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")

@@ -37,6 +37,7 @@ pub mod consensus;
 pub mod crypto;
 pub mod ctl;
 pub mod jetstream;
+pub mod pace;
 pub mod proto;
 pub mod server;
 pub mod store;

@@ -39,11 +39,11 @@ pub mod scan;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::pace::Pace;
 use crate::store::block::{FRAME_HEADER_LEN, MAX_BLOCK_LEN, SYNC_MARKER};
 use crate::store::file_store::{FileStore, FileStoreConfig};
 use crate::store::io::OsIo;
@@ -288,8 +288,7 @@ pub struct Progress {
     done: AtomicU64,
     total: AtomicU64,
     read: AtomicU64,
-    started: Instant,
-    bytes_per_sec: u64,
+    pace: Pace,
 }
 
 impl Progress {
@@ -305,8 +304,7 @@ impl Progress {
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             read: AtomicU64::new(0),
-            started: Instant::now(),
-            bytes_per_sec,
+            pace: Pace::new(bytes_per_sec),
         })
     }
 
@@ -346,15 +344,7 @@ impl Progress {
     fn advance(&self, bytes: u64) {
         self.done.fetch_add(bytes, Ordering::Relaxed);
         let read = self.read.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if self.bytes_per_sec > 0 {
-            let due = Duration::from_secs_f64(read as f64 / self.bytes_per_sec as f64);
-            let elapsed = self.started.elapsed();
-            // Reading waits until the pace allows (nothing unparks an auditing thread; a
-            // spurious wake-up only shortens one wait, and the next read waits the more).
-            if due > elapsed {
-                std::thread::park_timeout(due - elapsed);
-            }
-        }
+        self.pace.wait_until_due(read);
     }
 }
 

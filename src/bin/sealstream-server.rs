@@ -109,6 +109,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The environment variable whose tracing directives replace the log filter the flags chose.
+const LOG_FILTER_ENV: &str = "SEALSTREAM_LOG";
+
 /// Installs the nats-style log formatter on stderr, and on the `-l` file too when given.
 fn init_logging(opts: &ServerOptions) -> Result<(), String> {
     let level = if opts.trace {
@@ -122,11 +125,19 @@ fn init_logging(opts: &ServerOptions) -> Result<(), String> {
     // elects (a node restarting, a leader killed), so only its errors reach the log unless
     // tracing is asked for.
     let raft = if opts.trace { level } else { Level::ERROR };
-    let filter = tracing_subscriber::EnvFilter::new(format!(
-        "{},openraft={}",
-        level.as_str().to_ascii_lowercase(),
-        raft.as_str().to_ascii_lowercase()
-    ));
+    // `SEALSTREAM_LOG`, when set, replaces the whole filter (tracing's directives, e.g.
+    // `info,openraft=warn`): for troubleshooting what the flags do not show.
+    let directives = std::env::var(LOG_FILTER_ENV)
+        .ok()
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| {
+            format!(
+                "{},openraft={}",
+                level.as_str().to_ascii_lowercase(),
+                raft.as_str().to_ascii_lowercase()
+            )
+        });
+    let filter = tracing_subscriber::EnvFilter::new(directives);
     let builder = tracing_subscriber::fmt()
         .with_ansi(false)
         .with_env_filter(filter)

@@ -43,6 +43,7 @@ pub(crate) mod repair;
 pub mod sealed_log;
 pub mod snapshot_data;
 pub mod snapshot_file;
+pub mod snapshot_send;
 pub mod timing;
 
 use serde::{Deserialize, Serialize};

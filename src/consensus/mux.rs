@@ -18,22 +18,23 @@
 //! connection); answers waiting to be written are bounded by the same queue size.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use openraft::error::{
-    CheckIsLeaderError, ClientWriteError, InitializeError, InstallSnapshotError, NetworkError,
-    RPCError, RaftError, RemoteError, Unreachable,
+    CheckIsLeaderError, ClientWriteError, Fatal, InitializeError, InstallSnapshotError,
+    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
 };
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::BasicNode;
+use openraft::{BasicNode, OptionalSend, Snapshot, Vote};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -44,7 +45,7 @@ use tokio::time::Instant;
 use super::handover::{self, HandoverGate};
 use super::memory::{CountingMachine, MemLog};
 use super::repair::RepairGate;
-use super::{codec, Command, GroupId, NodeId, Raft, TypeConfig};
+use super::{codec, snapshot_send, Command, GroupId, NodeId, Raft, TypeConfig};
 
 /// How long a heartbeat may wait for others bound to the same peer.
 pub const HEARTBEAT_LINGER: Duration = Duration::from_millis(20);
@@ -1136,11 +1137,34 @@ async fn dispatch_gated(
     }
 }
 
+/// A snapshot chunk from the leader, taken as a sign of the leader's life too.
+///
+/// Why: openraft 0.9 restarts a follower's election timer only on appends. A follower
+/// receiving a large snapshot stood for election in the middle of it (a 1 GiB stream: every
+/// ~5 s), and each campaign deposed the leader and restarted the transfer from its first
+/// chunk, so the follower never caught up. Before each chunk is taken, the chunk's vote is
+/// given to the follower as an empty append — no previous entry, no entries, no commit — which
+/// restarts the timer and changes nothing else (a stale vote is refused as any append's
+/// would be).
+async fn receive_chunk(
+    raft: &Raft,
+    rpc: InstallSnapshotRequest<TypeConfig>,
+) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+    let alive = AppendEntriesRequest {
+        vote: rpc.vote,
+        prev_log_id: None,
+        leader_commit: None,
+        entries: Vec::new(),
+    };
+    let _ = raft.append_entries(alive).await;
+    raft.install_snapshot(rpc).await
+}
+
 async fn dispatch(raft: &Raft, request: Request) -> Response {
     match request {
         Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
         Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
-        Request::Snapshot(rpc) => Response::Snapshot(raft.install_snapshot(rpc).await),
+        Request::Snapshot(rpc) => Response::Snapshot(receive_chunk(raft, rpc).await),
         // Forwarded once only: a peer that does not lead either says so.
         Request::Propose(command) => Response::Propose(match write(raft, command).await {
             Ok(Ok(index)) => Ok(index),
@@ -1315,6 +1339,23 @@ impl RaftNetwork<TypeConfig> for GroupClient {
                 _ => None,
             },
         )
+    }
+
+    /// A chunk at a time as openraft would, but the last chunk — answered once the follower
+    /// installed the whole image — is given as long as a large stream's install needs
+    /// (`snapshot_send.rs`).
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote<NodeId>,
+        snapshot: Snapshot<TypeConfig>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let chunk = option
+            .snapshot_chunk_size()
+            .unwrap_or(super::snapshot_file::FRAME_BYTES);
+        let deadlines = snapshot_send::Deadlines::new(option.hard_ttl());
+        snapshot_send::send(self, vote, snapshot, cancel, deadlines, chunk).await
     }
 
     async fn vote(

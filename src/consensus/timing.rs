@@ -23,7 +23,9 @@ pub const MAX_ENTRIES_PER_APPEND: u64 = 32;
 /// Entries already covered by a snapshot that a group's log keeps.
 pub const SNAPSHOT_LOG_KEPT: u64 = 128;
 
-/// How long sending a snapshot's last chunk and installing it may take.
+/// How long a follower may take to answer one chunk of a snapshot. The last chunk, answered
+/// once the follower installed the whole image, gets more by the snapshot's size
+/// (`snapshot_send.rs`).
 pub const INSTALL_SNAPSHOT_MS: u64 = 10_000;
 
 /// openraft's configuration with our timing and bounds, validated.
@@ -40,8 +42,8 @@ pub fn raft_config(cluster_name: &str) -> Arc<openraft::Config> {
         // Entries already in a snapshot kept for followers a little behind (more than this
         // and they are sent the snapshot).
         max_in_snapshot_log_to_keep: SNAPSHOT_LOG_KEPT,
-        // Installing a snapshot writes the whole stream into a new store: openraft's 200 ms
-        // for the last chunk (sent and installed) would time out and resend it forever.
+        // A chunk's deadline (openraft's 200 ms is short for a 1 MiB chunk on a busy node);
+        // the last chunk's grows with the snapshot (`snapshot_send.rs`).
         install_snapshot_timeout: INSTALL_SNAPSHOT_MS,
         // A replicated stream's entry is a whole round of publishes (up to a few hundred
         // KiB): openraft's default of 300 per append would make catch-up frames of ~100 MiB,

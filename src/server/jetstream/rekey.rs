@@ -24,12 +24,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::jetstream::config::StorageType;
+use crate::pace::Pace;
 
 use super::cmd::{Cmd, ResealDone, ResealStep};
 use super::{JetStream, StreamRef};
@@ -235,11 +236,10 @@ fn ask<T>(
         .unwrap_or_else(|_| Err("the stream did not answer (stopped, or busy)".into()))
 }
 
-/// Keeps the rewriting at a byte rate: after each block, waits until the bytes written so far
-/// are due at the pace (the disk keeps its bandwidth for the clients, a block at a time).
+/// Keeps the rewriting at a byte rate, a block at a time, across a pass's streams, and
+/// shows it in `/metrics` as it goes.
 struct Pacer<'a> {
-    per_sec: u64,
-    start: Instant,
+    pace: Pace,
     written: u64,
     /// What `/metrics` shows as rewritten.
     shown: &'a AtomicU64,
@@ -248,8 +248,7 @@ struct Pacer<'a> {
 impl<'a> Pacer<'a> {
     fn new(per_sec: u64, shown: &'a AtomicU64) -> Self {
         Pacer {
-            per_sec: per_sec.max(1),
-            start: Instant::now(),
+            pace: Pace::new(per_sec),
             written: 0,
             shown,
         }
@@ -258,14 +257,6 @@ impl<'a> Pacer<'a> {
     fn spent(&mut self, bytes: u64) {
         self.written += bytes;
         self.shown.fetch_add(bytes, Ordering::Relaxed);
-        let due = Duration::from_secs_f64(self.written as f64 / self.per_sec as f64);
-        // A deadline, not a poll: nothing unparks this thread, and a spurious wake-up only
-        // goes round once more.
-        while let Some(left) = due.checked_sub(self.start.elapsed()) {
-            if left.is_zero() {
-                break;
-            }
-            std::thread::park_timeout(left);
-        }
+        self.pace.wait_until_due(self.written);
     }
 }
