@@ -552,13 +552,20 @@ mod tests {
     use super::*;
     use std::sync::mpsc::{Receiver, SyncSender};
 
-    /// Counts what it is given; wakes itself once at `wake`; reports each event.
+    /// Counts what it is given; wakes itself once at `wake`; reports each event. With `lend`,
+    /// goes away on `LeaderElected`, and its work away waits for the test's word.
     struct Probe {
         seen: Arc<AtomicU64>,
         timer_runs: Arc<AtomicU64>,
         wake: Option<i64>,
         closed: Arc<AtomicBool>,
         events: SyncSender<()>,
+        lend: Option<Lend>,
+    }
+
+    struct Lend {
+        started: SyncSender<()>,
+        release: Receiver<()>,
     }
 
     impl ShardTask for Probe {
@@ -571,6 +578,9 @@ mod tests {
                         let _ = d.send(());
                     }
                     return Served::Stopped;
+                }
+                if self.lend.is_some() && matches!(c, Cmd::LeaderElected) {
+                    return Served::Away;
                 }
                 self.seen.fetch_add(1, Ordering::Relaxed);
                 let _ = self.events.try_send(());
@@ -593,52 +603,17 @@ mod tests {
         fn close(&mut self) {
             self.closed.store(true, Ordering::Relaxed);
         }
+        fn work_away(&mut self) {
+            if let Some(lend) = &self.lend {
+                let _ = lend.started.try_send(());
+                let _ = lend.release.recv_timeout(Duration::from_secs(10));
+            }
+        }
     }
 
     fn fc() -> Cmd {
         Cmd::FlowControl {
             subject: "$JS.FC.S.x.y".into(),
-        }
-    }
-
-    /// Goes away on `LeaderElected`; its work away waits for the test's word.
-    struct Lender {
-        seen: Arc<AtomicU64>,
-        timer_runs: Arc<AtomicU64>,
-        wake: Option<i64>,
-        closed: Arc<AtomicBool>,
-        events: SyncSender<()>,
-        started: SyncSender<()>,
-        release: Receiver<()>,
-    }
-
-    impl ShardTask for Lender {
-        fn serve(&mut self, queue: &StreamQueue) -> Served {
-            let (cmds, _) = queue.take(usize::MAX);
-            let any = !cmds.is_empty();
-            for c in cmds {
-                if matches!(c, Cmd::LeaderElected) {
-                    return Served::Away;
-                }
-                self.seen.fetch_add(1, Ordering::Relaxed);
-                let _ = self.events.try_send(());
-            }
-            if !any && self.wake.is_some_and(|w| w <= now_nanos()) {
-                self.timer_runs.fetch_add(1, Ordering::Relaxed);
-                self.wake = None;
-                let _ = self.events.try_send(());
-            }
-            Served::Idle
-        }
-        fn next_wake(&self) -> Option<i64> {
-            self.wake
-        }
-        fn close(&mut self) {
-            self.closed.store(true, Ordering::Relaxed);
-        }
-        fn work_away(&mut self) {
-            let _ = self.started.try_send(());
-            let _ = self.release.recv_timeout(Duration::from_secs(10));
         }
     }
 
@@ -650,7 +625,7 @@ mod tests {
         release: SyncSender<()>,
     }
 
-    fn lender(events: &SyncSender<()>, wake: Option<i64>) -> (Box<Lender>, LenderHandles) {
+    fn lender(events: &SyncSender<()>, wake: Option<i64>) -> (Box<Probe>, LenderHandles) {
         let (started_tx, started) = std::sync::mpsc::sync_channel(4);
         let (release, release_rx) = std::sync::mpsc::sync_channel(4);
         let h = LenderHandles {
@@ -660,14 +635,16 @@ mod tests {
             started,
             release,
         };
-        let task = Lender {
+        let task = Probe {
             seen: Arc::clone(&h.seen),
             timer_runs: Arc::clone(&h.timer_runs),
             wake,
             closed: Arc::clone(&h.closed),
             events: events.clone(),
-            started: started_tx,
-            release: release_rx,
+            lend: Some(Lend {
+                started: started_tx,
+                release: release_rx,
+            }),
         };
         (Box::new(task), h)
     }
@@ -687,6 +664,7 @@ mod tests {
             wake: None,
             closed: Arc::new(AtomicBool::new(false)),
             events: etx.clone(),
+            lend: None,
         }));
         // Served once first: its timer is in the shard's heap when it goes.
         lent.try_send(fc()).unwrap();
@@ -793,6 +771,7 @@ mod tests {
                 wake: None,
                 closed: Arc::new(AtomicBool::new(false)),
                 events: etx.clone(),
+                lend: None,
             })));
         }
         for round in 0..20 {
@@ -821,6 +800,7 @@ mod tests {
             wake: Some(now_nanos() + 20_000_000),
             closed: Arc::new(AtomicBool::new(false)),
             events: etx,
+            lend: None,
         }));
         wait_for(&erx, || runs.load(Ordering::Relaxed) == 1);
         let (done, stopped) = std::sync::mpsc::sync_channel(1);
@@ -842,6 +822,7 @@ mod tests {
                 wake: None,
                 closed: Arc::clone(closed),
                 events: etx.clone(),
+                lend: None,
             })
         };
         drop(pool.adopt(probe(&dropped)));
