@@ -2126,6 +2126,82 @@ async fn a_cluster_rotates_its_master_keys_online_and_a_restarted_node_rejoins()
     assert_every_store_sealed(&cl, &["rotated.x", &order(7)]);
 }
 
+/// Issue 17: a replicated stream is re-sealed under a new data key on every replica (each
+/// server re-seals its own copy; nothing is proposed to the group) while a client keeps
+/// publishing to it: every node destroys its old key, the live audit of every node shows one
+/// key generation, the stream keeps every acknowledged message, and a replica restarted
+/// afterwards opens its re-sealed files with the new key alone.
+#[tokio::test]
+async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes() {
+    let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    if cl.is_reference() {
+        return; // nats-server has no data-key rotation
+    }
+    cl.wait_full_mesh(Duration::from_secs(10));
+    wait_meta_leader(&cl).await;
+    let js = vec![jetstream::new(app_client(&cl, 0).await)];
+    create_r3(&js[0], "RESEALED", "resealed.>").await;
+    let mut acked = BTreeMap::new();
+    for i in 0..50 {
+        let seq = publish_until_acked(&js, 0, "resealed.x", order(i)).await;
+        acked.insert(seq, order(i));
+    }
+    let url = cl.url(2);
+    let rekey = tokio::task::spawn_blocking(move || {
+        sealctl(&[
+            "store",
+            "rekey-live",
+            "--account",
+            "APP",
+            "--stream",
+            "RESEALED",
+            "--server",
+            &url,
+            "--user",
+            "sys",
+            "--password",
+            "sys",
+        ])
+    });
+    // Publishes go on while the replicas re-seal.
+    let mut i = 50;
+    while !rekey.is_finished() || i < 60 {
+        let seq = publish_until_acked(&js, 0, "resealed.x", order(i)).await;
+        acked.insert(seq, order(i));
+        i += 1;
+        assert!(i < 5_000, "the re-sealing never finished");
+    }
+    let out = rekey.await.unwrap();
+    assert!(
+        !out.contains("(0 segments"),
+        "a segment rewritten on each: {out}"
+    );
+    assert_eq!(
+        out.matches("APP/RESEALED: re-sealed under data key v2")
+            .count(),
+        3,
+        "every replica: {out}"
+    );
+    assert_eq!(out.matches("destroyed v1").count(), 3, "{out}");
+    // Every node's live store: the stream under its new key only.
+    for store in live_audit(&cl, 0, "sys", &[]) {
+        for st in store["streams"].as_array().unwrap() {
+            assert_eq!(st["dek_versions"], serde_json::json!([2]), "{store:#}");
+        }
+    }
+    for _ in 0..10 {
+        let seq = publish_until_acked(&js, 0, "resealed.x", order(i)).await;
+        acked.insert(seq, order(i));
+        i += 1;
+    }
+    cl.restart(1);
+    let again = [jetstream::new(app_client(&cl, 1).await)];
+    let last = *acked.keys().last().unwrap();
+    wait_messages(&again[0], "RESEALED", last).await;
+    assert_eq!(settled_history(&again[0], "RESEALED", &acked).await, acked);
+    assert_every_store_sealed(&cl, &["resealed.x", &order(7)]);
+}
+
 /// Creates an R3 stream capped at `max` messages, retrying while the meta group is still
 /// forming.
 async fn create_capped_r3(js: &jetstream::Context, name: &str, subjects: &str, max: i64) {

@@ -1538,6 +1538,80 @@ mod tests {
         );
     }
 
+    /// A follower taking a snapshot whose chunks come further apart than its election timeout
+    /// (a large image from a busy leader) keeps following: each chunk restarts its election
+    /// timer. openraft 0.9 restarts it on appends only, so without `receive_chunk`'s empty
+    /// append the follower stood for election mid-transfer, deposed the leader sending it, and
+    /// the next leader started the transfer over (a 1 GiB catch-up never finished).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn chunks_further_apart_than_the_election_timeout_keep_the_follower_following() {
+        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
+        use openraft::{SnapshotMeta, StoredMembership};
+        let node = MuxNode::bind(
+            1,
+            "127.0.0.1:0".parse().expect("addr"),
+            timing::raft_config("t"),
+        )
+        .await
+        .expect("bind");
+        let raft = node.add_group(7, None).await.expect("group");
+        // A leader elsewhere (node 2, term 3) makes this node one of three voters: from here
+        // on, a second without an append makes it a candidate.
+        let voters: std::collections::BTreeSet<NodeId> = (1..=3).collect();
+        let nodes: BTreeMap<NodeId, BasicNode> = voters
+            .iter()
+            .map(|id| (*id, BasicNode::new("127.0.0.1:9")))
+            .collect();
+        let membership = Membership::new(vec![voters], nodes);
+        let leader = Vote::new_committed(3, 2);
+        let first = LogId::new(CommittedLeaderId::new(3, 2), 0);
+        let appended = raft
+            .append_entries(AppendEntriesRequest {
+                vote: leader,
+                prev_log_id: None,
+                leader_commit: Some(first),
+                entries: vec![Entry {
+                    log_id: first,
+                    payload: EntryPayload::Membership(membership.clone()),
+                }],
+            })
+            .await
+            .expect("append");
+        assert!(appended.is_success(), "{appended:?}");
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(3, 2), 100)),
+            last_membership: StoredMembership::new(Some(first), membership),
+            snapshot_id: "slow".into(),
+        };
+        // Eight chunks 400 ms apart: 3.2 s, over three election timeouts.
+        let chunk = vec![7u8; 1024];
+        for i in 0..8u64 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let answer = receive_chunk(
+                &raft,
+                InstallSnapshotRequest {
+                    vote: leader,
+                    meta: meta.clone(),
+                    offset: i * chunk.len() as u64,
+                    data: chunk.clone(),
+                    done: false,
+                },
+            )
+            .await
+            .expect("chunk taken");
+            assert_eq!(
+                answer.vote, leader,
+                "chunk {i} answered under the leader's vote"
+            );
+            let m = raft.metrics().borrow().clone();
+            assert_eq!(
+                (m.current_term, m.state),
+                (3, openraft::ServerState::Follower),
+                "after chunk {i}, the follower must not have stood for election"
+            );
+        }
+    }
+
     #[test]
     fn frames_round_trip_and_oversized_lengths_are_refused() {
         let frame = Frame {

@@ -393,6 +393,10 @@ pub async fn rekey_live(
         body["bytes_per_sec"] = json!(p);
     }
     let mut failed = false;
+    // A named stream of a cluster: the servers without a replica of it say so; only all of
+    // them saying so is an error.
+    let mut holders = 0usize;
+    let mut without = Vec::new();
     let mut asked = Vec::new();
     for (name, id) in servers(&s.client).await? {
         let req = s.client.send_request(
@@ -412,10 +416,15 @@ pub async fn rekey_live(
             println!("{}", serde_json::to_string(&v)?);
         }
         if let Some(why) = v.pointer("/error/description").and_then(Value::as_str) {
+            if stream.is_some() && why.starts_with(NO_SUCH_STREAM) {
+                without.push(name);
+                continue;
+            }
             failed = true;
             eprintln!("{name}: not re-sealed: {why}");
             continue;
         }
+        holders += 1;
         for st in v
             .pointer("/data/streams")
             .and_then(Value::as_array)
@@ -455,11 +464,21 @@ pub async fn rekey_live(
             }
         }
     }
+    if let Some(st) = stream.filter(|_| holders == 0 && !without.is_empty()) {
+        failed = true;
+        eprintln!("no server holds a file stream {st:?} of this account");
+    } else if !without.is_empty() && !s.json {
+        println!("without a replica of it: {}", without.join(", "));
+    }
     if failed {
         std::process::exit(1);
     }
     Ok(())
 }
+
+/// How a server without the named stream answers a re-sealing request
+/// (`server/jetstream/rekey.rs`).
+const NO_SUCH_STREAM: &str = "no such file stream on this server";
 
 /// `sealctl account purge`: asks every server to crypto-erase `account`
 /// (`$JS.API.ACCOUNT.PURGE.<account>`, which each server of a cluster answers for its own

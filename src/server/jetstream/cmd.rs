@@ -164,17 +164,6 @@ pub(crate) enum ResealStep {
     },
 }
 
-impl ResealStep {
-    /// Answers the step with `why` without taking it.
-    pub(crate) fn refuse(self, why: &str) {
-        match self {
-            ResealStep::Begin { done, .. } => drop(done.try_send(Err(why.to_owned()))),
-            ResealStep::Install { done, .. } => drop(done.try_send(Err(why.to_owned()))),
-            ResealStep::Finish { done, .. } => drop(done.try_send(Err(why.to_owned()))),
-        }
-    }
-}
-
 /// What [`ResealStep::Begin`] answers.
 pub(crate) struct ResealPlan {
     /// The data key version the stream is re-sealed under.

@@ -18,8 +18,14 @@
 //! current key in the background ([`resume`]); only the segments still under an older key
 //! are rewritten.
 //!
-//! Not covered: replicated streams (their data travels in their group's Raft log, sealed with
-//! the group's key, and replicas are rebuilt from it) and memory streams (nothing at rest).
+//! A replicated stream is re-sealed replica by replica: each server re-seals its own copy of
+//! the stream's files under a data key of its own (a request every server hears, as
+//! `sealctl store rekey-live` sends, re-seals every replica). The steps are this node's,
+//! never proposed to the group. What this does not rotate: the group's key, which seals the
+//! stream's entries in every node's Raft log and its snapshots (they leave the disk as the
+//! log is purged and snapshots are replaced, and with the stream).
+//!
+//! Not covered: memory streams (nothing at rest).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -72,7 +78,8 @@ impl Resealer {
     }
 }
 
-/// The streams a request names: file streams of this server that are not replicated.
+/// The streams a request names: file streams of this server (a replicated stream's replica
+/// here included).
 fn targets(
     js: &JetStream,
     request: &RekeyRequest,
@@ -89,13 +96,13 @@ fn targets(
             if request.stream.as_ref().is_some_and(|n| *n != s.cfg.name) {
                 continue;
             }
-            if s.group.is_none() && s.cfg.storage == StorageType::File && s.id.is_some() {
+            if s.cfg.storage == StorageType::File && s.id.is_some() {
                 out.push((acc.name.clone(), s));
             }
         }
     }
     if out.is_empty() && request.stream.is_some() {
-        return Err("no such file stream on this server (replicated and memory streams are not re-sealed here)".into());
+        return Err("no such file stream on this server (memory streams are not re-sealed)".into());
     }
     Ok(out)
 }

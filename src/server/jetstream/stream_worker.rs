@@ -759,7 +759,15 @@ impl Worker {
                         return true;
                     }
                 }
-                Cmd::Reseal(step) => step.refuse(REPLICATED_RESEAL),
+                // Re-sealing is this node's own files: not proposed, taken in its turn.
+                Cmd::Reseal(step) => {
+                    if !local.is_empty()
+                        && self.run(st, std::mem::take(&mut local), now, Mode::Local)
+                    {
+                        return true;
+                    }
+                    self.reseal(st, step, now);
+                }
                 Cmd::TakeImage(sink, done) => {
                     if !local.is_empty()
                         && self.run(st, std::mem::take(&mut local), now, Mode::Local)
@@ -1406,10 +1414,14 @@ impl Worker {
 
     /// Takes one step of re-sealing the stream's files (`rekey.rs` drives them; the segments
     /// are rewritten on its thread, so the stream's publishes wait only for a step).
+    ///
+    /// A replicated stream's replica re-seals its own store the same way: its segments are
+    /// this node's, sealed with its data key like any stream's (the group's entries and
+    /// snapshots are sealed with the group's key, which this does not rotate). A snapshot
+    /// installed meanwhile replaces the store under the current key, and a copy of a segment
+    /// it replaced is not put in place (`FileStore::reseal_install` checks the segment's key
+    /// version and length).
     fn reseal(&mut self, st: &mut Stream, step: ResealStep, now: i64) {
-        if self.replicated {
-            return step.refuse(REPLICATED_RESEAL);
-        }
         match step {
             ResealStep::Begin { rotate, done } => {
                 let _ = done.try_send(self.reseal_begin(st, rotate));
@@ -1473,7 +1485,8 @@ impl Worker {
             return Err(MEMORY_RESEAL.to_owned());
         };
         let still_used = st.reseal_finish();
-        for c in st.consumers.values_mut() {
+        // A replicated stream's consumers are kept in its group, not in state files.
+        for c in st.consumers.values_mut().filter(|_| !self.replicated) {
             if !c.cfg.mem_storage {
                 c.dirty = true;
             }
@@ -1926,12 +1939,8 @@ pub(crate) fn stop_and_wait(s: &StreamRef) {
     }
 }
 
-/// Why a replicated stream is not re-sealed here: its data travels in its group's Raft log
-/// and snapshots, sealed with the group's key, and its replicas are rebuilt from them.
+/// Why a memory stream is not re-sealed.
 const MEMORY_RESEAL: &str = "a memory stream keeps nothing at rest";
-
-const REPLICATED_RESEAL: &str =
-    "a replicated stream is sealed by its group's key in the Raft log; re-sealing it is not available";
 
 /// Image threads (writers and installers apart from their streams' shards) at most; past
 /// it an image is written or installed in place (its shard waits for it), so a burst of
