@@ -147,6 +147,18 @@ struct MachineInner {
     state: CountState,
     snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>,
     snapshots_built: u64,
+    /// How long installing a snapshot takes (tests of a large stream's slow install).
+    install_takes: std::time::Duration,
+}
+
+/// The bytes of a counting machine's snapshot that has applied `applied` commands.
+#[cfg(test)]
+pub(crate) fn count_snapshot(applied: u64) -> Vec<u8> {
+    serde_json::to_vec(&CountState {
+        applied,
+        ..CountState::default()
+    })
+    .unwrap_or_default()
 }
 
 /// A state machine that counts the commands it applies. Clones share it.
@@ -164,6 +176,12 @@ impl CountingMachine {
     /// How many commands were applied.
     pub fn applied(&self) -> u64 {
         self.lock().state.applied
+    }
+
+    /// Makes every snapshot install take `d` (as a large stream's does).
+    pub fn installs_take(self, d: std::time::Duration) -> Self {
+        self.lock().install_takes = d;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, MachineInner> {
@@ -248,6 +266,10 @@ impl RaftStateMachine<TypeConfig> for CountingMachine {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError<NodeId>> {
+        let takes = self.lock().install_takes;
+        if !takes.is_zero() {
+            tokio::time::sleep(takes).await;
+        }
         let data = match snapshot.into_inner() {
             Inner::Memory(c) => c.into_inner(),
             _ => {

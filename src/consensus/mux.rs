@@ -1146,18 +1146,44 @@ async fn dispatch_gated(
 /// given to the follower as an empty append — no previous entry, no entries, no commit — which
 /// restarts the timer and changes nothing else (a stale vote is refused as any append's
 /// would be).
+///
+/// The last chunk is answered only once the whole image is installed — seconds for a large
+/// stream — and until then the leader sends this follower nothing at all (its replication to
+/// it waits for that answer): a 1 GiB install stood for election 2.2 s into the install and
+/// left the group without a leader for ~1.3 s. So while the last chunk is being installed,
+/// the same empty append is given again every heartbeat interval — without waiting for its
+/// answer: openraft answers an append only after the install's own answer, so awaiting the
+/// first kept every later one from being sent.
 async fn receive_chunk(
     raft: &Raft,
     rpc: InstallSnapshotRequest<TypeConfig>,
 ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-    let alive = AppendEntriesRequest {
-        vote: rpc.vote,
+    let vote = rpc.vote;
+    let alive = || AppendEntriesRequest::<TypeConfig> {
+        vote,
         prev_log_id: None,
         leader_commit: None,
         entries: Vec::new(),
     };
-    let _ = raft.append_entries(alive).await;
-    raft.install_snapshot(rpc).await
+    let _ = raft.append_entries(alive()).await;
+    if !rpc.done {
+        return raft.install_snapshot(rpc).await;
+    }
+    let install = raft.install_snapshot(rpc);
+    tokio::pin!(install);
+    let mut beat = tokio::time::interval(Duration::from_millis(super::timing::HEARTBEAT_MS));
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    beat.tick().await;
+    loop {
+        tokio::select! {
+            answer = &mut install => return answer,
+            _ = beat.tick() => {
+                let raft = raft.clone();
+                let alive = alive();
+                tokio::spawn(async move { raft.append_entries(alive).await });
+            }
+        }
+    }
 }
 
 async fn dispatch(raft: &Raft, request: Request) -> Response {
@@ -1539,10 +1565,13 @@ mod tests {
     }
 
     /// A follower taking a snapshot whose chunks come further apart than its election timeout
-    /// (a large image from a busy leader) keeps following: each chunk restarts its election
-    /// timer. openraft 0.9 restarts it on appends only, so without `receive_chunk`'s empty
-    /// append the follower stood for election mid-transfer, deposed the leader sending it, and
-    /// the next leader started the transfer over (a 1 GiB catch-up never finished).
+    /// (a large image from a busy leader), and whose install then takes longer than that
+    /// timeout too, keeps following: each chunk restarts its election timer, and the last
+    /// one keeps restarting it until the install is done. openraft 0.9 restarts it on
+    /// appends only, so without `receive_chunk`'s empty appends the follower stood for
+    /// election mid-transfer, deposed the leader sending it, and the next leader started the
+    /// transfer over (a 1 GiB catch-up never finished); and during a long install it stood
+    /// once (the group leaderless ~1.3 s).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn chunks_further_apart_than_the_election_timeout_keep_the_follower_following() {
         use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
@@ -1554,7 +1583,11 @@ mod tests {
         )
         .await
         .expect("bind");
-        let raft = node.add_group(7, None).await.expect("group");
+        let machine = CountingMachine::new().installs_take(Duration::from_secs(3));
+        let raft = node
+            .add_group_on(7, MemLog::new(), machine.clone(), None)
+            .await
+            .expect("group");
         // A leader elsewhere (node 2, term 3) makes this node one of three voters: from here
         // on, a second without an append makes it a candidate.
         let voters: std::collections::BTreeSet<NodeId> = (1..=3).collect();
@@ -1583,18 +1616,21 @@ mod tests {
             last_membership: StoredMembership::new(Some(first), membership),
             snapshot_id: "slow".into(),
         };
-        // Eight chunks 400 ms apart: 3.2 s, over three election timeouts.
-        let chunk = vec![7u8; 1024];
-        for i in 0..8u64 {
+        // Nine chunks 400 ms apart (3.6 s, over three election timeouts), then an install
+        // of 3 s: the snapshot's bytes, padded (JSON allows trailing blanks).
+        let mut image = crate::consensus::memory::count_snapshot(5);
+        image.resize(9 * 1024, b' ');
+        let chunks: Vec<&[u8]> = image.chunks(1024).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
             tokio::time::sleep(Duration::from_millis(400)).await;
             let answer = receive_chunk(
                 &raft,
                 InstallSnapshotRequest {
                     vote: leader,
                     meta: meta.clone(),
-                    offset: i * chunk.len() as u64,
-                    data: chunk.clone(),
-                    done: false,
+                    offset: (i * 1024) as u64,
+                    data: chunk.to_vec(),
+                    done: i + 1 == chunks.len(),
                 },
             )
             .await
@@ -1610,6 +1646,7 @@ mod tests {
                 "after chunk {i}, the follower must not have stood for election"
             );
         }
+        assert_eq!(machine.applied(), 5, "the snapshot was installed");
     }
 
     #[test]

@@ -298,7 +298,8 @@ fn scan_segment(
     })?;
     // One buffer per scanning thread, reused from segment to segment: a fresh 64 MiB
     // allocation costs a page fault and a cleared page per 4 KiB (a fifth of an audit's time).
-    buf.clear();
+    // Not cleared first: the read overwrites every byte, and clearing made `resize` write
+    // zeros over all of it again, segment after segment.
     buf.resize(len, 0);
     let data = buf.as_mut_slice();
     file.read_exact_at(data, 0).map_err(|e| ioerr("read", e))?;
