@@ -115,6 +115,14 @@ fn a_planted_leak_is_found() {
     let f = &v["findings"][0];
     assert_eq!(f["class"], "leak");
     assert_eq!(f["path"], "LOCK");
+    // A message's payload written out in the clear, at an odd offset, is found too (the
+    // sampled payload prefixes, searched through their aligned windows).
+    let payload = format!("{PAYLOAD}-37-2");
+    std::fs::write(b.root.join("LOCK"), format!("xyz{payload}...")).unwrap();
+    let (code, v) = audit(&b.root, &["--key-file", b.key.to_str().unwrap()]);
+    assert_eq!(code, 2, "{v:#}");
+    let detail = v["findings"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains(&payload), "{v:#}");
 }
 
 #[test]
