@@ -14,7 +14,10 @@ node publishes with a message id every 10 ms (each try waits at most 2 s for its
 measured is the time from the kill to the first PubAck after it, then the node is started again
 and must be back in the stream's group (the leader sees it current) before the next try.
 With --catchup MIB: node 3 is stopped, MIB of 1 KiB messages are published, node 3 is started
-again, and the time until its own /jsz shows every message is the catch-up (MB/s).
+again, and the time until its own /jsz shows every message is the catch-up (MB/s). With
+--catchup-load R as well, R publishes a second go on during the catch-up, which ends once node
+3 holds every message acknowledged up to a second before (a follower that needs a new snapshot
+after every install never gets there).
 With --idle N: N more R3 streams are created (one message each), the cluster is left alone
 for 10 s, then each node's CPU time over --idle-secs and its RSS are read from /proc: the idle
 cost of N replicated streams per node.
@@ -228,15 +231,47 @@ async def catchup(cl, args):
 
     await asyncio.gather(*(one(k) for k in range(n)))
     total = (await js.stream_info("R3")).state.messages
-    await nc.close()
+    # --catchup-load R: R publishes a second keep going on while node 3 catches up, and it has
+    # caught up once it holds every message acknowledged up to one second before.
+    acked = []
+    stop = asyncio.Event()
+
+    async def load():
+        k = 0
+        while not stop.is_set():
+            t = time.perf_counter()
+            burst = max(1, args.catchup_load // 20)
+            try:
+                await asyncio.gather(*(js.publish("r3.c", payload) for _ in range(burst)))
+                k += burst
+                acked.append((time.perf_counter(), k))
+            except Exception:
+                pass
+            await asyncio.sleep(max(0.0, 0.05 - (time.perf_counter() - t)))
+
+    loader = asyncio.create_task(load()) if args.catchup_load else None
     started = time.perf_counter()
     cl.restart(2)
-    while cl.local_messages(2, "R3") < total:
-        if time.perf_counter() - started > args.catchup_limit:
-            raise RuntimeError(f"node 3 did not catch up in {args.catchup_limit} s")
-        await asyncio.sleep(0.05)
+    try:
+        while True:
+            want = total
+            if acked:
+                now = time.perf_counter()
+                want += max((k for t, k in acked if t <= now - 1.0), default=0)
+            if cl.local_messages(2, "R3") >= want:
+                break
+            if time.perf_counter() - started > args.catchup_limit:
+                raise RuntimeError(f"node 3 did not catch up in {args.catchup_limit} s")
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        if loader:
+            await loader
+    await nc.close()
     took = time.perf_counter() - started
     out = {"catchup_s": took, "catchup_mb_s": n * 1024 / 1e6 / took}
+    if args.catchup_load:
+        out["catchup_load_acked"] = acked[-1][1] if acked else 0
     # sealstream says when a follower was sent its leader's snapshot instead of the log.
     with open(os.path.join(cl.workdir, "n3.log"), errors="replace") as f:
         out["by_snapshot"] = float("leader's snapshot" in f.read())
@@ -567,6 +602,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--failover", type=int, default=0)
     ap.add_argument("--catchup", type=int, default=0, help="MiB")
+    ap.add_argument("--catchup-load", type=int, default=0,
+                    help="publishes a second (1 KiB) going on during --catchup")
     ap.add_argument("--catchup-limit", type=float, default=120.0,
                     help="seconds node 3 may take to catch up before the run fails")
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")

@@ -98,7 +98,15 @@ impl Snapshots {
     }
 
     fn trigger(&self) {
-        let Some(raft) = self.node.upgrade().and_then(|n| n.group(self.group)) else {
+        let Some(node) = self.node.upgrade() else {
+            return;
+        };
+        // Not while a follower is being sent the current one (`snapshot_send.rs`): asked
+        // again later by the caller's count.
+        if node.sending_snapshot(self.group) {
+            return;
+        }
+        let Some(raft) = node.group(self.group) else {
             return;
         };
         tokio::spawn(async move {

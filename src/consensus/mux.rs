@@ -411,6 +411,8 @@ pub struct MuxNode {
     book: Arc<AddressBook>,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
     accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The groups whose snapshot this node is sending (no new snapshot meanwhile).
+    sending: Arc<snapshot_send::Sending>,
 }
 
 impl MuxNode {
@@ -441,7 +443,14 @@ impl MuxNode {
             book: Arc::default(),
             links: Arc::default(),
             accepting: Mutex::new(Some(accepting)),
+            sending: Arc::default(),
         }))
+    }
+
+    /// Whether this node is sending `group`'s snapshot to a follower now: the group should
+    /// not take a new snapshot meanwhile (`snapshot_send.rs`).
+    pub fn sending_snapshot(&self, group: GroupId) -> bool {
+        self.sending.any(group)
     }
 
     /// This node's id.
@@ -482,6 +491,7 @@ impl MuxNode {
             group,
             links: self.links.clone(),
             book: Arc::clone(&self.book),
+            sending: Arc::clone(&self.sending),
         };
         let raft = Raft::new(self.id, self.config.clone(), network, log, machine).await?;
         if self.repair.enter(group) {
@@ -1243,6 +1253,7 @@ struct GroupNetwork {
     group: GroupId,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
     book: Arc<AddressBook>,
+    sending: Arc<snapshot_send::Sending>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
@@ -1266,6 +1277,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
             target,
             link,
             sent_commit: None,
+            sending: Arc::clone(&self.sending),
         }
     }
 }
@@ -1278,6 +1290,7 @@ struct GroupClient {
     /// The commit index this client last told the peer: an append without entries that
     /// moves it is not a heartbeat (see `append_entries`).
     sent_commit: Option<u64>,
+    sending: Arc<snapshot_send::Sending>,
 }
 
 fn unreachable<E: std::error::Error>(e: io::Error) -> RPCError<NodeId, BasicNode, E> {
@@ -1381,6 +1394,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             .snapshot_chunk_size()
             .unwrap_or(super::snapshot_file::FRAME_BYTES);
         let deadlines = snapshot_send::Deadlines::new(option.hard_ttl());
+        let _sending = self.sending.begin(self.group);
         snapshot_send::send(self, vote, snapshot, cancel, deadlines, chunk).await
     }
 

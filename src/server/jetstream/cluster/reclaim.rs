@@ -58,7 +58,8 @@ impl ClusterJs {
                 tokio::spawn(async move {
                     let _ = raft.trigger().purge_log(pin.through).await;
                 });
-            } else if pin.snapshot_bytes <= pinned.held_bytes {
+            } else if pin.snapshot_bytes <= pinned.held_bytes && !self.node.sending_snapshot(group)
+            {
                 debug!(
                     group,
                     "asking a group for a snapshot to free the log's oldest segment"
