@@ -909,12 +909,27 @@ async fn a_stream_leader_steps_down_to_the_preferred_replica_and_keeps_every_mes
 
     // Refusals, with nats-server's codes: the leader itself, an unknown server, a consumer
     // that does not exist.
-    let r = api(&cl, on, subject, &prefer(old)).await;
+    // A server names its peers as their routes told it: under load, a peer may not be
+    // named yet for a moment ("not known"), so asked until it is.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = api(&cl, on, subject, &prefer(old)).await;
+        let unnamed = r["error"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("not known"));
+        if !unnamed || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(r["error"]["err_code"], 10005, "{r}");
-    assert!(r["error"]["description"]
-        .as_str()
-        .unwrap()
-        .contains("is already leader"));
+    assert!(
+        r["error"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("is already leader"),
+        "{r}"
+    );
     let r = api(&cl, on, subject, r#"{"placement":{"preferred":"nosuch"}}"#).await;
     assert_eq!(r["error"]["err_code"], 10005, "{r}");
     let r = api(&cl, on, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.nope", "").await;
