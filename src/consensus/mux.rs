@@ -1436,6 +1436,17 @@ mod tests {
         nodes
     }
 
+    /// Node 1 alone, on a free loopback port.
+    async fn one_node() -> Arc<MuxNode> {
+        MuxNode::bind(
+            1,
+            "127.0.0.1:0".parse().expect("addr"),
+            timing::raft_config("t"),
+        )
+        .await
+        .expect("bind")
+    }
+
     fn members(nodes: &[Arc<MuxNode>]) -> BTreeMap<NodeId, BasicNode> {
         nodes
             .iter()
@@ -1590,13 +1601,7 @@ mod tests {
     async fn chunks_further_apart_than_the_election_timeout_keep_the_follower_following() {
         use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
         use openraft::{SnapshotMeta, StoredMembership};
-        let node = MuxNode::bind(
-            1,
-            "127.0.0.1:0".parse().expect("addr"),
-            timing::raft_config("t"),
-        )
-        .await
-        .expect("bind");
+        let node = one_node().await;
         let machine = CountingMachine::new().installs_take(Duration::from_secs(3));
         let raft = node
             .add_group_on(7, MemLog::new(), machine.clone(), None)
@@ -1686,13 +1691,7 @@ mod tests {
     /// A peer that announces a frame over the limit is cut off instead of being allocated for.
     #[tokio::test]
     async fn an_oversized_frame_closes_the_connection() {
-        let node = MuxNode::bind(
-            1,
-            "127.0.0.1:0".parse().expect("addr"),
-            timing::raft_config("t"),
-        )
-        .await
-        .expect("bind");
+        let node = one_node().await;
         let mut peer = TcpStream::connect(node.addr()).await.expect("connect");
         let len = (MAX_FRAME as u32 + 1).to_le_bytes();
         peer.write_all(&len).await.expect("write");
