@@ -22,8 +22,8 @@
 //! the stream's files under a data key of its own (a request every server hears, as
 //! `sealctl store rekey-live` sends, re-seals every replica). The steps are this node's,
 //! never proposed to the group. What this does not rotate: the group's key, which seals the
-//! stream's entries in every node's Raft log and its snapshots (they leave the disk as the
-//! log is purged and snapshots are replaced, and with the stream).
+//! stream's entries in every node's Raft log and its snapshot files (log records leave the
+//! disk as the log is purged; the snapshot stays under the group key until the stream goes).
 //!
 //! Not covered: memory streams (nothing at rest).
 
