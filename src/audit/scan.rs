@@ -272,7 +272,7 @@ impl Windows {
         (window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
     }
 
-    /// Adds to `hit` the index of every needle of `items` found in `haystack`.
+    /// Adds to `hit` the index (among the needles) of every long needle found in `haystack`.
     fn find(&self, haystack: &[u8], hit: &mut std::collections::BTreeSet<usize>) {
         if self.at.is_empty() {
             return;

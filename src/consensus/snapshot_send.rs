@@ -259,6 +259,16 @@ mod tests {
         installed: bool,
     }
 
+    impl Follower {
+        /// A follower whose install of the whole image takes `install`.
+        fn installing_for(install: Duration) -> Self {
+            Follower {
+                install,
+                ..Follower::default()
+            }
+        }
+    }
+
     fn io_err(what: &str) -> io::Error {
         io::Error::other(what.to_owned())
     }
@@ -370,10 +380,7 @@ mod tests {
     async fn the_last_chunk_may_take_as_long_as_installing_the_image_needs() {
         let data = data();
         // 20 s to install: twice a chunk's deadline, within the last chunk's (~22 s).
-        let mut f = Follower {
-            install: Duration::from_secs(20),
-            ..Follower::default()
-        };
+        let mut f = Follower::installing_for(Duration::from_secs(20));
         assert!(deadlines().last_chunk(data.len() as u64) > f.install);
         assert!(deadlines().chunk < f.install);
         send_to(&mut f, &data).await.unwrap();
@@ -386,10 +393,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_install_slower_than_the_floor_fails_once_without_starting_over() {
         let data = data();
-        let mut f = Follower {
-            install: Duration::from_secs(1_000),
-            ..Follower::default()
-        };
+        let mut f = Follower::installing_for(Duration::from_secs(1_000));
         assert!(send_to(&mut f, &data).await.is_err());
         // Given up on once: neither the last chunk nor the whole sent again by this send.
         let m = MIB as u64;
