@@ -36,6 +36,7 @@
 pub mod codec;
 pub mod extent;
 pub mod handover;
+pub mod key_ring;
 pub mod machine;
 pub mod memory;
 pub mod mux;

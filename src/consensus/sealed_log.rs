@@ -50,6 +50,7 @@ use sha2::Sha256;
 use tokio::sync::{oneshot, Semaphore};
 
 use super::extent::{self, Extent, ExtentFile, Recorded, Votes, EXTENT_FILE};
+use super::key_ring::KeyRing;
 use super::snapshot_file::{self, SnapshotFile, SNAPSHOT_DIR};
 use super::{codec, GroupId, NodeId, TypeConfig};
 use crate::crypto::seal::{NONCE_LEN, OVERHEAD};
@@ -156,7 +157,40 @@ struct GroupState {
 
 struct GroupKeys {
     pseudonym: [u8; 8],
-    key: SealKey,
+    /// The newest seals; older ones (a key rotation not finished) still open.
+    ring: KeyRing,
+    /// The group's records before this place were sealed with keys it no longer holds
+    /// (dropped at the end of a key rotation): they are dead, skipped when replayed.
+    since: Option<LogPosition>,
+}
+
+/// A place in the log: a segment and an offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LogPosition {
+    /// The segment's id.
+    pub segment: u64,
+    /// The record's first byte in it.
+    pub offset: u64,
+}
+
+impl Loc {
+    fn position(&self) -> LogPosition {
+        LogPosition {
+            segment: self.segment,
+            offset: self.offset,
+        }
+    }
+}
+
+/// A group whose records the log is opened for: its slot, its keys (newest first) and,
+/// after a key rotation finished, where the records under those keys start.
+pub struct Hosted {
+    /// Its slot (the group id its records are kept under).
+    pub group: GroupId,
+    /// Its keys, newest first.
+    pub keys: Vec<SealKey>,
+    /// Its records before this place are skipped (sealed with keys it dropped).
+    pub since: Option<LogPosition>,
 }
 
 struct Pending {
@@ -258,7 +292,7 @@ fn check_snapshots(inner: &Inner) -> Result<(), LogError> {
             }
             continue;
         }
-        let file = SnapshotFile::new(&inner.dir, keys.pseudonym, keys.key.duplicate());
+        let file = SnapshotFile::with_ring(&inner.dir, keys.pseudonym, keys.ring.clone());
         let stored = file
             .verify()
             .map_err(|_| corrupt("a snapshot fails authentication"))?;
@@ -317,13 +351,42 @@ impl SealedLog {
         groups: Vec<(GroupId, SealKey)>,
         segment_bytes: u64,
     ) -> Result<Self, LogError> {
+        let hosted = groups
+            .into_iter()
+            .map(|(group, key)| Hosted {
+                group,
+                keys: vec![key],
+                since: None,
+            })
+            .collect();
+        Self::open_hosted(dir, name_key, hosted, segment_bytes)
+    }
+
+    /// [`SealedLog::open_sized`] for groups that may hold several keys (a key rotation
+    /// under way) or have dropped older ones (one finished).
+    pub fn open_hosted(
+        dir: &Path,
+        name_key: Key32,
+        groups: Vec<Hosted>,
+        segment_bytes: u64,
+    ) -> Result<Self, LogError> {
         fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         let mut keys = HashMap::new();
         let mut by_pseudonym = HashMap::new();
-        for (group, key) in groups {
-            let p = pseudonym(&name_key, group);
-            by_pseudonym.insert(p, group);
-            keys.insert(group, GroupKeys { pseudonym: p, key });
+        for hosted in groups {
+            let Some(ring) = KeyRing::of(hosted.keys) else {
+                continue;
+            };
+            let p = pseudonym(&name_key, hosted.group);
+            by_pseudonym.insert(p, hosted.group);
+            keys.insert(
+                hosted.group,
+                GroupKeys {
+                    pseudonym: p,
+                    ring,
+                    since: hosted.since,
+                },
+            );
         }
         let mut segments: Vec<u64> = Vec::new();
         for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
@@ -425,10 +488,16 @@ impl SealedLog {
 
     /// Starts keeping `group`'s log here under `key` (a new group, or one whose key arrived
     /// after opening). Returns its storage for openraft.
+    /// A group the log already holds keys for (given at opening) keeps them: `key` is its
+    /// newest then.
     pub fn group(&self, group: GroupId, key: SealKey) -> GroupLog {
         let mut inner = lock(&self.shared);
         let p = pseudonym(&self.shared.name_key, group);
-        inner.keys.insert(group, GroupKeys { pseudonym: p, key });
+        inner.keys.entry(group).or_insert_with(|| GroupKeys {
+            pseudonym: p,
+            ring: KeyRing::new(key),
+            since: None,
+        });
         inner.groups.entry(group).or_default();
         GroupLog {
             log: self.clone(),
@@ -442,10 +511,142 @@ impl SealedLog {
         lock(&self.shared).failed.clone()
     }
 
-    /// `group`'s snapshot file, sealed with `key` (its log key).
+    /// `group`'s snapshot file, sealed with `key` (its log key) — with the keys the log
+    /// holds for the group when it holds them (the file then follows the log's rotations).
     pub fn snapshot_file(&self, group: GroupId, key: SealKey) -> SnapshotFile {
-        let dir = lock(&self.shared).dir.clone();
-        SnapshotFile::new(&dir, pseudonym(&self.shared.name_key, group), key)
+        let inner = lock(&self.shared);
+        let p = pseudonym(&self.shared.name_key, group);
+        match inner.keys.get(&group) {
+            Some(keys) => SnapshotFile::with_ring(&inner.dir, p, keys.ring.clone()),
+            None => SnapshotFile::new(&inner.dir, p, key),
+        }
+    }
+
+    /// Starts sealing `group`'s records with `key`, a new key of the group: the keys it held
+    /// still open what they sealed. Writes the group's vote and purge point as the first
+    /// record under the new key and returns its place once that is durable — the place
+    /// [`SealedLog::drop_older_keys`] later takes. The caller has made `key` durable where
+    /// the log's keys come from before (a record under a key the next opening does not know
+    /// would be damage).
+    ///
+    /// # Errors
+    /// The group is not here, or the write failed.
+    pub async fn add_key(
+        &self,
+        group: GroupId,
+        key: SealKey,
+    ) -> Result<LogPosition, StorageError<NodeId>> {
+        self.checkpoint_under_newest(group, Some(key)).await
+    }
+
+    /// Writes `group`'s vote and purge point under its newest key and returns the record's
+    /// place once it is durable: every later record of the group is under that key. For a
+    /// rotation whose key was added before a restart ([`SealedLog::add_key`]'s place is not
+    /// kept across one).
+    ///
+    /// # Errors
+    /// As [`SealedLog::add_key`].
+    pub async fn mark_newest(&self, group: GroupId) -> Result<LogPosition, StorageError<NodeId>> {
+        self.checkpoint_under_newest(group, None).await
+    }
+
+    async fn checkpoint_under_newest(
+        &self,
+        group: GroupId,
+        key: Option<SealKey>,
+    ) -> Result<LogPosition, StorageError<NodeId>> {
+        let refused = |why: &str| -> StorageError<NodeId> {
+            StorageIOError::write_logs(&io::Error::other(why.to_owned())).into()
+        };
+        let (tx, rx) = oneshot::channel();
+        // The state read, the key added and the checkpoint queued under one lock: no vote or
+        // purge of the group lands between them (records before the place may be skipped
+        // once the older keys go, so the checkpoint must say the newest of both), and nothing
+        // of the group's is sealed with the new key before the place.
+        let at = {
+            let mut inner = lock(&self.shared);
+            if let Some(why) = &inner.failed {
+                return Err(refused(why));
+            }
+            let (Some(state), Some(keys)) = (inner.groups.get(&group), inner.keys.get(&group))
+            else {
+                return Err(refused("raft group is not kept here"));
+            };
+            let record = Record::Checkpoint {
+                vote: state.vote,
+                purged: state.purged,
+            };
+            let body = codec::encode(&record).map_err(|e| StorageIOError::write_logs(&e))?;
+            if let Some(key) = key {
+                keys.ring.push(key);
+            }
+            if !enqueue(
+                &mut inner,
+                group,
+                &record,
+                &body,
+                Vec::new(),
+                Completion::Durable(tx),
+            ) {
+                return Err(refused("raft group has no key"));
+            }
+            // Where `enqueue` put it (after the head checkpoints of a segment it began).
+            let len = (HEADER + OVERHEAD + body.len()) as u64;
+            LogPosition {
+                segment: inner.segment,
+                offset: inner.end - len,
+            }
+        };
+        self.shared.records.fetch_add(1, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+        rx.await
+            .map_err(|e| StorageIOError::write_logs(&io::Error::other(e)))?
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(at)
+    }
+
+    /// The last index of `group`'s live entries written before `from` (sealed with a key
+    /// older than the one [`SealedLog::add_key`] added there), if any is left.
+    pub fn last_entry_before(&self, group: GroupId, from: LogPosition) -> Option<u64> {
+        lock(&self.shared).groups.get(&group).and_then(|s| {
+            s.entries
+                .iter()
+                .filter(|(_, (_, loc))| loc.position() < from)
+                .map(|(index, _)| *index)
+                .next_back()
+        })
+    }
+
+    /// The snapshot file of a group the log keeps, sharing its keys; `None` for another.
+    pub fn kept_snapshot_file(&self, group: GroupId) -> Option<SnapshotFile> {
+        let inner = lock(&self.shared);
+        let keys = inner.keys.get(&group)?;
+        Some(SnapshotFile::with_ring(
+            &inner.dir,
+            keys.pseudonym,
+            keys.ring.clone(),
+        ))
+    }
+
+    /// How many keys the log holds for `group` (more than one while a rotation is under way).
+    pub fn key_count(&self, group: GroupId) -> usize {
+        lock(&self.shared)
+            .keys
+            .get(&group)
+            .map_or(0, |k| k.ring.len())
+    }
+
+    /// Drops every key of `group` but the newest: its records before `from` (where the
+    /// newest key's first record is) are dead from now on. The caller has checked that no
+    /// live entry is older ([`SealedLog::last_entry_before`]), that the group's snapshot is
+    /// under the newest key, and has made the drop durable where the log's keys come from
+    /// (the next opening gets `from` as [`Hosted::since`]).
+    pub fn drop_older_keys(&self, group: GroupId, from: LogPosition) {
+        let mut inner = lock(&self.shared);
+        if let Some(keys) = inner.keys.get_mut(&group) {
+            keys.ring.keep_newest();
+            keys.since = Some(from);
+        }
     }
 
     /// Storage for a group whose key was given at [`SealedLog::open`].
@@ -753,7 +954,7 @@ fn enqueue(
     let (Some(keys), Some(pending)) = (keys.get(&group), pending.last_mut()) else {
         unreachable!("the group's key was found above and a pending batch was just made");
     };
-    let key = &keys.key;
+    let key = &keys.ring;
     // Sealed where it will be written from: the body is copied once.
     let start = pending.bytes.len();
     let len = u32::try_from(record_len - 4).unwrap_or(u32::MAX);
@@ -887,7 +1088,9 @@ fn roll_over(inner: &mut Inner) {
             continue;
         };
         let offset = inner.end + bytes.len() as u64;
-        let sealed = keys.key.seal(&aad(segment, offset, &keys.pseudonym), &body);
+        let sealed = keys
+            .ring
+            .seal(&aad(segment, offset, &keys.pseudonym), &body);
         let len = u32::try_from(8 + sealed.len()).unwrap_or(u32::MAX);
         bytes.extend_from_slice(&len.to_le_bytes());
         bytes.extend_from_slice(&keys.pseudonym);
@@ -958,8 +1161,13 @@ fn replay(
             let Some(keys) = inner.keys.get(&group) else {
                 return Err(corrupt(at, "group key missing"));
             };
-            let body = keys
-                .key
+            if keys.since.is_some_and(|since| loc.position() < since) {
+                // Sealed with a key the group dropped at the end of a rotation: dead.
+                at += 4 + len;
+                continue;
+            }
+            let (body, _) = keys
+                .ring
                 .open(&aad(segment, at as u64, &p), sealed)
                 .map_err(|_| corrupt(at, "record does not authenticate"))?;
             let record: Record =
@@ -1195,12 +1403,15 @@ impl GroupLog {
     // StorageError is openraft's (its traits return it); its size is not ours to choose.
     #[allow(clippy::result_large_err)]
     fn read_record(&self, loc: Loc) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
-        let (path, keys_pseudonym) = {
+        let (path, keys) = {
             let inner = lock(&self.log.shared);
-            let p = inner.keys.get(&self.group).map(|k| k.pseudonym);
-            (segment_path(&inner.dir, loc.segment), p)
+            let k = inner
+                .keys
+                .get(&self.group)
+                .map(|k| (k.pseudonym, k.ring.clone()));
+            (segment_path(&inner.dir, loc.segment), k)
         };
-        let Some(p) = keys_pseudonym else {
+        let Some((p, ring)) = keys else {
             return Err(
                 StorageIOError::read_logs(&io::Error::other("raft group has no key")).into(),
             );
@@ -1209,20 +1420,12 @@ impl GroupLog {
         let mut buf = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut buf, loc.offset)
             .map_err(|e| StorageIOError::read_logs(&e))?;
-        let inner = lock(&self.log.shared);
-        let Some(keys) = inner.keys.get(&self.group) else {
-            return Err(
-                StorageIOError::read_logs(&io::Error::other("raft group has no key")).into(),
-            );
-        };
-        let body = keys
-            .key
+        let (body, _) = ring
             .open(
                 &aad(loc.segment, loc.offset, &p),
                 buf.get(HEADER..).unwrap_or(&[]),
             )
             .map_err(|e| StorageIOError::read_logs(&e))?;
-        drop(inner);
         match codec::decode(&body) {
             Ok(Record::Entries(entries)) => Ok(entries),
             Ok(_) => Ok(Vec::new()),
@@ -1911,5 +2114,105 @@ mod tests {
         assert_eq!(state.last_log_id.map(|l| l.index), Some(21));
         let got = g.try_get_log_entries(19..22).await.expect("read");
         assert_eq!(got.len(), 3);
+    }
+
+    /// A group's key rotated while it runs: records after the rotation's checkpoint are
+    /// under the new key, both keys open the log until the older is dropped, and afterwards
+    /// the log opens with the new key alone, skipping the dead records before the place —
+    /// which the older key alone sealed, so without the place they would be damage. The
+    /// vote written only before the rotation survives through the checkpoint.
+    #[tokio::test]
+    async fn a_rotated_group_key_seals_from_its_checkpoint_and_the_older_key_can_be_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hosted = |keys: Vec<SealKey>, since| {
+            vec![Hosted {
+                group: 1,
+                keys,
+                since,
+            }]
+        };
+        let open = |keys: Vec<SealKey>, since| {
+            SealedLog::open_hosted(dir.path(), name_key(), hosted(keys, since), 4096)
+        };
+        let payloads = |got: Vec<Entry<TypeConfig>>| -> Vec<u64> {
+            got.iter().map(|e| e.log_id.index).collect()
+        };
+        let since = {
+            let log = open(vec![key(1)], None).expect("open");
+            let _g = log.group(1, key(1));
+            for index in 1..=5 {
+                durable(&log, 1, Record::Entries(vec![entry(1, index, &[1; 300])])).await;
+            }
+            durable(&log, 1, Record::Vote(Vote::new(2, 1))).await;
+            let since = log.add_key(1, key(2)).await.expect("new key");
+            assert_eq!(log.key_count(1), 2);
+            for index in 6..=20 {
+                durable(&log, 1, Record::Entries(vec![entry(2, index, &[2; 300])])).await;
+            }
+            assert!(log.segments().len() > 1, "rolled over under the new key");
+            assert_eq!(log.last_entry_before(1, since), Some(5));
+            since
+        };
+        // Both keys: everything opens (a rotation a crash interrupted).
+        {
+            let log = open(vec![key(2), key(1)], None).expect("both keys");
+            let mut g = log.existing_group(1).expect("group");
+            assert_eq!(
+                payloads(g.try_get_log_entries(0..30).await.expect("read")).len(),
+                20
+            );
+            // The snapshot and the purge past the older entries, then the older key goes.
+            snapshot_at_with(&log, 5, key(2));
+            assert!(log
+                .kept_snapshot_file(1)
+                .expect("kept")
+                .under_newest_key()
+                .expect("opens"));
+            durable(
+                &log,
+                1,
+                Record::Purge(LogId::new(CommittedLeaderId::new(1, 1), 5)),
+            )
+            .await;
+            assert_eq!(log.last_entry_before(1, since), None);
+            log.drop_older_keys(1, since);
+            assert_eq!(log.key_count(1), 1);
+            assert_eq!(
+                payloads(g.try_get_log_entries(0..30).await.expect("read")),
+                (6..=20).collect::<Vec<_>>()
+            );
+        }
+        // The new key and the place: the older records are skipped, the vote kept.
+        let log = open(vec![key(2)], Some(since)).expect("new key alone");
+        let mut g = log.existing_group(1).expect("group");
+        assert_eq!(g.read_vote().await.expect("vote"), Some(Vote::new(2, 1)));
+        let state = g.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(5));
+        assert_eq!(
+            payloads(g.try_get_log_entries(0..30).await.expect("read")),
+            (6..=20).collect::<Vec<_>>()
+        );
+        drop(g);
+        drop(log);
+        // (The first segment stays: it holds live entries after the place.)
+        // Without the place, the dead records are records no held key opens: damage.
+        match open(vec![key(2)], None) {
+            Err(LogError::Corrupt { why, .. }) => assert_eq!(why, "record does not authenticate"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("opened"),
+        }
+    }
+
+    /// Group 1's snapshot up to `index`, sealed with `key` (the log's keys when it keeps
+    /// the group).
+    fn snapshot_at_with(log: &SealedLog, index: u64, key: SealKey) {
+        let meta = openraft::SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(2, 1), index)),
+            last_membership: openraft::StoredMembership::default(),
+            snapshot_id: format!("2-{index}"),
+        };
+        log.snapshot_file(1, key)
+            .write(&meta, b"state")
+            .expect("snapshot");
     }
 }

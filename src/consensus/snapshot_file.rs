@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use openraft::SnapshotMeta;
 
+use super::key_ring::KeyRing;
 use super::NodeId;
 use crate::crypto::{SealKey, NONCE_LEN, TAG_LEN};
 
@@ -60,7 +61,9 @@ const KIND_LAST: u8 = 1;
 /// One group's snapshot file.
 pub struct SnapshotFile {
     path: PathBuf,
-    key: SealKey,
+    /// The group's keys: the newest seals a new snapshot, any of them opens the stored one
+    /// (one sealed before the group's key was rotated).
+    keys: KeyRing,
     pseudonym: [u8; 8],
 }
 
@@ -106,9 +109,15 @@ impl SnapshotFile {
     /// The snapshot file of the group whose log pseudonym is `pseudonym`, in the log
     /// directory `dir`, sealed with `key`.
     pub fn new(dir: &Path, pseudonym: [u8; 8], key: SealKey) -> Self {
+        Self::with_ring(dir, pseudonym, KeyRing::new(key))
+    }
+
+    /// [`SnapshotFile::new`] sealed with `keys`' newest key and opened with any of them (the
+    /// ring the group's log records share: `sealed_log`).
+    pub fn with_ring(dir: &Path, pseudonym: [u8; 8], keys: KeyRing) -> Self {
         SnapshotFile {
             path: path_of(dir, &pseudonym),
-            key,
+            keys,
             pseudonym,
         }
     }
@@ -138,7 +147,7 @@ impl SnapshotFile {
         file.write_all(MAGIC)?;
         file.write_all(&nonce)?;
         Ok(SnapshotWriter {
-            key: self.key.duplicate(),
+            key: self.keys.newest(),
             pseudonym: self.pseudonym,
             nonce,
             tmp,
@@ -209,9 +218,10 @@ impl SnapshotFile {
         }
         let last = frames.pop().ok_or_else(|| bad(&self.path, "no frames"))?;
         let mut buf = Vec::new();
-        let body = open_frame(
+        // Whichever of the group's keys opens the last frame sealed the whole file.
+        let (body, key, key_index) = open_frame(
             &mut file,
-            &self.key,
+            &self.keys,
             &frame_aad(&self.pseudonym, &nonce, frames.len() as u64, KIND_LAST),
             &last,
             &mut buf,
@@ -237,9 +247,10 @@ impl SnapshotFile {
             data_len,
             pos: 0,
             path: self.path.clone(),
+            key_index,
             source: Source::Frames {
                 file,
-                key: self.key.duplicate(),
+                key,
                 pseudonym: self.pseudonym,
                 nonce,
                 frames,
@@ -256,8 +267,8 @@ impl SnapshotFile {
         file.read_to_end(&mut sealed)?;
         let mut aad = AAD_TAG.to_vec();
         aad.extend_from_slice(&self.pseudonym);
-        let body = self
-            .key
+        let (body, key_index) = self
+            .keys
             .open(&aad, &sealed)
             .map_err(|_| bad(&self.path, "fails authentication"))?;
         let len = body
@@ -276,6 +287,7 @@ impl SnapshotFile {
             data_len: data.len() as u64,
             pos: 0,
             path: self.path.clone(),
+            key_index,
             source: Source::Whole(data),
         })
     }
@@ -297,6 +309,15 @@ impl SnapshotFile {
     pub fn remove(&self) {
         let _ = fs::remove_file(&self.path);
     }
+
+    /// Whether the stored snapshot is sealed with the group's newest key (`true` without
+    /// one: nothing depends on an older key).
+    ///
+    /// # Errors
+    /// As [`SnapshotFile::open`].
+    pub fn under_newest_key(&self) -> io::Result<bool> {
+        Ok(self.open()?.is_none_or(|r| r.key_index == 0))
+    }
 }
 
 /// Where one frame is in the file, and where its bytes start in the data.
@@ -306,14 +327,16 @@ struct FrameAt {
     plain_start: u64,
 }
 
-/// Reads and opens one frame into `buf`; gives its plaintext.
-fn open_frame<'a>(
+/// Reads one frame into `buf`; gives its sealed parts.
+#[expect(
+    clippy::type_complexity,
+    reason = "the three parts of a sealed frame, by name"
+)]
+fn read_frame<'a>(
     file: &mut File,
-    key: &SealKey,
-    aad: &[u8],
     at: &FrameAt,
     buf: &'a mut Vec<u8>,
-) -> io::Result<&'a [u8]> {
+) -> io::Result<(&'a [u8; NONCE_LEN], &'a mut [u8], &'a [u8; TAG_LEN])> {
     buf.resize(at.sealed as usize, 0);
     file.seek(SeekFrom::Start(at.off + 4))?;
     file.read_exact(buf)?;
@@ -321,13 +344,44 @@ fn open_frame<'a>(
     let (ct, tag) = rest.split_at_mut(rest.len() - TAG_LEN);
     let nonce: &[u8; NONCE_LEN] = (&*nonce).try_into().map_err(io::Error::other)?;
     let tag: &[u8; TAG_LEN] = (&*tag).try_into().map_err(io::Error::other)?;
-    key.open_in_place(nonce, aad, ct, tag).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            "a snapshot frame fails authentication",
-        )
-    })?;
+    Ok((nonce, ct, tag))
+}
+
+fn unauthentic() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "a snapshot frame fails authentication",
+    )
+}
+
+/// Reads and opens one data frame into `buf` with `key`; gives its plaintext.
+fn open_data_frame<'a>(
+    file: &mut File,
+    key: &SealKey,
+    aad: &[u8],
+    at: &FrameAt,
+    buf: &'a mut Vec<u8>,
+) -> io::Result<&'a [u8]> {
+    let (nonce, ct, tag) = read_frame(file, at, buf)?;
+    key.open_in_place(nonce, aad, ct, tag)
+        .map_err(|_| unauthentic())?;
     Ok(&buf[NONCE_LEN..at.sealed as usize - TAG_LEN])
+}
+
+/// Reads and opens the last frame into `buf` with whichever of `keys` sealed it; gives its
+/// plaintext, that key and its place in the ring.
+fn open_frame<'a>(
+    file: &mut File,
+    keys: &KeyRing,
+    aad: &[u8],
+    at: &FrameAt,
+    buf: &'a mut Vec<u8>,
+) -> io::Result<(&'a [u8], SealKey, usize)> {
+    let (nonce, ct, tag) = read_frame(file, at, buf)?;
+    let (key, index) = keys
+        .open_in_place(nonce, aad, ct, tag)
+        .map_err(|_| unauthentic())?;
+    Ok((&buf[NONCE_LEN..at.sealed as usize - TAG_LEN], key, index))
 }
 
 /// A stored snapshot being read: its meta, and its data through [`Read`] and [`Seek`]
@@ -337,6 +391,8 @@ pub struct SnapshotReader {
     data_len: u64,
     pos: u64,
     path: PathBuf,
+    /// Which of the group's keys sealed it (0: the newest).
+    key_index: usize,
     source: Source,
 }
 
@@ -395,7 +451,7 @@ impl Read for SnapshotReader {
                 if *current != Some(i) {
                     *current = None;
                     let aad = frame_aad(pseudonym, nonce, i as u64, KIND_DATA);
-                    open_frame(file, key, &aad, f, buf).map_err(|e| {
+                    open_data_frame(file, key, &aad, f, buf).map_err(|e| {
                         io::Error::new(e.kind(), format!("{}: {e}", self.path.display()))
                     })?;
                     *current = Some(i);
@@ -755,5 +811,28 @@ mod tests {
             names,
             vec![f.path().file_name().unwrap().to_string_lossy().into_owned()]
         );
+    }
+
+    /// A file that shares a group's key ring: a snapshot stored before the ring's key was
+    /// rotated still opens (and says so), the next is sealed with the new key, and once the
+    /// older key is dropped only the newer snapshot opens.
+    #[test]
+    fn a_snapshot_follows_its_groups_key_ring() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ring = KeyRing::new(key(1));
+        let f = SnapshotFile::with_ring(dir.path(), [3; 8], ring.clone());
+        assert!(f.under_newest_key().expect("none stored"));
+        f.write(&meta(5), &pattern(3 * FRAME_BYTES / 2))
+            .expect("write");
+        ring.push(key(2));
+        assert!(!f.under_newest_key().expect("opens with the older key"));
+        assert_eq!(read_all(&f).1, pattern(3 * FRAME_BYTES / 2));
+        let older = std::fs::read(f.path()).expect("read");
+        f.write(&meta(9), b"newer").expect("write");
+        assert!(f.under_newest_key().expect("opens"));
+        ring.keep_newest();
+        assert_eq!(read_all(&f), (9, b"newer".to_vec()));
+        std::fs::write(f.path(), older).expect("put the older back");
+        assert!(f.open().is_err(), "sealed with a dropped key");
     }
 }

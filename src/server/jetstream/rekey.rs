@@ -21,9 +21,10 @@
 //! A replicated stream is re-sealed replica by replica: each server re-seals its own copy of
 //! the stream's files under a data key of its own (a request every server hears, as
 //! `sealctl store rekey-live` sends, re-seals every replica). The steps are this node's,
-//! never proposed to the group. What this does not rotate: the group's key, which seals the
-//! stream's entries in every node's Raft log and its snapshot files (log records leave the
-//! disk as the log is purged; the snapshot stays under the group key until the stream goes).
+//! never proposed to the group. Then the node rotates the stream's group key — which seals
+//! the stream's entries in its Raft log and its snapshot file — and destroys the older one
+//! (`cluster/group_rekey.rs`), so no byte of the stream on this node depends on a key from
+//! before the request.
 //!
 //! Not covered: memory streams (nothing at rest).
 
@@ -186,6 +187,14 @@ fn run_pass(
                     }
                     Err(e) => json!({ "stream": s.cfg.name, "error": e }),
                 };
+                if let (Some(group), Some(cj), true) = (s.group, js.cluster(), rotate) {
+                    if outcome.get("error").is_none() {
+                        outcome["group_key"] = cj
+                            .runtime_handle()
+                            .block_on(cj.rotate_group_key(group))
+                            .unwrap_or_else(|e| json!({ "error": e }));
+                    }
+                }
                 r.pending.fetch_sub(1, Ordering::Relaxed);
                 outcome["account"] = json!(account);
                 results.push(outcome);

@@ -43,7 +43,7 @@ use crate::consensus::machine::{
     Snapshots,
 };
 use crate::consensus::mux::{MuxNode, ProposeError};
-use crate::consensus::sealed_log::{LogError, SealedLog};
+use crate::consensus::sealed_log::{Hosted, LogError, LogPosition, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
 use crate::crypto::{Key32, SealKey};
 use crate::jetstream::api::types::ClusterInfo;
@@ -57,6 +57,7 @@ use super::{lifecycle, stream_worker, AccountJs, JetStream};
 use crate::server::route::Cluster;
 
 mod claims;
+mod group_rekey;
 mod meta_image;
 mod moves;
 mod promote;
@@ -169,11 +170,18 @@ pub(crate) struct ClusterJs {
     removed: Mutex<BTreeSet<String>>,
     /// Stream groups whose membership this node is changing now (one change at a time).
     moving: Mutex<BTreeSet<GroupId>>,
+    /// Stream groups whose key this node is rotating now ([`group_rekey`]).
+    rotating: Mutex<BTreeSet<GroupId>>,
     js: Weak<JetStream>,
     runtime: tokio::runtime::Handle,
 }
 
 impl ClusterJs {
+    /// The runtime the cluster's tasks run on (for callers on threads of their own).
+    pub(crate) fn runtime_handle(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
     /// Waits until this node's replica of `group` has applied everything committed when the
     /// call began (a read index, no log entry: [`MuxNode::read_barrier`]), within the
     /// proposal deadline.
@@ -331,14 +339,20 @@ fn expected_peers(cluster: &Cluster) -> usize {
 }
 
 fn group_key(root: &Key32, group: GroupId) -> SealKey {
+    seal_key(&group_key_bytes(root, group))
+}
+
+/// The key of a group kept by an earlier build (none of its own), derived from the node's.
+fn group_key_bytes(root: &Key32, group: GroupId) -> [u8; 32] {
     let mut mac = match <Hmac<Sha256> as Mac>::new_from_slice(root.expose()) {
         Ok(mac) => mac,
         Err(_) => unreachable!("HMAC takes a key of any length"),
     };
     mac.update(b"sealstream raft group key v1");
     mac.update(&group.to_le_bytes());
-    let out = mac.finalize().into_bytes();
-    SealKey::new(crate::crypto::Secret::from_fn(|k| k.copy_from_slice(&out)))
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&mac.finalize().into_bytes());
+    out
 }
 
 fn directory_key(root: &Key32) -> SealKey {
@@ -365,14 +379,60 @@ struct Directory {
     /// is (see [`promote`]).
     #[serde(default)]
     promoting: BTreeMap<GroupId, String>,
+    /// Groups whose key was rotated on this node ([`group_rekey`]); such a group has no entry
+    /// in `keys` any more.
+    #[serde(default)]
+    rotated: BTreeMap<GroupId, Rotated>,
+}
+
+/// A group's keys after a rotation began.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Rotated {
+    /// Its slot in the log, as it was before the first rotation (records keep their slot).
+    slot: GroupId,
+    /// Newest first: two while a rotation is under way, one once it finished.
+    keys: Vec<[u8; 32]>,
+    /// Where the records under the newest key start, once the older keys were dropped.
+    since: Option<LogPosition>,
+    /// How many rotations the group's key has had here.
+    generation: u32,
+}
+
+fn seal_key(bytes: &[u8; 32]) -> SealKey {
+    SealKey::new(crate::crypto::Secret::from_fn(|k| k.copy_from_slice(bytes)))
 }
 
 impl Directory {
+    /// `group`'s slot, keys (newest first) and where its live records start, for opening
+    /// the log.
+    fn hosted(&self, root: &Key32, group: GroupId) -> Hosted {
+        match self.rotated.get(&group) {
+            Some(r) => Hosted {
+                group: r.slot,
+                keys: r.keys.iter().map(seal_key).collect(),
+                since: r.since,
+            },
+            None => {
+                let (slot, key) = self.slot(root, group);
+                Hosted {
+                    group: slot,
+                    keys: vec![key],
+                    since: None,
+                }
+            }
+        }
+    }
+
     /// Where `group`'s records are in the node's log: the log's id for them and their key.
     /// A group with a key of its own is kept under an id derived from that key, so a group
     /// that comes back to this node with a new key never meets its earlier records (sealed
     /// under the old key) under the same pseudonym.
     fn slot(&self, root: &Key32, group: GroupId) -> (GroupId, SealKey) {
+        if let Some(r) = self.rotated.get(&group) {
+            if let Some(newest) = r.keys.first() {
+                return (r.slot, seal_key(newest));
+            }
+        }
         match self.keys.get(&group) {
             Some(key) => {
                 use sha2::Digest;
@@ -547,6 +607,7 @@ pub(crate) async fn start(
         unheld: Mutex::new(BTreeSet::new()),
         removed: Mutex::new(BTreeSet::new()),
         moving: Mutex::new(BTreeSet::new()),
+        rotating: Mutex::new(BTreeSet::new()),
         js: Arc::downgrade(js),
         runtime: tokio::runtime::Handle::current(),
     });
@@ -572,6 +633,7 @@ pub(crate) async fn start(
     }
     info!(raft = %node.addr(), "replicated JetStream: Raft transport listening");
     tokio::spawn(membership(Arc::clone(&cj), Arc::clone(cluster)));
+    cj.finish_group_rotations();
     Some(cj)
 }
 
@@ -586,16 +648,20 @@ fn open_log(
     directory: &Directory,
     segment_bytes: u64,
 ) -> Result<(SealedLog, Option<crate::consensus::extent::Votes>), LogError> {
-    let keys = || -> Vec<(GroupId, SealKey)> {
+    let keys = || -> Vec<Hosted> {
         directory
             .groups
             .iter()
-            .map(|g| directory.slot(group_root, *g))
-            .chain([(META, group_key(group_root, META))])
+            .map(|g| directory.hosted(group_root, *g))
+            .chain([Hosted {
+                group: META,
+                keys: vec![group_key(group_root, META)],
+                since: None,
+            }])
             .collect()
     };
     let open =
-        || SealedLog::open_sized(dir, Key32::new(*names_key.expose()), keys(), segment_bytes);
+        || SealedLog::open_hosted(dir, Key32::new(*names_key.expose()), keys(), segment_bytes);
     match open() {
         Ok(log) => Ok((log, None)),
         Err(e @ LogError::Corrupt { .. }) => {
@@ -923,7 +989,7 @@ impl ClusterJs {
     /// for nobody.
     fn forget_group(&self, group: GroupId) {
         let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
-        let keyed = d.keys.remove(&group).is_some();
+        let keyed = d.keys.remove(&group).is_some() | d.rotated.remove(&group).is_some();
         if d.groups.remove(&group) || keyed {
             if let Err(e) = write_directory(&self.dir, &self.group_root, &d) {
                 error!(error = %e, "could not write the Raft group directory");
@@ -1031,12 +1097,14 @@ impl ClusterJs {
             Err(_) => return,
         }
         let (slot, key) = self.keep_group(group);
+        // The log first: the snapshot file then shares the log's keys for the group (and
+        // follows a rotation of them: `group_rekey`).
+        let log = self.log.group(slot, key.duplicate());
         let snapshots = Snapshots::new(
-            self.log.snapshot_file(slot, key.duplicate()),
+            self.log.snapshot_file(slot, key),
             Arc::downgrade(&self.node),
             group,
         );
-        let log = self.log.group(slot, key);
         let machine = ReplicatedMachine::new(Arc::new(StreamApplier {
             tx: Arc::clone(&tx),
         }))
