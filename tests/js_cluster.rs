@@ -2198,6 +2198,13 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         "every replica: {out}"
     );
     assert_eq!(out.matches("destroyed v1").count(), 3, "{out}");
+    // And its group key, which seals its entries in each node's Raft log and its snapshot.
+    assert_eq!(
+        out.matches("APP/RESEALED: group key rotated to generation 1; older destroyed")
+            .count(),
+        3,
+        "every replica: {out}"
+    );
     // Every node's live store: the stream under its new key only.
     for store in live_audit(&cl, 0, "sys", &[]) {
         for st in store["streams"].as_array().unwrap() {
@@ -2214,6 +2221,55 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
     let last = *acked.keys().last().unwrap();
     wait_messages(&again[0], "RESEALED", last).await;
     assert_eq!(settled_history(&again[0], "RESEALED", &acked).await, acked);
+    // Its own log opened with the new group key alone (the older key's records skipped), not
+    // rebuilt from its peers.
+    let log = cl.nodes[1].server.log_text();
+    assert!(
+        !log.contains("failed authentication"),
+        "the restarted replica's Raft log: {log}"
+    );
+    // A second rotation starts from the first one's key and place; another replica restarts
+    // on its outcome.
+    let url = cl.url(0);
+    let out = tokio::task::spawn_blocking(move || {
+        sealctl(&[
+            "store",
+            "rekey-live",
+            "--account",
+            "APP",
+            "--stream",
+            "RESEALED",
+            "--server",
+            &url,
+            "--user",
+            "sys",
+            "--password",
+            "sys",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.matches("APP/RESEALED: group key rotated to generation 2; older destroyed")
+            .count(),
+        3,
+        "every replica: {out}"
+    );
+    for _ in 0..10 {
+        let seq = publish_until_acked(&js, 0, "resealed.x", order(i)).await;
+        acked.insert(seq, order(i));
+        i += 1;
+    }
+    cl.restart(2);
+    let third = [jetstream::new(app_client(&cl, 2).await)];
+    let last = *acked.keys().last().unwrap();
+    wait_messages(&third[0], "RESEALED", last).await;
+    assert_eq!(settled_history(&third[0], "RESEALED", &acked).await, acked);
+    let log = cl.nodes[2].server.log_text();
+    assert!(
+        !log.contains("failed authentication"),
+        "the restarted replica's Raft log: {log}"
+    );
     assert_every_store_sealed(&cl, &["resealed.x", &order(7)]);
 }
 

@@ -30,7 +30,14 @@
 //! trusted to hold what was written), so the node stops acknowledging instead of guessing.
 //!
 //! Lock order: `Inner` (one mutex) is never held across I/O except the writer's file rollover;
-//! the writer takes it only to swap out what is pending.
+//! the writer takes it only to swap out what is pending. A group's [`KeyRing`] (a leaf) is
+//! read inside it to seal a record.
+//!
+//! Key rotation (issue 17): a group may hold several keys ([`SealedLog::add_key`]): records
+//! carry no key generation, so a record is opened with whichever of the group's keys
+//! authenticates it, newest first. Once the older keys are dropped
+//! ([`SealedLog::drop_older_keys`]), the group's records before the new key's first one are
+//! dead and skipped at replay ([`Hosted::since`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Debug;

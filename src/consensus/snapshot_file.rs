@@ -328,10 +328,6 @@ struct FrameAt {
 }
 
 /// Reads one frame into `buf`; gives its sealed parts.
-#[expect(
-    clippy::type_complexity,
-    reason = "the three parts of a sealed frame, by name"
-)]
 fn read_frame<'a>(
     file: &mut File,
     at: &FrameAt,

@@ -459,21 +459,22 @@ pub async fn rekey_live(
                             destroyed.join(", ")
                         }
                     );
-                    // A replica of a replicated stream: its group key on that server too.
-                    if let Some(g) = st.get("group_key") {
-                        match g.get("error").and_then(Value::as_str) {
-                            Some(e) => {
-                                failed = true;
-                                eprintln!("{label}: group key NOT rotated: {e}");
-                            }
-                            None => println!(
-                                "{label}: group key rotated to generation {}; older destroyed",
-                                g["generation"]
-                            ),
-                        }
-                    }
                 }
                 None => {}
+            }
+            // A replica of a replicated stream: its group key on that server too.
+            if let Some(g) = st.get("group_key") {
+                match g.get("error").and_then(Value::as_str) {
+                    Some(e) => {
+                        failed = true;
+                        eprintln!("{label}: group key NOT rotated: {e}");
+                    }
+                    None if !s.json => println!(
+                        "{label}: group key rotated to generation {}; older destroyed",
+                        g["generation"]
+                    ),
+                    None => {}
+                }
             }
         }
     }
