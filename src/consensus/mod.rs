@@ -27,6 +27,8 @@
 //!   snapshots (the applier's image, taken by the log's size against the state's).
 //! - [`snapshot_file`]: a group's newest snapshot, sealed with its key beside the log, a
 //!   frame at a time; [`snapshot_data`]: what openraft sends and receives of it.
+//! - `directory`: which groups a node keeps and their keys (the sealed file that opens the
+//!   log).
 //! - [`key_ring`]: a group's keys, shared by its log records and its snapshot file, so its
 //!   key can be rotated while it runs.
 //! - `repair`: the needs-repair gate of a node whose log failed authentication.
@@ -36,6 +38,7 @@
 //! of the meta group (its log is kept whole).
 
 pub mod codec;
+pub(crate) mod directory;
 pub mod extent;
 pub mod handover;
 pub mod key_ring;

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::{write_directory, ClusterJs, Rotated};
+use super::ClusterJs;
+use crate::consensus::directory::{group_key_bytes, seal_key, write_directory, Rotated};
 use crate::consensus::sealed_log::LogPosition;
 use crate::consensus::GroupId;
 
@@ -80,7 +81,7 @@ impl ClusterJs {
                         let key = d
                             .keys
                             .remove(&group)
-                            .unwrap_or_else(|| super::group_key_bytes(&self.group_root, group));
+                            .unwrap_or_else(|| group_key_bytes(&self.group_root, group));
                         Rotated {
                             slot,
                             keys: vec![key],
@@ -111,7 +112,7 @@ impl ClusterJs {
             // The log opened with both keys: it seals with the newest since then.
             self.log.mark_newest(slot).await
         } else {
-            self.log.add_key(slot, super::seal_key(&new_key)).await
+            self.log.add_key(slot, seal_key(&new_key)).await
         }
         .map_err(|e| format!("the Raft log did not take the new group key: {e}"))?;
         // Step 3: a snapshot under the new key, the log purged past the older one.
