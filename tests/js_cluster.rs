@@ -2271,6 +2271,24 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         "the restarted replica's Raft log: {log}"
     );
     assert_every_store_sealed(&cl, &["resealed.x", &order(7)]);
+    // The offline audit of a stopped node opens its Raft log with the keys its directory
+    // holds now — the newest group key alone — and every live record authenticates: none
+    // depends on a destroyed key.
+    cl.stop(0, false);
+    let store = cl.nodes[0].server.store_dir().unwrap();
+    let out = support::sealctl_audit(&store, &["--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let report = report.get("stores").map_or(&report, |s| &s[0]);
+    assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
+    let raft = &report["raft"];
+    assert!(raft["records"].as_u64().unwrap() > 0, "{raft}");
+    assert_eq!(raft["groups"], 2, "the meta group and the stream's: {raft}");
+    assert_eq!(raft["groups_rotating"], 0, "{raft}");
+    assert!(
+        raft["dropped_key_records"].as_u64().unwrap() > 0,
+        "records of the older keys still on disk, not opened: {raft}"
+    );
 }
 
 /// Creates an R3 stream capped at `max` messages, retrying while the meta group is still

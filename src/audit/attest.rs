@@ -216,6 +216,7 @@ mod tests {
             streams: vec![],
             account: None,
             live: false,
+            raft: None,
             findings: vec![],
         }
     }

@@ -177,6 +177,10 @@ pub struct Report {
     /// Audited while the server ran ([`audit_live`]).
     #[serde(default)]
     pub live: bool,
+    /// A clustered node's Raft log, every record of the groups the node keeps authenticated
+    /// with their keys (offline audits of a whole store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft: Option<crate::consensus::sealed_log::LogAudit>,
     /// Everything found.
     pub findings: Vec<Finding>,
 }
@@ -576,6 +580,7 @@ fn empty_report(root: &Path, keyed: bool) -> Report {
         streams: vec![],
         account: None,
         live: false,
+        raft: None,
         findings: vec![],
     }
 }
@@ -611,6 +616,10 @@ impl Run<'_> {
                 );
                 if self.scope == Scope::Store {
                     let mut scratch = empty_report(root, true);
+                    if !self.live {
+                        // Reads the whole log and every snapshot at once, unpaced: offline.
+                        report.raft = raft_records(root, meta, &mut scratch);
+                    }
                     raft_extent(root, meta, &mut scratch);
                     if self.live && !scratch.findings.is_empty() {
                         // Live, the log may have moved on between reading its extent and
@@ -1060,6 +1069,51 @@ fn check_segment_framing(bytes: &[u8], relp: &str, appending: bool, report: &mut
         off = end;
     }
     record(report, head);
+}
+
+/// A clustered node's Raft log opened as the node would open it, read only: the sealed group
+/// directory gives the groups and their keys (a key rotation under way: both; a finished one:
+/// the new key and where its records start), and every record of those groups must
+/// authenticate, every purged group's snapshot too (`SealedLog::verify`). After a group-key
+/// rotation this is the proof that no live record depends on the older key: the directory no
+/// longer holds it, and the log still opens.
+fn raft_records(
+    root: &Path,
+    meta: &MetaStore,
+    report: &mut Report,
+) -> Option<crate::consensus::sealed_log::LogAudit> {
+    use crate::consensus::{directory, sealed_log};
+    let dir = root.join(crate::store::meta::RAFT_DIR);
+    if !dir.is_dir() {
+        return None;
+    }
+    let (names, group_root) = meta.raft_secrets();
+    let mut finding = |path: String, offset: Option<u64>, detail: String| {
+        report.findings.push(Finding {
+            class: Class::Integrity,
+            path,
+            offset,
+            detail,
+        });
+    };
+    let groups = match directory::read_directory(&dir, &group_root) {
+        Ok(d) => d.log_groups(&group_root),
+        Err(e) => {
+            finding(format!("raft/{}", directory::DIRECTORY), None, e);
+            return None;
+        }
+    };
+    match sealed_log::SealedLog::verify(&dir, &names, groups) {
+        Ok(audit) => Some(audit),
+        Err(sealed_log::LogError::Corrupt { path, offset, why }) => {
+            finding(rel(root, &path), Some(offset), why.to_owned());
+            None
+        }
+        Err(e) => {
+            finding("raft".into(), None, e.to_string());
+            None
+        }
+    }
 }
 
 /// A clustered node's Raft log against its acknowledged extent (`consensus/extent.rs`): every

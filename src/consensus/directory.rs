@@ -24,6 +24,8 @@ use crate::crypto::{Key32, SealKey};
 
 /// The file beside the log that lists the groups this node keeps.
 pub(crate) const DIRECTORY: &str = "groups";
+/// The meta group's id (its key derives from the root; it is in every node's log).
+pub(crate) const META: GroupId = 0;
 
 pub(crate) fn group_key(root: &Key32, group: GroupId) -> SealKey {
     seal_key(&group_key_bytes(root, group))
@@ -90,6 +92,19 @@ pub(crate) fn seal_key(bytes: &[u8; 32]) -> SealKey {
 }
 
 impl Directory {
+    /// Every group the log is opened for: the stream groups listed and the meta group.
+    pub(crate) fn log_groups(&self, root: &Key32) -> Vec<Hosted> {
+        self.groups
+            .iter()
+            .map(|g| self.hosted(root, *g))
+            .chain([Hosted {
+                group: META,
+                keys: vec![group_key(root, META)],
+                since: None,
+            }])
+            .collect()
+    }
+
     /// `group`'s slot, keys (newest first) and where its live records start, for opening
     /// the log.
     pub(crate) fn hosted(&self, root: &Key32, group: GroupId) -> Hosted {

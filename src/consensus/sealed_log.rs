@@ -234,6 +234,27 @@ struct Inner {
     cached_cap: usize,
     /// A group's vote changed since the writer last recorded the votes ([`extent`]).
     votes_changed: bool,
+    /// What replaying the log at opening found (records opened, skipped, not ours).
+    replayed: LogAudit,
+}
+
+/// What [`SealedLog::verify`] found in a log that authenticates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogAudit {
+    /// Segment files read.
+    pub segments: u64,
+    /// Groups whose keys were given.
+    pub groups: u64,
+    /// Of those, groups holding more than one key (a key rotation under way).
+    pub groups_rotating: u64,
+    /// Records authenticated with their group's keys.
+    pub records: u64,
+    /// Records of groups whose keys were not given (erased, or gone from this node): their
+    /// keys no longer exist here, so they open for nobody.
+    pub other_records: u64,
+    /// Records of given groups from before a finished key rotation (`since`): sealed with
+    /// keys the group dropped, not opened.
+    pub dropped_key_records: u64,
 }
 
 struct Shared {
@@ -378,100 +399,7 @@ impl SealedLog {
         segment_bytes: u64,
     ) -> Result<Self, LogError> {
         fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-        let mut keys = HashMap::new();
-        let mut by_pseudonym = HashMap::new();
-        for hosted in groups {
-            let Some(ring) = KeyRing::of(hosted.keys) else {
-                continue;
-            };
-            let p = pseudonym(&name_key, hosted.group);
-            by_pseudonym.insert(p, hosted.group);
-            keys.insert(
-                hosted.group,
-                GroupKeys {
-                    pseudonym: p,
-                    ring,
-                    since: hosted.since,
-                },
-            );
-        }
-        let mut segments: Vec<u64> = Vec::new();
-        for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
-            let entry = entry.map_err(|e| io_err(dir, e))?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if let Some(hex) = name.strip_suffix(".rlog") {
-                if let Ok(id) = u64::from_str_radix(hex, 16) {
-                    segments.push(id);
-                }
-            }
-        }
-        segments.sort_unstable();
-        let extent_path = dir.join(EXTENT_FILE);
-        let acknowledged = match extent::read(dir, &name_key)
-            .map_err(|e| io_err(&extent_path, e))?
-        {
-            Ok(Some(x)) => x.extent,
-            Ok(None) => {
-                if !segments.is_empty() {
-                    tracing::warn!(dir = %dir.display(), "the Raft log has no extent file: a log cut on a record boundary cannot be told from a clean one this time");
-                }
-                Extent::new()
-            }
-            Err(extent::Unreadable(why)) => {
-                return Err(LogError::Corrupt {
-                    path: extent_path,
-                    offset: 0,
-                    why,
-                })
-            }
-        };
-        if let Some(missing) = acknowledged.keys().find(|s| !segments.contains(s)) {
-            return Err(LogError::Corrupt {
-                path: segment_path(dir, *missing),
-                offset: 0,
-                why: "a segment holding acknowledged writes is missing",
-            });
-        }
-        let mut inner = Inner {
-            dir: dir.to_path_buf(),
-            groups: HashMap::new(),
-            keys,
-            segment_refs: BTreeMap::new(),
-            segment: segments.last().copied().unwrap_or(1),
-            end: 0,
-            pending: Vec::new(),
-            pending_bytes: 0,
-            failed: None,
-            closed: false,
-            segment_bytes,
-            written_segment: 0,
-            recent: VecDeque::new(),
-            recent_bytes: 0,
-            cached_cap: CACHED_BYTES,
-            votes_changed: true,
-        };
-        inner.segment_refs.entry(inner.segment).or_default();
-        inner.written_segment = segments.last().copied().unwrap_or(0);
-        let mut lengths = Extent::new();
-        for (i, &segment) in segments.iter().enumerate() {
-            let newest = i + 1 == segments.len();
-            let acked = acknowledged.get(&segment).copied().unwrap_or(0);
-            let end = replay(&mut inner, &by_pseudonym, segment, newest, acked)?;
-            if end < acked {
-                return Err(LogError::Corrupt {
-                    path: segment_path(dir, segment),
-                    offset: end,
-                    why: "the segment ends before writes it acknowledged",
-                });
-            }
-            lengths.insert(segment, end);
-            if newest {
-                inner.end = end;
-            }
-        }
-        snapshot_file::remove_leftovers(dir);
-        check_snapshots(&inner)?;
+        let (inner, lengths) = load(dir, &name_key, groups, segment_bytes, true)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             wake: Condvar::new(),
@@ -490,6 +418,25 @@ impl SealedLog {
                 shared: shared.clone(),
             }),
             shared,
+        })
+    }
+
+    /// Reads the log in `dir` as [`SealedLog::open_hosted`] would, changing nothing (a torn
+    /// tail is left as it is, no file is created or removed): every record of `groups`
+    /// authenticated with their keys, the segments against their acknowledged extent, each
+    /// purged group's snapshot. For an audit, of a stopped node's log or of a running one's
+    /// (whose newest record may be half written: that reads as a torn tail).
+    ///
+    /// # Errors
+    /// As [`SealedLog::open_hosted`]: [`LogError::Corrupt`] names the damage.
+    pub fn verify(dir: &Path, name_key: &Key32, groups: Vec<Hosted>) -> Result<LogAudit, LogError> {
+        let rotating = groups.iter().filter(|g| g.keys.len() > 1).count() as u64;
+        let (inner, lengths) = load(dir, name_key, groups, SEGMENT_BYTES, false)?;
+        Ok(LogAudit {
+            segments: lengths.len() as u64,
+            groups: inner.keys.len() as u64,
+            groups_rotating: rotating,
+            ..inner.replayed
         })
     }
 
@@ -921,6 +868,114 @@ impl SealedLog {
     }
 }
 
+/// Replays the log in `dir` for `groups` into a new in-memory state; gives it and each
+/// segment's valid length. `writable`: a torn tail is cut and leftover snapshot files are
+/// removed (opening); otherwise nothing on disk changes ([`SealedLog::verify`]).
+fn load(
+    dir: &Path,
+    name_key: &Key32,
+    groups: Vec<Hosted>,
+    segment_bytes: u64,
+    writable: bool,
+) -> Result<(Inner, Extent), LogError> {
+    let mut keys = HashMap::new();
+    let mut by_pseudonym = HashMap::new();
+    for hosted in groups {
+        let Some(ring) = KeyRing::of(hosted.keys) else {
+            continue;
+        };
+        let p = pseudonym(name_key, hosted.group);
+        by_pseudonym.insert(p, hosted.group);
+        keys.insert(
+            hosted.group,
+            GroupKeys {
+                pseudonym: p,
+                ring,
+                since: hosted.since,
+            },
+        );
+    }
+    let mut segments: Vec<u64> = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+        let entry = entry.map_err(|e| io_err(dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(hex) = name.strip_suffix(".rlog") {
+            if let Ok(id) = u64::from_str_radix(hex, 16) {
+                segments.push(id);
+            }
+        }
+    }
+    segments.sort_unstable();
+    let extent_path = dir.join(EXTENT_FILE);
+    let acknowledged = match extent::read(dir, name_key).map_err(|e| io_err(&extent_path, e))? {
+        Ok(Some(x)) => x.extent,
+        Ok(None) => {
+            if !segments.is_empty() {
+                tracing::warn!(dir = %dir.display(), "the Raft log has no extent file: a log cut on a record boundary cannot be told from a clean one this time");
+            }
+            Extent::new()
+        }
+        Err(extent::Unreadable(why)) => {
+            return Err(LogError::Corrupt {
+                path: extent_path,
+                offset: 0,
+                why,
+            })
+        }
+    };
+    if let Some(missing) = acknowledged.keys().find(|s| !segments.contains(s)) {
+        return Err(LogError::Corrupt {
+            path: segment_path(dir, *missing),
+            offset: 0,
+            why: "a segment holding acknowledged writes is missing",
+        });
+    }
+    let mut inner = Inner {
+        dir: dir.to_path_buf(),
+        groups: HashMap::new(),
+        keys,
+        segment_refs: BTreeMap::new(),
+        segment: segments.last().copied().unwrap_or(1),
+        end: 0,
+        pending: Vec::new(),
+        pending_bytes: 0,
+        failed: None,
+        closed: false,
+        segment_bytes,
+        written_segment: 0,
+        recent: VecDeque::new(),
+        recent_bytes: 0,
+        cached_cap: CACHED_BYTES,
+        votes_changed: true,
+        replayed: LogAudit::default(),
+    };
+    inner.segment_refs.entry(inner.segment).or_default();
+    inner.written_segment = segments.last().copied().unwrap_or(0);
+    let mut lengths = Extent::new();
+    for (i, &segment) in segments.iter().enumerate() {
+        let newest = i + 1 == segments.len();
+        let acked = acknowledged.get(&segment).copied().unwrap_or(0);
+        let end = replay(&mut inner, &by_pseudonym, segment, newest, writable, acked)?;
+        if end < acked {
+            return Err(LogError::Corrupt {
+                path: segment_path(dir, segment),
+                offset: end,
+                why: "the segment ends before writes it acknowledged",
+            });
+        }
+        lengths.insert(segment, end);
+        if newest {
+            inner.end = end;
+        }
+    }
+    if writable {
+        snapshot_file::remove_leftovers(dir);
+    }
+    check_snapshots(&inner)?;
+    Ok((inner, lengths))
+}
+
 /// Seals `record` (encoded as `body`) of `group` into the pending batch, at the log's current
 /// end, and applies it to the in-memory state. False when the group has no key here.
 fn enqueue(
@@ -1121,6 +1176,7 @@ fn replay(
     by_pseudonym: &HashMap<[u8; 8], GroupId>,
     segment: u64,
     newest: bool,
+    cut_torn_tail: bool,
     acked: u64,
 ) -> Result<u64, LogError> {
     let path = segment_path(&inner.dir, segment);
@@ -1139,6 +1195,10 @@ fn replay(
         if torn {
             if (at as u64) < acked {
                 return Err(corrupt(at, "a record acknowledged as written is cut short"));
+            }
+            if newest && !cut_torn_tail {
+                // Read only: a crash's torn write, or one being written now.
+                return Ok(at as u64);
             }
             if newest {
                 // A crash cut the last write short; it was never acknowledged.
@@ -1170,9 +1230,11 @@ fn replay(
             };
             if keys.since.is_some_and(|since| loc.position() < since) {
                 // Sealed with a key the group dropped at the end of a rotation: dead.
+                inner.replayed.dropped_key_records += 1;
                 at += 4 + len;
                 continue;
             }
+            inner.replayed.records += 1;
             let (body, _) = keys
                 .ring
                 .open(&aad(segment, at as u64, &p), sealed)
@@ -1188,6 +1250,8 @@ fn replay(
             if let Some(state) = inner.groups.get_mut(&group) {
                 state.cached.clear();
             }
+        } else {
+            inner.replayed.other_records += 1;
         }
         at += 4 + len;
     }
@@ -2201,6 +2265,21 @@ mod tests {
         );
         drop(g);
         drop(log);
+        // The audit reads it the same way, changing nothing: a half-written record at the
+        // end stays as it is.
+        let newest = log_segments(dir.path()).pop().expect("a segment");
+        let mut torn = fs::read(&newest).expect("read");
+        torn.extend_from_slice(&[0xff, 0, 0, 0, 1, 2]);
+        fs::write(&newest, &torn).expect("write");
+        let audit = SealedLog::verify(dir.path(), &name_key(), hosted(vec![key(2)], Some(since)))
+            .expect("authenticates");
+        assert_eq!(fs::read(&newest).expect("read"), torn, "nothing cut");
+        assert_eq!((audit.groups, audit.groups_rotating), (1, 0));
+        assert!(
+            audit.records > 0 && audit.dropped_key_records > 0,
+            "{audit:?}"
+        );
+        assert!(SealedLog::verify(dir.path(), &name_key(), hosted(vec![key(2)], None)).is_err());
         // (The first segment stays: it holds live entries after the place.)
         // Without the place, the dead records are records no held key opens: damage.
         match open(vec![key(2)], None) {
@@ -2208,6 +2287,18 @@ mod tests {
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("opened"),
         }
+    }
+
+    /// The log's segment files, oldest first.
+    fn log_segments(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(dir)
+            .expect("read dir")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rlog"))
+            .collect();
+        v.sort();
+        v
     }
 
     /// Group 1's snapshot up to `index`, sealed with `key` (the log's keys when it keeps

@@ -72,6 +72,16 @@ pub fn print_summary(r: &Report) {
     } else {
         println!("no key: structure and entropy checked only");
     }
+    if let Some(raft) = &r.raft {
+        println!(
+            "raft:    {} records of {} groups authenticated ({} of them rotating a key); not opened: {} sealed with dropped group keys, {} of groups no longer here",
+            raft.records,
+            raft.groups,
+            raft.groups_rotating,
+            raft.dropped_key_records,
+            raft.other_records
+        );
+    }
     if r.findings.is_empty() {
         println!("result:  clean");
         return;

@@ -42,7 +42,7 @@ use crate::consensus::machine::{
     Snapshots,
 };
 use crate::consensus::mux::{MuxNode, ProposeError};
-use crate::consensus::sealed_log::{Hosted, LogError, SealedLog};
+use crate::consensus::sealed_log::{LogError, SealedLog};
 use crate::consensus::{node_id, timing, Command, GroupId, NodeId};
 use crate::crypto::{Key32, SealKey};
 use crate::jetstream::api::types::ClusterInfo;
@@ -65,7 +65,7 @@ mod reclaim;
 use meta_image::MetaImage;
 
 /// The meta group's id.
-pub(crate) const META: GroupId = 0;
+pub(crate) const META: GroupId = crate::consensus::directory::META;
 /// How often membership is looked at (peers seen, the meta group formed, members added).
 const MEMBERSHIP_EVERY: Duration = Duration::from_millis(500);
 /// How long an API call waits for the meta group, then for this node's replica.
@@ -503,20 +503,14 @@ fn open_log(
     directory: &Directory,
     segment_bytes: u64,
 ) -> Result<(SealedLog, Option<crate::consensus::extent::Votes>), LogError> {
-    let keys = || -> Vec<Hosted> {
-        directory
-            .groups
-            .iter()
-            .map(|g| directory.hosted(group_root, *g))
-            .chain([Hosted {
-                group: META,
-                keys: vec![group_key(group_root, META)],
-                since: None,
-            }])
-            .collect()
+    let open = || {
+        SealedLog::open_hosted(
+            dir,
+            Key32::new(*names_key.expose()),
+            directory.log_groups(group_root),
+            segment_bytes,
+        )
     };
-    let open =
-        || SealedLog::open_hosted(dir, Key32::new(*names_key.expose()), keys(), segment_bytes);
     match open() {
         Ok(log) => Ok((log, None)),
         Err(e @ LogError::Corrupt { .. }) => {
