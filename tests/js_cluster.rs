@@ -2210,6 +2210,9 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         for st in store["streams"].as_array().unwrap() {
             assert_eq!(st["dek_versions"], serde_json::json!([2]), "{store:#}");
         }
+        // And its Raft log, every record authenticated with the group keys held now.
+        assert!(store["raft"]["records"].as_u64().unwrap() > 0, "{store:#}");
+        assert_eq!(store["raft"]["groups_rotating"], 0, "{store:#}");
     }
     for _ in 0..10 {
         let seq = publish_until_acked(&js, 0, "resealed.x", order(i)).await;

@@ -604,6 +604,7 @@ impl Run<'_> {
             needles.add(c.as_bytes());
         }
         // The consistent point: the catalog's checkpoints and consumer states, read first.
+        let mut raft_keys = None;
         let gathered = self.catalog.map(|c| {
             c.with(|meta| {
                 report.store_id = Some(data_encoding::HEXLOWER.encode(&meta.store_uuid()));
@@ -615,11 +616,8 @@ impl Run<'_> {
                     .to_owned(),
                 );
                 if self.scope == Scope::Store {
+                    raft_keys = Some(meta.raft_secrets());
                     let mut scratch = empty_report(root, true);
-                    if !self.live {
-                        // Reads the whole log and every snapshot at once, unpaced: offline.
-                        report.raft = raft_records(root, meta, &mut scratch);
-                    }
                     raft_extent(root, meta, &mut scratch);
                     if self.live && !scratch.findings.is_empty() {
                         // Live, the log may have moved on between reading its extent and
@@ -632,6 +630,18 @@ impl Run<'_> {
                 gather(meta, &self.scope, None)
             })
         });
+        // The Raft log's records and snapshots, read (and paced) outside the catalog's lock.
+        if let Some((names, group_root)) = raft_keys {
+            let mut scratch = empty_report(root, true);
+            report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
+            if self.live && !scratch.findings.is_empty() {
+                // Live, the log may have moved on while it was read (a segment rolled over
+                // or deleted, a group gone): once more.
+                scratch.findings.clear();
+                report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
+            }
+            report.findings.append(&mut scratch.findings);
+        }
         let (mut files, layout_findings) = layout::walk(root);
         let mut layout_findings: Vec<_> = layout_findings
             .into_iter()
@@ -1071,7 +1081,8 @@ fn check_segment_framing(bytes: &[u8], relp: &str, appending: bool, report: &mut
     record(report, head);
 }
 
-/// A clustered node's Raft log opened as the node would open it, read only: the sealed group
+/// A clustered node's Raft log opened as the node would open it, read only (paced as the
+/// rest of a live audit): the sealed group
 /// directory gives the groups and their keys (a key rotation under way: both; a finished one:
 /// the new key and where its records start), and every record of those groups must
 /// authenticate, every purged group's snapshot too (`SealedLog::verify`). After a group-key
@@ -1079,7 +1090,9 @@ fn check_segment_framing(bytes: &[u8], relp: &str, appending: bool, report: &mut
 /// longer holds it, and the log still opens.
 fn raft_records(
     root: &Path,
-    meta: &MetaStore,
+    names: &crate::crypto::Key32,
+    group_root: &crate::crypto::Key32,
+    progress: &Progress,
     report: &mut Report,
 ) -> Option<crate::consensus::sealed_log::LogAudit> {
     use crate::consensus::{directory, sealed_log};
@@ -1087,7 +1100,6 @@ fn raft_records(
     if !dir.is_dir() {
         return None;
     }
-    let (names, group_root) = meta.raft_secrets();
     let mut finding = |path: String, offset: Option<u64>, detail: String| {
         report.findings.push(Finding {
             class: Class::Integrity,
@@ -1096,14 +1108,14 @@ fn raft_records(
             detail,
         });
     };
-    let groups = match directory::read_directory(&dir, &group_root) {
-        Ok(d) => d.log_groups(&group_root),
+    let groups = match directory::read_directory(&dir, group_root) {
+        Ok(d) => d.log_groups(group_root),
         Err(e) => {
             finding(format!("raft/{}", directory::DIRECTORY), None, e);
             return None;
         }
     };
-    match sealed_log::SealedLog::verify(&dir, &names, groups) {
+    match sealed_log::SealedLog::verify(&dir, names, groups, &mut |n| progress.advance(n)) {
         Ok(audit) => Some(audit),
         Err(sealed_log::LogError::Corrupt { path, offset, why }) => {
             finding(rel(root, &path), Some(offset), why.to_owned());

@@ -305,7 +305,7 @@ fn pseudonym(name_key: &Key32, group: GroupId) -> [u8; 8] {
 /// Every group whose log was purged must have its snapshot, authentic and reaching at least
 /// the purge point: a snapshot deleted, damaged or put back from an earlier day (rolled back)
 /// leaves entries nobody holds, so the log is reported corrupt and the node repairs.
-fn check_snapshots(inner: &Inner) -> Result<(), LogError> {
+fn check_snapshots(inner: &Inner, read: &mut dyn FnMut(u64)) -> Result<(), LogError> {
     for (group, keys) in &inner.keys {
         let purged = inner.groups.get(group).and_then(|s| s.purged);
         let path = snapshot_file::path_of(&inner.dir, &keys.pseudonym);
@@ -322,7 +322,7 @@ fn check_snapshots(inner: &Inner) -> Result<(), LogError> {
         }
         let file = SnapshotFile::with_ring(&inner.dir, keys.pseudonym, keys.ring.clone());
         let stored = file
-            .verify()
+            .verify_counting(read)
             .map_err(|_| corrupt("a snapshot fails authentication"))?;
         let reaches = stored.and_then(|m| m.last_log_id);
         if let Some(p) = purged {
@@ -399,7 +399,7 @@ impl SealedLog {
         segment_bytes: u64,
     ) -> Result<Self, LogError> {
         fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-        let (inner, lengths) = load(dir, &name_key, groups, segment_bytes, true)?;
+        let (inner, lengths) = load(dir, &name_key, groups, segment_bytes, true, &mut |_| {})?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             wake: Condvar::new(),
@@ -429,9 +429,15 @@ impl SealedLog {
     ///
     /// # Errors
     /// As [`SealedLog::open_hosted`]: [`LogError::Corrupt`] names the damage.
-    pub fn verify(dir: &Path, name_key: &Key32, groups: Vec<Hosted>) -> Result<LogAudit, LogError> {
+    /// `read` is told the bytes as they are read (an audit counts and paces them).
+    pub fn verify(
+        dir: &Path,
+        name_key: &Key32,
+        groups: Vec<Hosted>,
+        read: &mut dyn FnMut(u64),
+    ) -> Result<LogAudit, LogError> {
         let rotating = groups.iter().filter(|g| g.keys.len() > 1).count() as u64;
-        let (inner, lengths) = load(dir, name_key, groups, SEGMENT_BYTES, false)?;
+        let (inner, lengths) = load(dir, name_key, groups, SEGMENT_BYTES, false, read)?;
         Ok(LogAudit {
             segments: lengths.len() as u64,
             groups: inner.keys.len() as u64,
@@ -877,6 +883,7 @@ fn load(
     groups: Vec<Hosted>,
     segment_bytes: u64,
     writable: bool,
+    read: &mut dyn FnMut(u64),
 ) -> Result<(Inner, Extent), LogError> {
     let mut keys = HashMap::new();
     let mut by_pseudonym = HashMap::new();
@@ -957,6 +964,7 @@ fn load(
         let newest = i + 1 == segments.len();
         let acked = acknowledged.get(&segment).copied().unwrap_or(0);
         let end = replay(&mut inner, &by_pseudonym, segment, newest, writable, acked)?;
+        read(end);
         if end < acked {
             return Err(LogError::Corrupt {
                 path: segment_path(dir, segment),
@@ -972,7 +980,7 @@ fn load(
     if writable {
         snapshot_file::remove_leftovers(dir);
     }
-    check_snapshots(&inner)?;
+    check_snapshots(&inner, read)?;
     Ok((inner, lengths))
 }
 
@@ -2271,15 +2279,26 @@ mod tests {
         let mut torn = fs::read(&newest).expect("read");
         torn.extend_from_slice(&[0xff, 0, 0, 0, 1, 2]);
         fs::write(&newest, &torn).expect("write");
-        let audit = SealedLog::verify(dir.path(), &name_key(), hosted(vec![key(2)], Some(since)))
-            .expect("authenticates");
+        let audit = SealedLog::verify(
+            dir.path(),
+            &name_key(),
+            hosted(vec![key(2)], Some(since)),
+            &mut |_| {},
+        )
+        .expect("authenticates");
         assert_eq!(fs::read(&newest).expect("read"), torn, "nothing cut");
         assert_eq!((audit.groups, audit.groups_rotating), (1, 0));
         assert!(
             audit.records > 0 && audit.dropped_key_records > 0,
             "{audit:?}"
         );
-        assert!(SealedLog::verify(dir.path(), &name_key(), hosted(vec![key(2)], None)).is_err());
+        assert!(SealedLog::verify(
+            dir.path(),
+            &name_key(),
+            hosted(vec![key(2)], None),
+            &mut |_| {}
+        )
+        .is_err());
         // (The first segment stays: it holds live entries after the place.)
         // Without the place, the dead records are records no held key opens: damage.
         match open(vec![key(2)], None) {

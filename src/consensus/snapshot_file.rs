@@ -298,10 +298,29 @@ impl SnapshotFile {
     /// # Errors
     /// As [`SnapshotFile::open`], and a data frame that fails authentication.
     pub fn verify(&self) -> io::Result<Option<SnapshotMeta<NodeId, openraft::BasicNode>>> {
+        self.verify_counting(&mut |_| {})
+    }
+
+    /// [`SnapshotFile::verify`], telling `read` the bytes as they are read (an audit counts
+    /// and paces them).
+    ///
+    /// # Errors
+    /// As [`SnapshotFile::verify`].
+    pub fn verify_counting(
+        &self,
+        read: &mut dyn FnMut(u64),
+    ) -> io::Result<Option<SnapshotMeta<NodeId, openraft::BasicNode>>> {
         let Some(mut r) = self.open()? else {
             return Ok(None);
         };
-        io::copy(&mut r, &mut io::sink())?;
+        let mut buf = vec![0u8; FRAME_BYTES];
+        loop {
+            let n = r.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            read(n as u64);
+        }
         Ok(Some(r.meta))
     }
 
