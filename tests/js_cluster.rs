@@ -2162,22 +2162,7 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         acked.insert(seq, order(i));
     }
     let url = cl.url(2);
-    let rekey = tokio::task::spawn_blocking(move || {
-        sealctl(&[
-            "store",
-            "rekey-live",
-            "--account",
-            "APP",
-            "--stream",
-            "RESEALED",
-            "--server",
-            &url,
-            "--user",
-            "sys",
-            "--password",
-            "sys",
-        ])
-    });
+    let rekey = tokio::task::spawn_blocking(move || rekey_live_app_stream(&url, "RESEALED"));
     // Publishes go on while the replicas re-seal.
     let mut i = 50;
     while !rekey.is_finished() || i < 60 {
@@ -2234,24 +2219,9 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
     // A second rotation starts from the first one's key and place; another replica restarts
     // on its outcome.
     let url = cl.url(0);
-    let out = tokio::task::spawn_blocking(move || {
-        sealctl(&[
-            "store",
-            "rekey-live",
-            "--account",
-            "APP",
-            "--stream",
-            "RESEALED",
-            "--server",
-            &url,
-            "--user",
-            "sys",
-            "--password",
-            "sys",
-        ])
-    })
-    .await
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || rekey_live_app_stream(&url, "RESEALED"))
+        .await
+        .unwrap();
     assert_eq!(
         out.matches("APP/RESEALED: group key rotated to generation 2; older destroyed")
             .count(),
@@ -2292,6 +2262,25 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         raft["dropped_key_records"].as_u64().unwrap() > 0,
         "records of the older keys still on disk, not opened: {raft}"
     );
+}
+
+/// `sealctl store rekey-live` of account APP's `stream` through the server at `url`, as the
+/// system user; what it printed.
+fn rekey_live_app_stream(url: &str, stream: &str) -> String {
+    sealctl(&[
+        "store",
+        "rekey-live",
+        "--account",
+        "APP",
+        "--stream",
+        stream,
+        "--server",
+        url,
+        "--user",
+        "sys",
+        "--password",
+        "sys",
+    ])
 }
 
 /// Creates an R3 stream capped at `max` messages, retrying while the meta group is still
