@@ -21,6 +21,12 @@ after every install never gets there).
 With --idle N: N more R3 streams are created (one message each), the cluster is left alone
 for 10 s, then each node's CPU time over --idle-secs and its RSS are read from /proc: the idle
 cost of N replicated streams per node.
+With --rekey MIB (sealstream only: nats-server has no online rekey): an R3 stream of MIB,
+then `sealctl store rekey-live --stream` — every replica re-seals its files under a new data
+key and rotates the stream's group key — while one client publishes to the stream, each
+publish awaiting its PubAck: the rekey's duration and the publishes' p50/p99/max before and
+during it; then the nodes are stopped and node 1's store is audited offline (its Raft log's
+records included): duration, with SEALCTL_BASE's sealctl as well when given.
 With --promote MIB: an R1 stream of MIB is made R3; the answer's time, the time until every
 replica holds every message, and the publishes (each awaiting its PubAck) of one client to four
 other R1 streams of node 1 until the answer came (p50 and max: whether their store threads
@@ -47,14 +53,23 @@ from bench_compare import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEALSTREAM = os.environ.get("SEALSTREAM_BIN", os.path.join(ROOT, "target/release/sealstream-server"))
+SEALCTL = os.environ.get("SEALCTL_BIN", os.path.join(ROOT, "target/release/sealctl"))
+# --rekey: a system account (the rekey request) and an application account.
+ACCOUNTS = """accounts {
+  SYS: { users: [ {user: sys, password: sys} ] }
+  APP: { jetstream: enabled, users: [ {user: app, password: app} ] }
+}
+system_account: SYS
+"""
 NATS_SERVER = os.path.join(ROOT, ".venv/bin/nats-server")
 
 
 class Cluster:
     """Three nodes of one binary; node i can be killed and started again on its config."""
 
-    def __init__(self, binary, workdir, always):
+    def __init__(self, binary, workdir, always, accounts=False):
         self.binary, self.workdir = binary, workdir
+        self.userinfo = "app:app@" if accounts else ""
         self.cports = [free_port() for _ in range(3)]
         self.mports = [free_port() for _ in range(3)]
         rports = [free_port() for _ in range(3)]
@@ -73,6 +88,7 @@ class Cluster:
                     f"http: 127.0.0.1:{self.mports[i]}\n"
                     f'jetstream {{ store_dir: "{store}" {sync} }}\n'
                     f"cluster {{ name: C1, listen: 127.0.0.1:{rports[i]}, routes: [{routes}] }}\n"
+                    + (ACCOUNTS if accounts else "")
                 )
             self.confs.append(conf)
         self.procs = [self.spawn(i) for i in range(3)]
@@ -90,6 +106,12 @@ class Cluster:
                         raise RuntimeError(f"nothing listens on {port}")
                     time.sleep(0.1)
         time.sleep(1)
+
+    def url(self, i):
+        return f"nats://{self.userinfo}127.0.0.1:{self.cports[i]}"
+
+    def store(self, i):
+        return os.path.join(self.workdir, f"n{i + 1}")
 
     def spawn(self, i):
         log = open(os.path.join(self.workdir, f"n{i + 1}.log"), "a")
@@ -276,6 +298,80 @@ async def catchup(cl, args):
     with open(os.path.join(cl.workdir, "n3.log"), errors="replace") as f:
         out["by_snapshot"] = float("leader's snapshot" in f.read())
     return out
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
+
+
+async def rekey(cl, args):
+    """--rekey MiB in the R3 stream, then rekey-live of it while one client publishes."""
+    nc = await nats.connect(cl.url(0), connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    payload = os.urandom(1024)
+    sem = asyncio.Semaphore(256)
+
+    async def one():
+        async with sem:
+            await js.publish("r3.f", payload)
+
+    await asyncio.gather(*(one() for _ in range(args.rekey * 1024)))
+    lat = {"before": [], "during": []}
+    phase = "before"
+    stop = asyncio.Event()
+
+    async def publisher():
+        while not stop.is_set():
+            t = time.perf_counter()
+            await js.publish("r3.p", b"during the rekey")
+            lat[phase].append((time.perf_counter() - t) * 1000)
+
+    task = asyncio.create_task(publisher())
+    await asyncio.sleep(5)
+    phase = "during"
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        SEALCTL, "store", "rekey-live", "--account", "APP", "--stream", "R3",
+        "--server", f"nats://127.0.0.1:{cl.cports[0]}", "--user", "sys", "--password", "sys",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    took = time.perf_counter() - started
+    stop.set()
+    await task
+    await nc.close()
+    text = out.decode() + err.decode()
+    if proc.returncode != 0 or text.count("group key rotated") != 3:
+        raise RuntimeError(f"rekey-live: {text}")
+    res = {"rekey_s": took, "rekey_mb_s": args.rekey * 1.048576 / took}
+    for k, v in lat.items():
+        res[f"pub_{k}_n"] = len(v)
+        res[f"pub_{k}_p50_ms"] = pct(v, 0.5)
+        res[f"pub_{k}_p99_ms"] = pct(v, 0.99)
+        res[f"pub_{k}_max_ms"] = max(v) if v else float("nan")
+    # Node 1 stopped (cleanly), its store audited offline.
+    for p in cl.procs:
+        p.terminate()
+        p.wait()
+    store = cl.store(0)
+    for name, ctl in [("audit", SEALCTL), ("audit_base", os.environ.get("SEALCTL_BASE"))]:
+        if not ctl:
+            continue
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        t = time.perf_counter()
+        r = subprocess.run([ctl, "audit", os.path.join(store, "jetstream"), "--key-file",
+                            os.path.join(store, "jetstream.key"), "--json"],
+                           capture_output=True, text=True)
+        res[f"{name}_s"] = time.perf_counter() - t
+        res[f"{name}_exit"] = r.returncode
+        if name == "audit":
+            report = json.loads(r.stdout)
+            res["audit_raft_records"] = report.get("raft", {}).get("records", -1)
+            res["audit_raft_dropped_key_records"] = report.get("raft", {}).get("dropped_key_records", -1)
+    res["store_mib"] = du_bytes(store) / 1048576
+    return res
 
 
 async def promote(cl, args):
@@ -519,7 +615,7 @@ async def add_stream_cfg(js, **cfg):
 
 
 async def measure(port, args, cl):
-    nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5, max_reconnect_attempts=20)
+    nc = await nats.connect(cl.url(0), connect_timeout=5, max_reconnect_attempts=20)
     js = nc.jetstream(timeout=10)
     await create_r3(js)
     payload = os.urandom(args.size)
@@ -542,6 +638,8 @@ async def measure(port, args, cl):
             out.update(await disk(cl, args))
         if args.mirror:
             out.update(await mirror(cl, args))
+        if args.rekey:
+            out.update(await rekey(cl, args))
         if args.catchup or args.promote or args.mirror:
             out.update(peak_rss(cl))
         return out
@@ -576,7 +674,7 @@ async def measure(port, args, cl):
 
 def run(name, binary, always, args):
     with tempfile.TemporaryDirectory() as d:
-        cl = Cluster(binary, d, always)
+        cl = Cluster(binary, d, always, accounts=bool(args.rekey))
         try:
             cl.wait_listening()
             return asyncio.run(measure(cl.cports[0], args, cl))
@@ -608,6 +706,8 @@ def main():
                     help="seconds node 3 may take to catch up before the run fails")
     ap.add_argument("--idle", type=int, default=0, help="idle R3 streams")
     ap.add_argument("--promote", type=int, default=0, help="MiB in an R1 stream made R3")
+    ap.add_argument("--rekey", type=int, default=0,
+                    help="MiB in the R3 stream, then rekey-live of it (sealstream only)")
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
     ap.add_argument("--disk", type=int, default=0,
                     help="messages through an R3 stream capped at 10,000: store bytes per node")

@@ -22,6 +22,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -181,13 +182,18 @@ pub struct ReplicatedMachine {
     snapshots: Option<Snapshots>,
     /// The stored snapshot was looked for (at the first `applied_state`).
     loaded: bool,
-    /// Entries and bytes applied since the last snapshot, and that snapshot's size.
+    /// Entries and bytes applied since the last snapshot, and that snapshot's size (the
+    /// state's bytes in it: set by the builder once a snapshot it built is stored — before,
+    /// it stayed at the size known at start, 0 for a new group, so a group of a large state
+    /// took a snapshot of all of it every [`SNAPSHOT_AFTER_ENTRIES`] entries, however small).
     since_entries: u64,
     since_bytes: u64,
-    last_size: u64,
+    last_size: Arc<AtomicU64>,
     /// Entries since the last snapshot at which to ask for one (again).
     ask_at: u64,
     snapshots_taken: u64,
+    /// Snapshots asked for by the counts.
+    snapshots_asked: u64,
 }
 
 impl ReplicatedMachine {
@@ -202,9 +208,10 @@ impl ReplicatedMachine {
             loaded: false,
             since_entries: 0,
             since_bytes: 0,
-            last_size: 0,
+            last_size: Arc::new(AtomicU64::new(0)),
             ask_at: SNAPSHOT_AFTER_ENTRIES,
             snapshots_taken: 0,
+            snapshots_asked: 0,
         }
     }
 
@@ -218,18 +225,24 @@ impl ReplicatedMachine {
         let Some(s) = &self.snapshots else { return };
         self.since_entries += entries;
         self.since_bytes += bytes;
-        if self.since_entries >= self.ask_at && self.since_bytes >= self.last_size {
+        let last_size = self.last_size.load(Ordering::Relaxed);
+        if self.since_entries >= self.ask_at && self.since_bytes >= last_size {
             // Asked again every so many entries until one is built (a request can be
             // dropped, say while the group is still starting).
             self.ask_at = self.since_entries + SNAPSHOT_AFTER_ENTRIES;
+            self.snapshots_asked += 1;
             s.trigger();
         }
     }
 
-    fn reset_counts(&mut self, size: u64) {
+    /// Counts from zero again; `size`: the state's bytes in the snapshot now stored, when
+    /// known (`None`: one being built, whose builder tells its size).
+    fn reset_counts(&mut self, size: Option<u64>) {
         self.since_entries = 0;
         self.since_bytes = 0;
-        self.last_size = size;
+        if let Some(size) = size {
+            self.last_size.store(size, Ordering::Relaxed);
+        }
         self.ask_at = SNAPSHOT_AFTER_ENTRIES;
     }
 }
@@ -239,6 +252,8 @@ pub struct ImageBuilder {
     image: Result<ImageFuture, String>,
     meta: SnapshotMeta<NodeId, BasicNode>,
     file: Option<Arc<SnapshotFile>>,
+    /// Where the machine keeps its last snapshot's size (the state's bytes).
+    built_size: Arc<AtomicU64>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for ImageBuilder {
@@ -262,6 +277,7 @@ impl RaftSnapshotBuilder<TypeConfig> for ImageBuilder {
         let stored = open_stored(&file)
             .await?
             .ok_or_else(|| storage_err("the snapshot just stored is gone"))?;
+        self.built_size.store(stored.data_len(), Ordering::Relaxed);
         Ok(Snapshot {
             meta: self.meta.clone(),
             snapshot: Box::new(SnapshotData::stored(stored)),
@@ -287,7 +303,7 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
                     self.applier.install(stored).await.map_err(storage_err)?;
                     self.last_applied = meta.last_log_id;
                     self.membership = meta.last_membership;
-                    self.reset_counts(size);
+                    self.reset_counts(Some(size));
                 }
             }
         }
@@ -350,10 +366,15 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
                 .map_err(|e| e.to_string()),
             None => Err("this group keeps no snapshots".to_owned()),
         };
-        // The next request waits for as much log again as this snapshot will hold; its
-        // size is not known yet, so the entry count alone rules until the next one.
-        self.reset_counts(self.last_size);
-        ImageBuilder { image, meta, file }
+        // The next request waits for as much log again as this snapshot will hold: the
+        // builder tells its size once it is stored (until then, the last one's rules).
+        self.reset_counts(None);
+        ImageBuilder {
+            image,
+            meta,
+            file,
+            built_size: Arc::clone(&self.last_size),
+        }
     }
 
     async fn begin_receiving_snapshot(
@@ -404,7 +425,7 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
         self.applier.install(stored).await.map_err(storage_err)?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.reset_counts(size);
+        self.reset_counts(Some(size));
         tracing::info!(
             index = meta.last_log_id.map(|l| l.index),
             bytes = size,
@@ -423,5 +444,54 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
             meta: stored.meta().clone(),
             snapshot: Box::new(SnapshotData::stored(stored)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::crypto::{Key32, SealKey};
+
+    /// A state of `size` bytes.
+    struct SizedState(usize);
+
+    impl Applier for SizedState {
+        fn apply(&self, _index: u64, _commands: Vec<bytes::Bytes>) -> ApplyFuture {
+            Box::pin(async {})
+        }
+
+        fn image(&self, mut sink: ImageSink) -> ImageFuture {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let written = sink
+                .write_all(&vec![7u8; self.0])
+                .map(|()| sink)
+                .map_err(|e| e.to_string());
+            let _ = tx.send(written);
+            rx
+        }
+    }
+
+    /// A group's snapshots follow its state's size: before the first, the entry count alone
+    /// asks; once one of a large state is stored, small entries do not ask again until they
+    /// carry as many bytes as it held (before, the builder never told the size, and a group
+    /// of a large state snapshotted all of it every 1,024 entries).
+    #[tokio::test]
+    async fn a_snapshot_is_asked_for_again_only_after_as_many_bytes_as_the_last_one_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = SealKey::new(Key32::from_fn(|k| k.fill(3)));
+        let file = SnapshotFile::new(dir.path(), [1; 8], key);
+        let mut m = ReplicatedMachine::new(Arc::new(SizedState(300_000)))
+            .with_snapshots(Snapshots::new(file, Weak::new(), 1));
+        m.count(SNAPSHOT_AFTER_ENTRIES, 100);
+        assert_eq!(m.snapshots_asked, 1, "nothing stored yet: the count asks");
+        let mut builder = m.get_snapshot_builder().await;
+        let built = builder.build_snapshot().await.expect("built");
+        assert_eq!(built.meta.snapshot_id, "0-1");
+        m.count(SNAPSHOT_AFTER_ENTRIES * 8, 8 * 100);
+        assert_eq!(m.snapshots_asked, 1, "small entries: not yet");
+        m.count(1, 300_000);
+        assert_eq!(m.snapshots_asked, 2, "as many bytes as the snapshot held");
     }
 }
