@@ -272,9 +272,17 @@ async fn run_link(
         let _ = stream.set_nodelay(true);
         let (reader, writer) = stream.into_split();
         let waiting: Waiting = Arc::default();
-        let reader_task = tokio::spawn(read_answers(reader, waiting.clone(), heard.clone()));
-        let closed = write_calls(writer, &mut rx, &waiting, &mut next_id).await;
+        let mut reader_task = tokio::spawn(read_answers(reader, waiting.clone(), heard.clone()));
+        // The connection is done when writing fails, and also as soon as reading does: a peer
+        // that died (kill -9) closes it at once, but a call written after that would still go
+        // out into the dead socket and wait for its answer until its deadline — a proposal
+        // forwarded to a dead leader held its stream's next round for the whole 3 s.
+        let closed = tokio::select! {
+            closed = write_calls(writer, &mut rx, &waiting, &mut next_id) => closed,
+            _ = &mut reader_task => false,
+        };
         reader_task.abort();
+        // Calls waiting on it fail now (their answers are dropped); the next ones dial again.
         waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if closed {
             return;
@@ -1434,6 +1442,37 @@ mod tests {
             );
         }
         nodes
+    }
+
+    /// A peer that dies (its process killed: the kernel closes its end) after the link
+    /// connected: a call made afterwards fails at once, not at its deadline. Before, the
+    /// link wrote it into the dead socket and it waited the whole deadline — a proposal
+    /// forwarded to a killed leader held its stream for 3 s.
+    #[tokio::test]
+    async fn a_call_to_a_peer_that_closed_its_connection_fails_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let peer = tokio::spawn(async move {
+            let (conn, _) = listener.accept().await.expect("accept");
+            drop(listener);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            drop(conn);
+        });
+        let link = PeerLink::start(addr, Arc::new(AddressBook::default()));
+        peer.await.expect("peer");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        let answer = link
+            .call(7, Request::ReadIndex, false, Duration::from_secs(10))
+            .await;
+        assert!(answer.is_err());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failed only after {:?}",
+            started.elapsed()
+        );
     }
 
     /// Node 1 alone, on a free loopback port.
