@@ -963,8 +963,14 @@ fn load(
     for (i, &segment) in segments.iter().enumerate() {
         let newest = i + 1 == segments.len();
         let acked = acknowledged.get(&segment).copied().unwrap_or(0);
-        let end = replay(&mut inner, &by_pseudonym, segment, newest, writable, acked)?;
-        read(end);
+        let end = replay(
+            &mut inner,
+            &by_pseudonym,
+            (segment, newest),
+            writable,
+            acked,
+            read,
+        )?;
         if end < acked {
             return Err(LogError::Corrupt {
                 path: segment_path(dir, segment),
@@ -1179,16 +1185,18 @@ fn roll_over(inner: &mut Inner) {
 /// Replays one segment into `inner`; returns where its valid records end. `acked`: how long
 /// the segment was at its last acknowledged flush ([`extent`]); a "torn" record before that is
 /// damage, not a crash's unfinished write.
+/// `read` is told the bytes as they are read, a MiB at a time (an audit of a running node
+/// paces them).
 fn replay(
     inner: &mut Inner,
     by_pseudonym: &HashMap<[u8; 8], GroupId>,
-    segment: u64,
-    newest: bool,
+    (segment, newest): (u64, bool),
     cut_torn_tail: bool,
     acked: u64,
+    read: &mut dyn FnMut(u64),
 ) -> Result<u64, LogError> {
     let path = segment_path(&inner.dir, segment);
-    let data = fs::read(&path).map_err(|e| io_err(&path, e))?;
+    let data = read_counting(&path, read).map_err(|e| io_err(&path, e))?;
     let corrupt = |offset: usize, why| LogError::Corrupt {
         path: path.clone(),
         offset: offset as u64,
@@ -1264,6 +1272,22 @@ fn replay(
         at += 4 + len;
     }
     Ok(at as u64)
+}
+
+/// The file at `path`, read a MiB at a time, each told to `read`.
+fn read_counting(path: &Path, read: &mut dyn FnMut(u64)) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = File::open(path)?;
+    let mut data = Vec::with_capacity(file.metadata().map_or(0, |m| m.len() as usize));
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(data);
+        }
+        data.extend_from_slice(&chunk[..n]);
+        read(n as u64);
+    }
 }
 
 /// The writer thread: takes everything pending, writes it, one `fdatasync` per segment
