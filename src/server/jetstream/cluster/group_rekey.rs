@@ -154,15 +154,20 @@ impl ClusterJs {
         );
         let deadline = Instant::now() + SETTLE_WAIT;
         let mut asked: Option<Instant> = None;
+        // Once the stored snapshot is under the newest key it stays so (every later one is
+        // sealed with it): the file is looked at until then only.
+        let mut snapshot_new = false;
         loop {
             let Some(raft) = self.node.group(group) else {
                 return Err("the stream's group stopped here during the rotation".into());
             };
-            let f = Arc::clone(&file);
-            let snapshot_new = tokio::task::spawn_blocking(move || f.under_newest_key())
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("the group's snapshot does not open: {e}"))?;
+            if !snapshot_new {
+                let f = Arc::clone(&file);
+                snapshot_new = tokio::task::spawn_blocking(move || f.under_newest_key())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("the group's snapshot does not open: {e}"))?;
+            }
             let older = self.log.last_entry_before(slot, since);
             if snapshot_new && older.is_none() {
                 return Ok(());
