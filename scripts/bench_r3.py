@@ -394,6 +394,120 @@ async def rekey(cl, args):
     return res
 
 
+async def audit_live(cl, args):
+    """--audit-live MIB in the R3 stream, then --audit-rounds times: a quiet window as long as
+    the audit before it (30 s the first time) and a live audit, one client publishing all the
+    while, each publish awaiting its PubAck. --audit-node names the node audited
+    (`$SYS.REQ.SERVER.<id>.AUDIT`; 0: every node at once, `$SYS.REQ.SERVER.PING.AUDIT`). Each
+    publish is filed under what the audited nodes were doing when it was answered (their
+    /metrics, read every 50 ms): the p99 of each phase against the quiet windows'."""
+    nc = await nats.connect(cl.url(0), connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    payload = os.urandom(1024)
+    sem = asyncio.Semaphore(256)
+
+    async def one():
+        async with sem:
+            await js.publish("r3.f", payload)
+
+    await asyncio.gather(*(one() for _ in range(args.audit_live * 1024)))
+    sys_nc = await nats.connect(f"nats://sys:sys@127.0.0.1:{cl.cports[0]}", connect_timeout=5)
+    ids = {}
+    inbox = sys_nc.new_inbox()
+    sub = await sys_nc.subscribe(inbox)
+    await sys_nc.publish("$SYS.REQ.SERVER.PING", b"", reply=inbox)
+    for _ in range(3):
+        m = await sub.next_msg(timeout=5)
+        srv = json.loads(m.data)["server"]
+        ids[srv["name"]] = srv["id"]
+    await sub.unsubscribe()
+    audited = [i for i in range(3) if args.audit_node in (0, i + 1)]
+    state = {"phase": "audit-other", "auditing": False}
+    samples = []  # (phase, ms)
+    stop = asyncio.Event()
+
+    async def publisher():
+        while not stop.is_set():
+            t = time.perf_counter()
+            await js.publish("r3.p", b"during the audit")
+            samples.append((state["phase"] if state["auditing"] else "quiet",
+                            (time.perf_counter() - t) * 1000))
+
+    def phases():
+        seen = set()
+        for i in audited:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{cl.mports[i]}/metrics", timeout=1) as r:
+                    text = r.read().decode()
+            except Exception:
+                continue
+            running = "sealstream_audit_running 1" in text
+            if not running:
+                continue
+            phase = "raft"
+            for line in text.splitlines():
+                if line.startswith("sealstream_audit_phase_bytes{") and 'which="total"' in line:
+                    phase = line.split('phase="')[1].split('"')[0]
+            seen.add("raft" if phase == "idle" else phase)
+        return "+".join(sorted(seen)) or "audit-other"
+
+    async def poller():
+        # Polled in the quiet windows too: the same load on the servers in both.
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            state["phase"] = await loop.run_in_executor(None, phases)
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(publisher())
+    polling = asyncio.create_task(poller())
+    res = {"leader": await stream_leader(js)}
+    quiet_s = 30.0
+    for rnd in range(args.audit_rounds):
+        state["auditing"] = False
+        await asyncio.sleep(quiet_s)
+        started = time.perf_counter()
+        body = json.dumps({"bytes_per_sec": args.audit_pace} if args.audit_pace else {}).encode()
+        inbox = sys_nc.new_inbox()
+        sub = await sys_nc.subscribe(inbox)
+        subject = ("$SYS.REQ.SERVER.PING.AUDIT" if args.audit_node == 0
+                   else f"$SYS.REQ.SERVER.{ids[f'n{args.audit_node}']}.AUDIT")
+        await sys_nc.publish(subject, body, reply=inbox)
+        state["auditing"] = True
+        answers = 0
+        while answers < len(audited):
+            try:
+                m = await sub.next_msg(timeout=600)
+            except nats.errors.TimeoutError:
+                raise RuntimeError("no audit report within 10 minutes")
+            answers += 1
+            v = json.loads(m.data)
+            if "error" in v:
+                raise RuntimeError(f"live audit: {v}")
+        await sub.unsubscribe()
+        quiet_s = time.perf_counter() - started
+        res[f"audit_{rnd + 1}_s"] = quiet_s
+    state["auditing"] = False
+    await asyncio.sleep(quiet_s)
+    stop.set()
+    await task
+    await polling
+    await nc.close()
+    await sys_nc.close()
+    by = {}
+    for ph, ms in samples:
+        by.setdefault(ph, []).append(ms)
+    q50, q99 = pct(by.get("quiet", []), 0.5), pct(by.get("quiet", []), 0.99)
+    audit_all = [ms for ph, ms in samples if ph != "quiet"]
+    res.update({"quiet_n": len(by.get("quiet", [])), "quiet_p50_ms": q50, "quiet_p99_ms": q99,
+                "audit_n": len(audit_all), "audit_p50_x": pct(audit_all, 0.5) / q50,
+                "audit_p99_x": pct(audit_all, 0.99) / q99})
+    for ph, v in sorted(by.items()):
+        if ph != "quiet":
+            res[f"{ph}_n"] = len(v)
+            res[f"{ph}_p99_x"] = pct(v, 0.99) / q99
+    return res
+
+
 async def promote(cl, args):
     """An R1 stream of --promote MiB on node 1 made R3: time until the update is answered,
     and until every node's own replica holds every message."""
@@ -660,6 +774,8 @@ async def measure(port, args, cl):
             out.update(await mirror(cl, args))
         if args.rekey:
             out.update(await rekey(cl, args))
+        if args.audit_live:
+            out.update(await audit_live(cl, args))
         if args.catchup or args.promote or args.mirror:
             out.update(peak_rss(cl))
         return out
@@ -694,7 +810,7 @@ async def measure(port, args, cl):
 
 def run(name, binary, always, args):
     with tempfile.TemporaryDirectory() as d:
-        cl = Cluster(binary, d, always, accounts=bool(args.rekey))
+        cl = Cluster(binary, d, always, accounts=bool(args.rekey or args.audit_live))
         try:
             cl.wait_listening()
             return asyncio.run(measure(cl.cports[0], args, cl))
@@ -731,6 +847,12 @@ def main():
     ap.add_argument("--audit-pace", type=int, default=0,
                     help="--rekey's live audit: bytes a second per server (0: the default); "
                          "the three nodes here share one machine's disk and cores")
+    ap.add_argument("--audit-live", type=int, default=0,
+                    help="MiB in the R3 stream, then live audits between quiet windows "
+                         "(sealstream only)")
+    ap.add_argument("--audit-rounds", type=int, default=3)
+    ap.add_argument("--audit-node", type=int, default=0, choices=[0, 1, 2, 3],
+                    help="--audit-live: the node audited (0: all three at once)")
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
     ap.add_argument("--disk", type=int, default=0,
                     help="messages through an R3 stream capped at 10,000: store bytes per node")

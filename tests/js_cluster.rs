@@ -2072,7 +2072,38 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
     for i in 0..50 {
         publish_until_acked(&js, 0, "audited.x", format!("audited-payload-{i}")).await;
     }
-    let stores = live_audit(&cl, 1, "sys", &[]);
+    // Signed: one attestation of the three live stores, which the auditor verifies offline.
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.nk");
+    let attestation = dir.path().join("cluster.attestation");
+    let public = sealctl(&["audit-key", "init", "--out", key.to_str().unwrap()]);
+    let stores = live_audit(
+        &cl,
+        1,
+        "sys",
+        &[
+            "--attest",
+            attestation.to_str().unwrap(),
+            "--sign-with",
+            key.to_str().unwrap(),
+        ],
+    );
+    let verified = sealctl(&[
+        "audit",
+        "verify",
+        attestation.to_str().unwrap(),
+        "--signer",
+        public.trim(),
+    ]);
+    assert!(
+        verified.contains("signature: valid"),
+        "the signed cluster report verifies offline: {verified}"
+    );
+    assert_eq!(
+        verified.matches("attested: ").count(),
+        3,
+        "every node's store in it: {verified}"
+    );
     let ids: std::collections::BTreeSet<&str> = stores
         .iter()
         .map(|s| s["store_id"].as_str().unwrap())
@@ -2262,6 +2293,122 @@ async fn a_replicated_stream_is_re_sealed_on_every_replica_while_it_takes_writes
         raft["dropped_key_records"].as_u64().unwrap() > 0,
         "records of the older keys still on disk, not opened: {raft}"
     );
+}
+
+/// Issue 17: a group-key rotation cut short by a crash after each of its steps — the new key
+/// in the directory, the log's checkpoint under it, the log settled under it (the node kills
+/// itself there: `SEALSTREAM_TEST_CRASH_AT`) — is finished when the node starts again: the
+/// older key destroyed, every acknowledged message on the node, its log opening with the new
+/// key alone, the audits clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_key_rotation_cut_short_by_a_crash_is_finished_at_the_next_start() {
+    let mut cl = TestCluster::start_js_conf(3, Some(WITH_SYSTEM_ACCOUNT));
+    if cl.is_reference() {
+        return; // nats-server has no group-key rotation
+    }
+    cl.wait_full_mesh(Duration::from_secs(10));
+    wait_meta_leader(&cl).await;
+    let js = vec![jetstream::new(app_client(&cl, 0).await)];
+    create_r3(&js[0], "CRASHED", "crashed.>").await;
+    let mut acked = BTreeMap::new();
+    let mut i = 0;
+    for step in [
+        "group-key-new-key",
+        "group-key-checkpoint",
+        "group-key-settled",
+    ] {
+        for _ in 0..20 {
+            let seq = publish_until_acked(&js, 0, "crashed.x", order(i)).await;
+            acked.insert(seq, order(i));
+            i += 1;
+        }
+        // Node 3 (never the client's) with the crash point, caught up before the rotation.
+        cl.restart_with_env(2, &[("SEALSTREAM_TEST_CRASH_AT", step)]);
+        let third = jetstream::new(app_client(&cl, 2).await);
+        wait_messages(&third, "CRASHED", *acked.keys().last().unwrap()).await;
+        let url = cl.url(0);
+        let rekey = tokio::task::spawn_blocking(move || {
+            sealctl_any(&[
+                "store",
+                "rekey-live",
+                "--account",
+                "APP",
+                "--stream",
+                "CRASHED",
+                "--wait",
+                "20s",
+                "--server",
+                &url,
+                "--user",
+                "sys",
+                "--password",
+                "sys",
+            ])
+        });
+        assert!(
+            cl.nodes[2].server.ended_within(Duration::from_secs(60)),
+            "n3 did not stop at {step}: {}",
+            cl.nodes[2].server.log_text()
+        );
+        // Publishes go on with two nodes meanwhile.
+        for _ in 0..10 {
+            let seq = publish_until_acked(&js, 0, "crashed.x", order(i)).await;
+            acked.insert(seq, order(i));
+            i += 1;
+        }
+        cl.restart(2);
+        wait_log_line(
+            &cl,
+            2,
+            "an interrupted group-key rotation finished",
+            Duration::from_secs(60),
+        )
+        .await;
+        let (_, out) = rekey.await.unwrap();
+        assert_eq!(
+            out.matches("APP/CRASHED: group key rotated to generation")
+                .count(),
+            2,
+            "the two nodes that did not crash: {out}"
+        );
+        let log = cl.nodes[2].server.log_text();
+        assert!(
+            !log.contains("failed authentication") && !log.contains("needs repair"),
+            "n3's log after the crash at {step}: {log}"
+        );
+        let third = [jetstream::new(app_client(&cl, 2).await)];
+        wait_messages(&third[0], "CRASHED", *acked.keys().last().unwrap()).await;
+        assert_eq!(settled_history(&third[0], "CRASHED", &acked).await, acked);
+    }
+    // Every node's live log opens with the keys its directory holds now: no rotation left.
+    for store in live_audit(&cl, 0, "sys", &[]) {
+        assert!(store["raft"]["records"].as_u64().unwrap() > 0, "{store:#}");
+        assert_eq!(store["raft"]["groups_rotating"], 0, "{store:#}");
+    }
+    // And offline: node 3's log with the newest group key alone, records under the destroyed
+    // ones counted but not opened.
+    cl.stop(2, true);
+    let store = cl.nodes[2].server.store_dir().unwrap();
+    let out = support::sealctl_audit(&store, &["--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let report = report.get("stores").map_or(&report, |s| &s[0]);
+    assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["raft"]["groups_rotating"], 0, "{report:#}");
+}
+
+/// sealctl with `args`: whether it succeeded, and what it printed (both streams).
+fn sealctl_any(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 /// `sealctl store rekey-live` of account APP's `stream` through the server at `url`, as the

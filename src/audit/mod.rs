@@ -270,6 +270,8 @@ pub enum Phase {
     Decrypt = 1,
     /// One pass over every file: layout, framing, entropy and the leak scan.
     Files = 2,
+    /// A clustered node's Raft log: every live record and kept snapshot authenticated.
+    Raft = 3,
 }
 
 impl Phase {
@@ -279,6 +281,7 @@ impl Phase {
             Phase::Idle => "idle",
             Phase::Decrypt => "decrypt",
             Phase::Files => "files",
+            Phase::Raft => "raft",
         }
     }
 }
@@ -317,6 +320,7 @@ impl Progress {
         match self.phase.load(Ordering::Relaxed) {
             1 => Phase::Decrypt,
             2 => Phase::Files,
+            3 => Phase::Raft,
             _ => Phase::Idle,
         }
     }
@@ -632,6 +636,10 @@ impl Run<'_> {
         });
         // The Raft log's records and snapshots, read (and paced) outside the catalog's lock.
         if let Some((names, group_root)) = raft_keys {
+            self.progress.begin(
+                Phase::Raft,
+                dir_bytes(&root.join(crate::store::meta::RAFT_DIR)),
+            );
             let mut scratch = empty_report(root, true);
             report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
             if self.live && !scratch.findings.is_empty() {
@@ -641,6 +649,7 @@ impl Run<'_> {
                 report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
             }
             report.findings.append(&mut scratch.findings);
+            self.progress.end();
         }
         let (mut files, layout_findings) = layout::walk(root);
         let mut layout_findings: Vec<_> = layout_findings

@@ -140,6 +140,7 @@ impl TestCluster {
                 conf,
                 &place,
                 Some(store.path()),
+                &[],
             );
             c.nodes.push(Node {
                 server,
@@ -278,6 +279,12 @@ impl TestCluster {
 
     /// Starts node `i` again on its route port (its client port changes).
     pub fn restart(&mut self, i: usize) {
+        self.restart_with_env(i, &[]);
+    }
+
+    /// As [`TestCluster::restart`], with `env` set for this start of node `i` alone (a
+    /// server's test hooks).
+    pub fn restart_with_env(&mut self, i: usize, env: &[(&str, &str)]) {
         let node = &mut self.nodes[i];
         node.server.stop(false);
         // The old process's store is the new one's: no audit while it runs.
@@ -292,6 +299,7 @@ impl TestCluster {
             node.conf.as_deref(),
             &node.place,
             store.as_ref().map(|s| s.path()),
+            env,
         );
     }
 }
@@ -305,7 +313,17 @@ fn spawn_node(
     conf: Option<&str>,
     place: &Place,
 ) -> TestServer {
-    spawn_node_with(kind, name, cluster, route_port, seeds, conf, place, None)
+    spawn_node_with(
+        kind,
+        name,
+        cluster,
+        route_port,
+        seeds,
+        conf,
+        place,
+        None,
+        &[],
+    )
 }
 
 #[allow(
@@ -321,6 +339,7 @@ fn spawn_node_with(
     conf: Option<&str>,
     place: &Place,
     store: Option<&std::path::Path>,
+    env: &[(&str, &str)],
 ) -> TestServer {
     let (bin, reference) = match kind {
         Kind::UnderTest => server_binary(),
@@ -359,6 +378,7 @@ fn spawn_node_with(
         dir,
         args,
         conf.map(str::to_owned),
+        env,
     );
     // nats-server logs its route listener after "Server is ready": wait for the line.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -183,7 +183,7 @@ impl TestServer {
         args: Vec<String>,
         conf: Option<String>,
     ) -> Self {
-        Self::spawn_at(None, "127.0.0.1", bin, reference, dir, args, conf)
+        Self::spawn_at(None, "127.0.0.1", bin, reference, dir, args, conf, &[])
     }
 
     /// Environment every server started from now on gets (for example a libfaketime
@@ -194,7 +194,12 @@ impl TestServer {
     }
 
     /// As [`TestServer::spawn_bin`], listening on `host`, inside the network namespace
-    /// `netns` when given (`ip netns exec`, which execs the server: the child is the server).
+    /// `netns` when given (`ip netns exec`, which execs the server: the child is the server),
+    /// with `env` set for this server alone.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a test helper's plain parameter list"
+    )]
     pub fn spawn_at(
         netns: Option<&str>,
         host: &str,
@@ -203,6 +208,7 @@ impl TestServer {
         dir: tempfile::TempDir,
         args: Vec<String>,
         conf: Option<String>,
+        env: &[(&str, &str)],
     ) -> Self {
         let mut cmd = match netns {
             Some(ns) => {
@@ -214,6 +220,7 @@ impl TestServer {
         };
         cmd.current_dir(dir.path());
         cmd.envs(CHILD_ENV.lock().unwrap().iter().cloned());
+        cmd.envs(env.iter().copied());
         if let Some(c) = &conf {
             let path = dir.path().join("server.conf");
             std::fs::write(&path, c).expect("write conf");
@@ -290,6 +297,21 @@ impl TestServer {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    /// Whether the process ended (however: a signal too) within `limit`.
+    pub fn ended_within(&mut self, limit: Duration) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return true;
+            }
+            spin_pause(Duration::from_millis(20));
+        }
+        false
     }
 
     /// Waits for the process to exit and returns its exit code.

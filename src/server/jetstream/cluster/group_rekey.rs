@@ -107,6 +107,7 @@ impl ClusterJs {
             };
             (r.slot, r.keys[0], resumed)
         };
+        crash_point_for_tests("group-key-new-key");
         // Step 2: the log seals with it from a checkpoint on.
         let since = if resumed && self.log.key_count(slot) > 1 {
             // The log opened with both keys: it seals with the newest since then.
@@ -115,8 +116,10 @@ impl ClusterJs {
             self.log.add_key(slot, seal_key(&new_key)).await
         }
         .map_err(|e| format!("the Raft log did not take the new group key: {e}"))?;
+        crash_point_for_tests("group-key-checkpoint");
         // Step 3: a snapshot under the new key, the log purged past the older one.
         self.settle(group, slot, since).await?;
+        crash_point_for_tests("group-key-settled");
         // Step 4: the older key destroyed, durably, then in memory.
         let generation = {
             let mut d = self.directory.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,5 +223,27 @@ impl ClusterJs {
                 }
             });
         }
+    }
+}
+
+/// The environment variable that makes a node kill itself (SIGKILL, as `kill -9` would) right
+/// after the rotation step it names — `group-key-new-key`, `group-key-checkpoint` or
+/// `group-key-settled` — so that the tests can start it again from exactly that state
+/// (`tests/js_cluster.rs`). Read at that moment only; unset, nothing happens.
+const CRASH_AT_ENV: &str = "SEALSTREAM_TEST_CRASH_AT";
+
+/// Kills this process where [`CRASH_AT_ENV`] says so.
+fn crash_point_for_tests(step: &str) {
+    if std::env::var(CRASH_AT_ENV).is_ok_and(|v| v == step) {
+        warn!(
+            step,
+            "{CRASH_AT_ENV}: killing this process (SIGKILL) as asked"
+        );
+        // No unsafe code in the crate: the kill(1) command, SIGKILL to ourselves (taken as
+        // this thread returns from waiting for it); abort if that did not end us.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &std::process::id().to_string()])
+            .status();
+        std::process::abort();
     }
 }
