@@ -184,6 +184,11 @@ pub struct AuditArgs {
     /// `--creds`): every server of the cluster audits its own live store.
     #[arg(long)]
     pub live: bool,
+    /// Live, as the system account: ask every server at once instead of one after another
+    /// (the default: one node of a cluster auditing at a time slows at most one replica of
+    /// each group, so every group keeps a quorum at full speed).
+    #[arg(long, requires = "live")]
+    pub all_at_once: bool,
     /// Live: only this account's streams.
     #[arg(long, requires = "live")]
     pub account: Option<String>,

@@ -135,9 +135,10 @@ pub fn rotate_master(
 }
 
 /// `sealctl audit --live`: asks the running servers to audit their stores and collects the
-/// reports (printed as they arrive, unless `--json`). As the system account
-/// (`$SYS.REQ.SERVER.PING.AUDIT`) every server of the cluster answers: the servers are counted
-/// first (`$SYS.REQ.SERVER.PING`) and their reports awaited up to `--wait`. As a tenant
+/// reports (printed as they arrive, unless `--json`). As the system account every server of
+/// the cluster audits, found first (`$SYS.REQ.SERVER.PING`): one after another
+/// (`$SYS.REQ.SERVER.<id>.AUDIT`, each awaited up to `--wait`), or with `--all-at-once` all
+/// together (`$SYS.REQ.SERVER.PING.AUDIT`, the reports awaited up to `--wait`). As a tenant
 /// (`--tenant`, `$JS.API.ACCOUNT.AUDIT`) each server of `--server` (comma-separated) audits
 /// the caller's account in its own store; one server named stands for its whole cluster (the
 /// others from its INFO's `connect_urls`).
@@ -238,6 +239,28 @@ pub async fn live(
                     take(url.to_owned(), &v, &mut reports, &mut failed);
                 }
                 _ => failed.push(format!("{url}: no answer within {}", a.wait)),
+            }
+        }
+    } else if !a.all_at_once {
+        // One node at a time: at most one replica of each group is slowed by an audit.
+        let s = super::conn::Session::open(target, &a.conn).await?;
+        for (name, id) in servers(&s.client).await? {
+            let answer = s
+                .client
+                .send_request(
+                    format!("$SYS.REQ.SERVER.{id}.AUDIT"),
+                    async_nats::Request::new()
+                        .payload(serde_json::to_vec(&body)?.into())
+                        .timeout(Some(wait)),
+                )
+                .await;
+            match answer {
+                Ok(m) if !m.payload.is_empty() => {
+                    let v: Value = serde_json::from_slice(&m.payload)?;
+                    take(name, &v, &mut reports, &mut failed);
+                }
+                Ok(_) => failed.push(format!("{name}: an empty answer")),
+                Err(e) => failed.push(format!("{name}: no report within {}: {e}", a.wait)),
             }
         }
     } else {
