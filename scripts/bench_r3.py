@@ -307,8 +307,9 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(len(xs) * q))] if xs else float("nan")
 
 
-async def rekey(cl, args):
-    """--rekey MiB in the R3 stream, then rekey-live of it while one client publishes."""
+async def fill_r3(cl, mib):
+    """MIB of 1 KiB messages into the R3 stream through node 1 (256 in flight); the
+    connection and its JetStream context."""
     nc = await nats.connect(cl.url(0), connect_timeout=5)
     js = nc.jetstream(timeout=10)
     payload = os.urandom(1024)
@@ -318,7 +319,13 @@ async def rekey(cl, args):
         async with sem:
             await js.publish("r3.f", payload)
 
-    await asyncio.gather(*(one() for _ in range(args.rekey * 1024)))
+    await asyncio.gather(*(one() for _ in range(mib * 1024)))
+    return nc, js
+
+
+async def rekey(cl, args):
+    """--rekey MiB in the R3 stream, then rekey-live of it while one client publishes."""
+    nc, js = await fill_r3(cl, args.rekey)
     lat = {"before": [], "during": [], "audit": []}
     phase = "before"
     stop = asyncio.Event()
@@ -401,16 +408,7 @@ async def audit_live(cl, args):
     (`$SYS.REQ.SERVER.<id>.AUDIT`; 0: every node at once, `$SYS.REQ.SERVER.PING.AUDIT`). Each
     publish is filed under what the audited nodes were doing when it was answered (their
     /metrics, read every 50 ms): the p99 of each phase against the quiet windows'."""
-    nc = await nats.connect(cl.url(0), connect_timeout=5)
-    js = nc.jetstream(timeout=10)
-    payload = os.urandom(1024)
-    sem = asyncio.Semaphore(256)
-
-    async def one():
-        async with sem:
-            await js.publish("r3.f", payload)
-
-    await asyncio.gather(*(one() for _ in range(args.audit_live * 1024)))
+    nc, js = await fill_r3(cl, args.audit_live)
     sys_nc = await nats.connect(f"nats://sys:sys@127.0.0.1:{cl.cports[0]}", connect_timeout=5)
     ids = {}
     inbox = sys_nc.new_inbox()
