@@ -186,7 +186,7 @@ pub struct AuditArgs {
     pub live: bool,
     /// Live, as the system account: ask every server at once instead of one after another
     /// (the default: one node of a cluster auditing at a time slows at most one replica of
-    /// each group, so every group keeps a quorum at full speed).
+    /// each group, so a group led by another node keeps a full-speed quorum).
     #[arg(long, requires = "live")]
     pub all_at_once: bool,
     /// Live: only this account's streams.
