@@ -26,9 +26,10 @@ use std::time::Duration;
 
 use openraft::error::{
     CheckIsLeaderError, ClientWriteError, Fatal, InitializeError, InstallSnapshotError,
-    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
+    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Timeout,
+    Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     SnapshotResponse, VoteRequest, VoteResponse,
@@ -346,10 +347,15 @@ async fn write_calls(
 
 fn push(frame: &mut Frame, call: Call, waiting: &Waiting, next_id: &mut u64) {
     *next_id += 1;
-    waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(*next_id, call.answer);
+    let mut waiting = waiting.lock().unwrap_or_else(|p| p.into_inner());
+    // Callers that gave up (their deadline passed: a peer that stopped answering on a
+    // connection still open, partitioned say) leave their entry behind until the connection
+    // ends; dropped here once there are many, so the table is bounded by the calls whose
+    // callers still wait.
+    if waiting.len() >= PEER_QUEUE {
+        waiting.retain(|_, answer| !answer.is_closed());
+    }
+    waiting.insert(*next_id, call.answer);
     frame.calls.push((*next_id, call.group, call.request));
 }
 
@@ -496,6 +502,7 @@ impl MuxNode {
         SM: RaftStateMachine<TypeConfig>,
     {
         let network = GroupNetwork {
+            me: self.id,
             group,
             links: self.links.clone(),
             book: Arc::clone(&self.book),
@@ -1258,6 +1265,7 @@ async fn write(
 
 /// One group's way to its peers: openraft asks it for a client per target.
 struct GroupNetwork {
+    me: NodeId,
     group: GroupId,
     links: Arc<Mutex<HashMap<String, PeerLink>>>,
     book: Arc<AddressBook>,
@@ -1281,6 +1289,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
             .or_insert_with(|| PeerLink::start(node.addr.clone(), Arc::clone(&self.book)))
             .clone();
         GroupClient {
+            me: self.me,
             group: self.group,
             target,
             link,
@@ -1292,6 +1301,8 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetwork {
 
 /// One group's client for one peer.
 struct GroupClient {
+    /// This node (the sender, in a timeout openraft is told of).
+    me: NodeId,
     group: GroupId,
     target: NodeId,
     link: PeerLink,
@@ -1303,6 +1314,37 @@ struct GroupClient {
 
 fn unreachable<E: std::error::Error>(e: io::Error) -> RPCError<NodeId, BasicNode, E> {
     RPCError::Unreachable(Unreachable::new(&e))
+}
+
+impl GroupClient {
+    /// A call that failed, in openraft's terms. One that ran out of time is a `Timeout`, after
+    /// which openraft sends the next call at once; anything else (no connection, a link that
+    /// closed) is `Unreachable`, after which it sends nothing to that peer for its backoff.
+    ///
+    /// Why the difference matters: a follower answers an append once the entries are durable,
+    /// and openraft gives an append one heartbeat interval (250 ms). A follower whose disk is
+    /// slow for a moment (a large snapshot written on the same disk) missed it; told
+    /// "unreachable", the leader then sent that follower nothing for 500 ms — no entries, no
+    /// heartbeat — and with both followers so, the group had no quorum for the whole backoff,
+    /// each time: publish latency spikes, and under a long burst of slow flushes, followers
+    /// that heard nothing stood for election, which the slow disk made fail too.
+    fn call_failed<E: std::error::Error>(
+        &self,
+        action: RPCTypes,
+        ttl: Duration,
+        e: io::Error,
+    ) -> RPCError<NodeId, BasicNode, E> {
+        if e.kind() == io::ErrorKind::TimedOut {
+            RPCError::Timeout(Timeout {
+                action,
+                id: self.me,
+                target: self.target,
+                timeout: ttl,
+            })
+        } else {
+            unreachable(e)
+        }
+    }
 }
 
 fn unexpected<E: std::error::Error>() -> RPCError<NodeId, BasicNode, E> {
@@ -1347,7 +1389,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
                 option.hard_ttl(),
             )
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| self.call_failed(RPCTypes::AppendEntries, option.hard_ttl(), e))?;
         answered(
             self.target,
             match answer {
@@ -1377,7 +1419,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             .link
             .call(self.group, Request::Snapshot(rpc), false, option.hard_ttl())
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| self.call_failed(RPCTypes::InstallSnapshot, option.hard_ttl(), e))?;
         drop(permit);
         answered(
             self.target,
@@ -1415,7 +1457,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             .link
             .call(self.group, Request::Vote(rpc), false, option.hard_ttl())
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| self.call_failed(RPCTypes::Vote, option.hard_ttl(), e))?;
         answered(
             self.target,
             match answer {
@@ -1473,6 +1515,58 @@ mod tests {
             "failed only after {:?}",
             started.elapsed()
         );
+    }
+
+    /// A peer that is connected but answers too late: openraft is told the append timed out
+    /// (it sends the next one at once), not that the peer is unreachable (it would send that
+    /// follower nothing for 500 ms). A peer nobody listens for is still unreachable.
+    #[tokio::test]
+    async fn a_late_answer_is_a_timeout_and_no_listener_is_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        // Accepts and reads, never answers.
+        let peer = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut sink = Vec::new();
+            let _ = conn.read_to_end(&mut sink).await;
+        });
+        let mut network = GroupNetwork {
+            me: 1,
+            group: 7,
+            links: Arc::default(),
+            book: Arc::default(),
+            sending: Arc::default(),
+        };
+        let heartbeat = || AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        };
+        let option = RPCOption::new(Duration::from_millis(100));
+        let mut client = network.new_client(2, &BasicNode::new(addr)).await;
+        match client.append_entries(heartbeat(), option.clone()).await {
+            Err(RPCError::Timeout(t)) => {
+                assert_eq!((t.id, t.target, t.action), (1, 2, RPCTypes::AppendEntries));
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        peer.abort();
+
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let nobody = closed.local_addr().expect("addr").to_string();
+        drop(closed);
+        let mut client = network.new_client(3, &BasicNode::new(nobody)).await;
+        // Long enough for the link's dial to fail first, whenever the call comes.
+        let option = RPCOption::new(Duration::from_secs(5));
+        assert!(matches!(
+            client.append_entries(heartbeat(), option).await,
+            Err(RPCError::Unreachable(_))
+        ));
     }
 
     /// Node 1 alone, on a free loopback port.

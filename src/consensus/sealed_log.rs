@@ -1299,6 +1299,7 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
     };
     let mut files: BTreeMap<u64, File> = BTreeMap::new();
     let mut extent_file: Option<ExtentFile> = None;
+    let mut slow = SlowFlushes::default();
     loop {
         let (batch, bytes_freed, dir) = {
             let mut inner = lock(&shared);
@@ -1312,7 +1313,9 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
             let freed = std::mem::take(&mut inner.pending_bytes);
             (batch, freed, inner.dir.clone())
         };
+        let started = std::time::Instant::now();
         let result = write_batch(&dir, &mut files, &batch);
+        slow.took(started.elapsed());
         if result.is_ok() {
             let segments: std::collections::BTreeSet<u64> =
                 batch.iter().map(|p| p.segment).collect();
@@ -1385,6 +1388,40 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             });
+        }
+    }
+}
+
+/// Flushes that took longer than a leader waits for a follower's answer to an append
+/// (followers answer once the entries are durable): said in the log, at most once every
+/// [`SlowFlushes::EVERY`], so that an operator sees a disk too slow for the cluster's timing
+/// rather than only its effect (appends timing out, publishes stalling).
+#[derive(Default)]
+struct SlowFlushes {
+    since_said: u64,
+    longest: std::time::Duration,
+    said: Option<std::time::Instant>,
+}
+
+impl SlowFlushes {
+    const SLOW: std::time::Duration = std::time::Duration::from_millis(super::timing::HEARTBEAT_MS);
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn took(&mut self, took: std::time::Duration) {
+        if took < Self::SLOW {
+            return;
+        }
+        self.since_said += 1;
+        self.longest = self.longest.max(took);
+        if self.said.is_none_or(|t| t.elapsed() >= Self::EVERY) {
+            tracing::warn!(
+                flushes = self.since_said,
+                longest_ms = self.longest.as_millis() as u64,
+                "the Raft log's flushes are slower than a leader waits for a follower's answer (250 ms): the disk is slow for the cluster's timing"
+            );
+            self.said = Some(std::time::Instant::now());
+            self.since_said = 0;
+            self.longest = std::time::Duration::ZERO;
         }
     }
 }

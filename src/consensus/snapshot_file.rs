@@ -157,6 +157,7 @@ impl SnapshotFile {
             starts: Vec::new(),
             end: HEADER_LEN,
             data_len: 0,
+            unsynced: 0,
             finished: false,
         })
     }
@@ -515,8 +516,20 @@ pub struct SnapshotWriter {
     starts: Vec<u64>,
     end: u64,
     data_len: u64,
+    /// Bytes written since the file was last synced (see [`SYNC_EVERY`]).
+    unsynced: u64,
     finished: bool,
 }
+
+/// How much of a snapshot being written may wait in the page cache: the file is synced each
+/// time this much was written, not only at its end.
+///
+/// Why: the node's Raft log shares the disk, and a follower answers an append only once its
+/// entries are durable — within the leader's 250 ms. One `fsync` of a whole large snapshot
+/// at its end (a 256 MiB stream's) queued the log's own flushes behind hundreds of MiB for
+/// a second or more, on the node writing it and on the others sharing the disk: appends
+/// timed out, publishes stalled. Synced 8 MiB at a time, a log flush waits for at most that.
+pub const SYNC_EVERY: u64 = 8 * 1024 * 1024;
 
 impl SnapshotWriter {
     /// The state's bytes taken so far.
@@ -538,6 +551,11 @@ impl SnapshotWriter {
         }
         self.end += 4 + u64::from(sealed);
         self.buf.clear();
+        self.unsynced += 4 + u64::from(sealed);
+        if self.unsynced >= SYNC_EVERY {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+        }
         Ok(())
     }
 

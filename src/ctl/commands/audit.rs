@@ -245,23 +245,8 @@ pub async fn live(
         // One node at a time: at most one replica of each group is slowed by an audit.
         let s = super::conn::Session::open(target, &a.conn).await?;
         for (name, id) in servers(&s.client).await? {
-            let answer = s
-                .client
-                .send_request(
-                    format!("$SYS.REQ.SERVER.{id}.AUDIT"),
-                    async_nats::Request::new()
-                        .payload(serde_json::to_vec(&body)?.into())
-                        .timeout(Some(wait)),
-                )
-                .await;
-            match answer {
-                Ok(m) if !m.payload.is_empty() => {
-                    let v: Value = serde_json::from_slice(&m.payload)?;
-                    take(name, &v, &mut reports, &mut failed);
-                }
-                Ok(_) => failed.push(format!("{name}: an empty answer")),
-                Err(e) => failed.push(format!("{name}: no report within {}: {e}", a.wait)),
-            }
+            let v = ask_server(&s.client, &id, "AUDIT", &body, Some(wait)).await;
+            take(name, &v, &mut reports, &mut failed);
         }
     } else {
         let s = super::conn::Session::open(target, &a.conn).await?;
@@ -334,17 +319,7 @@ pub async fn rotate_master_live(
     }
     let mut failed = false;
     for (name, id) in servers {
-        let answer = s
-            .client
-            .request(
-                format!("$SYS.REQ.SERVER.{id}.ROTATE_MASTER"),
-                serde_json::to_vec(&body)?.into(),
-            )
-            .await;
-        let v: Value = match answer {
-            Ok(m) => serde_json::from_slice(&m.payload).unwrap_or(Value::Null),
-            Err(e) => json!({ "error": { "description": e.to_string() } }),
-        };
+        let v = ask_server(&s.client, &id, "ROTATE_MASTER", &body, None).await;
         if s.json {
             println!("{}", serde_json::to_string(&v)?);
         }
@@ -365,6 +340,40 @@ pub async fn rotate_master_live(
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Asks the server with id `id` to do `verb` (`$SYS.REQ.SERVER.<id>.<VERB>`, answered when it
+/// is done) and waits up to `wait` (the client's default request timeout without): its JSON
+/// answer, or `{"error": {"description": why}}` when it gave none — the one shape every
+/// caller reads, whatever went wrong.
+async fn ask_server(
+    client: &async_nats::Client,
+    id: &str,
+    verb: &str,
+    body: &serde_json::Value,
+    wait: Option<std::time::Duration>,
+) -> serde_json::Value {
+    let failed = |why: String| serde_json::json!({ "error": { "description": why } });
+    let payload = match serde_json::to_vec(body) {
+        Ok(p) => p,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut request = async_nats::Request::new().payload(payload.into());
+    if wait.is_some() {
+        request = request.timeout(wait);
+    }
+    match client
+        .send_request(format!("$SYS.REQ.SERVER.{id}.{verb}"), request)
+        .await
+    {
+        Ok(m) if m.payload.is_empty() => failed("an empty answer".into()),
+        Ok(m) => serde_json::from_slice(&m.payload)
+            .unwrap_or_else(|e| failed(format!("an answer that is not JSON: {e}"))),
+        Err(e) => failed(match wait {
+            Some(w) => format!("no answer within {w:?}: {e}"),
+            None => format!("no answer: {e}"),
+        }),
+    }
 }
 
 /// Every server that answers `$SYS.REQ.SERVER.PING` within a second: (name, id).
@@ -430,21 +439,9 @@ pub async fn rekey_live(
     // them saying so is an error.
     let mut holders = 0usize;
     let mut without = Vec::new();
-    let mut asked = Vec::new();
+    // One server after another, each answering once it is done.
     for (name, id) in servers(&s.client).await? {
-        let req = s.client.send_request(
-            format!("$SYS.REQ.SERVER.{id}.REKEY"),
-            async_nats::Request::new()
-                .payload(serde_json::to_vec(&body)?.into())
-                .timeout(Some(wait)),
-        );
-        asked.push((name, req));
-    }
-    for (name, req) in asked {
-        let v: Value = match req.await {
-            Ok(m) => serde_json::from_slice(&m.payload).unwrap_or(Value::Null),
-            Err(e) => json!({ "error": { "description": e.to_string() } }),
-        };
+        let v = ask_server(&s.client, &id, "REKEY", &body, Some(wait)).await;
         if s.json {
             println!("{}", serde_json::to_string(&v)?);
         }
