@@ -323,6 +323,45 @@ async def fill_r3(cl, mib):
     return nc, js
 
 
+async def fill_probe(cl, args):
+    """--fill-probe MIB of 1 KiB messages into the R3 stream by 256 publishers, each awaiting
+    its PubAck (256 in flight), while a probe publishes one at a time: the probe's latency
+    shows a group that stalls (no quorum for a while) under a long write, which the fill's
+    rate alone hides. Publishers are tasks that loop, not one task per message: creating
+    262,144 tasks at once held the client's event loop for seconds, which a probe measured as
+    a stall of the server."""
+    nc = await nats.connect(cl.url(0), connect_timeout=5)
+    js = nc.jetstream(timeout=10)
+    payload = os.urandom(1024)
+    left = [args.fill_probe * 1024]
+    lat = []
+    stop = asyncio.Event()
+
+    async def probe():
+        while not stop.is_set():
+            t = time.perf_counter()
+            await js.publish("r3.p", b"probe")
+            lat.append((time.perf_counter() - t) * 1000)
+
+    async def publisher():
+        while left[0] > 0:
+            left[0] -= 1
+            await js.publish("r3.f", payload)
+
+    task = asyncio.create_task(probe())
+    t = time.perf_counter()
+    await asyncio.gather(*(publisher() for _ in range(256)))
+    took = time.perf_counter() - t
+    stop.set()
+    await task
+    await nc.close()
+    lat.sort()
+    return {"fill_s": took, "probe_n": len(lat), "probe_p50_ms": pct(lat, 0.5),
+            "probe_p99_ms": pct(lat, 0.99), "probe_max_ms": lat[-1],
+            "probe_over_250ms": sum(1 for x in lat if x > 250),
+            "probe_over_1s": sum(1 for x in lat if x > 1000)}
+
+
 async def rekey(cl, args):
     """--rekey MiB in the R3 stream, then rekey-live of it while one client publishes."""
     nc, js = await fill_r3(cl, args.rekey)
@@ -772,6 +811,8 @@ async def measure(port, args, cl):
             out.update(await mirror(cl, args))
         if args.rekey:
             out.update(await rekey(cl, args))
+        if args.fill_probe:
+            out.update(await fill_probe(cl, args))
         if args.audit_live:
             out.update(await audit_live(cl, args))
         if args.catchup or args.promote or args.mirror:
@@ -845,6 +886,8 @@ def main():
     ap.add_argument("--audit-pace", type=int, default=0,
                     help="--rekey's live audit: bytes a second per server (0: the default); "
                          "the three nodes here share one machine's disk and cores")
+    ap.add_argument("--fill-probe", type=int, default=0,
+                    help="MiB written by 256 publishers while a probe publishes one at a time")
     ap.add_argument("--audit-live", type=int, default=0,
                     help="MiB in the R3 stream, then live audits between quiet windows "
                          "(sealstream only)")

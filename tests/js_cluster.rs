@@ -2115,6 +2115,16 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
             s["segments"].as_array().is_some_and(|a| !a.is_empty()),
             "{s:#}"
         );
+        // The Raft log's groups, named: the meta group and the stream's, each with records.
+        let groups = s["raft_groups"].as_array().expect("raft_groups");
+        for name in ["meta", "APP/AUDITED"] {
+            let g = groups
+                .iter()
+                .find(|g| g["stream"] == name)
+                .unwrap_or_else(|| panic!("group {name} in the report: {groups:#?}"));
+            assert!(g["records"].as_u64().unwrap() > 0, "{g:#}");
+            assert_eq!(g["keys"], 1, "{g:#}");
+        }
     }
     // A tenant names one server; sealctl finds the others in its INFO and each audits the
     // tenant's own account.

@@ -217,6 +217,7 @@ mod tests {
             account: None,
             live: false,
             raft: None,
+            raft_groups: vec![],
             findings: vec![],
         }
     }

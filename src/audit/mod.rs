@@ -114,6 +114,23 @@ pub struct SegmentHead {
     pub head: String,
 }
 
+/// One group of a clustered node's Raft log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftGroupReport {
+    /// The group's id (hexadecimal; the meta group's is 0).
+    pub group: String,
+    /// `meta`, or the replicated stream it carries as `account/stream` (live audits); none:
+    /// not known to the audit (an offline audit reads no assignments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// Its records authenticated.
+    pub records: u64,
+    /// The keys it holds on this node (two while a group-key rotation is under way).
+    pub keys: usize,
+    /// How many times its key was rotated on this node.
+    pub key_generation: u32,
+}
+
 /// Per-stream figures (with a key).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamReport {
@@ -181,6 +198,11 @@ pub struct Report {
     /// with their keys (offline audits of a whole store).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft: Option<crate::consensus::sealed_log::LogAudit>,
+    /// The Raft log's groups one by one: which stream each is (a live audit's server names
+    /// them from its cluster's assignments; offline, the meta group alone is named), how
+    /// many of its records were authenticated, under how many keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raft_groups: Vec<RaftGroupReport>,
     /// Everything found.
     pub findings: Vec<Finding>,
 }
@@ -585,6 +607,7 @@ fn empty_report(root: &Path, keyed: bool) -> Report {
         account: None,
         live: false,
         raft: None,
+        raft_groups: vec![],
         findings: vec![],
     }
 }
@@ -641,12 +664,14 @@ impl Run<'_> {
                 dir_bytes(&root.join(crate::store::meta::RAFT_DIR)),
             );
             let mut scratch = empty_report(root, true);
-            report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
+            (report.raft, report.raft_groups) =
+                raft_records(root, &names, &group_root, self.progress, &mut scratch);
             if self.live && !scratch.findings.is_empty() {
                 // Live, the log may have moved on while it was read (a segment rolled over
                 // or deleted, a group gone): once more.
                 scratch.findings.clear();
-                report.raft = raft_records(root, &names, &group_root, self.progress, &mut scratch);
+                (report.raft, report.raft_groups) =
+                    raft_records(root, &names, &group_root, self.progress, &mut scratch);
             }
             report.findings.append(&mut scratch.findings);
             self.progress.end();
@@ -1103,11 +1128,14 @@ fn raft_records(
     group_root: &crate::crypto::Key32,
     progress: &Progress,
     report: &mut Report,
-) -> Option<crate::consensus::sealed_log::LogAudit> {
+) -> (
+    Option<crate::consensus::sealed_log::LogAudit>,
+    Vec<RaftGroupReport>,
+) {
     use crate::consensus::{directory, sealed_log};
     let dir = root.join(crate::store::meta::RAFT_DIR);
     if !dir.is_dir() {
-        return None;
+        return (None, Vec::new());
     }
     let mut finding = |path: String, offset: Option<u64>, detail: String| {
         report.findings.push(Finding {
@@ -1117,22 +1145,45 @@ fn raft_records(
             detail,
         });
     };
-    let groups = match directory::read_directory(&dir, group_root) {
-        Ok(d) => d.log_groups(group_root),
+    let directory = match directory::read_directory(&dir, group_root) {
+        Ok(d) => d,
         Err(e) => {
             finding(format!("raft/{}", directory::DIRECTORY), None, e);
-            return None;
+            return (None, Vec::new());
         }
     };
+    let groups = directory.log_groups(group_root);
     match sealed_log::SealedLog::verify(&dir, names, groups, &mut |n| progress.advance(n)) {
-        Ok(audit) => Some(audit),
+        Ok(audit) => {
+            let by_group = directory
+                .groups
+                .iter()
+                .map(|&g| (g, directory.hosted(group_root, g)))
+                .chain([(
+                    directory::META,
+                    directory.hosted(group_root, directory::META),
+                )])
+                .map(|(g, hosted)| RaftGroupReport {
+                    group: format!("{g:016x}"),
+                    stream: (g == directory::META).then(|| "meta".to_owned()),
+                    records: audit
+                        .records_by_slot
+                        .get(&hosted.group)
+                        .copied()
+                        .unwrap_or(0),
+                    keys: hosted.keys.len(),
+                    key_generation: directory.rotated.get(&g).map_or(0, |r| r.generation),
+                })
+                .collect();
+            (Some(audit), by_group)
+        }
         Err(sealed_log::LogError::Corrupt { path, offset, why }) => {
             finding(rel(root, &path), Some(offset), why.to_owned());
-            None
+            (None, Vec::new())
         }
         Err(e) => {
             finding("raft".into(), None, e.to_string());
-            None
+            (None, Vec::new())
         }
     }
 }

@@ -239,7 +239,7 @@ struct Inner {
 }
 
 /// What [`SealedLog::verify`] found in a log that authenticates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogAudit {
     /// Segment files read.
     pub segments: u64,
@@ -255,6 +255,10 @@ pub struct LogAudit {
     /// Records of given groups from before a finished key rotation (`since`): sealed with
     /// keys the group dropped, not opened.
     pub dropped_key_records: u64,
+    /// Records authenticated, by the slot their group's records are kept under (the audit
+    /// names the groups: `audit::raft_records`).
+    #[serde(skip)]
+    pub records_by_slot: BTreeMap<GroupId, u64>,
 }
 
 struct Shared {
@@ -1251,6 +1255,7 @@ fn replay(
                 continue;
             }
             inner.replayed.records += 1;
+            *inner.replayed.records_by_slot.entry(group).or_default() += 1;
             let (body, _) = keys
                 .ring
                 .open(&aad(segment, at as u64, &p), sealed)

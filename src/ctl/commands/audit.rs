@@ -81,6 +81,17 @@ pub fn print_summary(r: &Report) {
             raft.dropped_key_records,
             raft.other_records
         );
+        for g in &r.raft_groups {
+            println!(
+                "         group {} ({}): {} records, {} key{}, rotated {} times",
+                g.group,
+                g.stream.as_deref().unwrap_or("stream not named offline"),
+                g.records,
+                g.keys,
+                if g.keys == 1 { "" } else { "s" },
+                g.key_generation
+            );
+        }
     }
     if r.findings.is_empty() {
         println!("result:  clean");

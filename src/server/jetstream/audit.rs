@@ -163,7 +163,10 @@ pub(crate) fn start(
                 canaries: request.canaries,
                 progress: Arc::clone(&progress),
             };
-            let report = crate::audit::audit_live(&opts);
+            let mut report = crate::audit::audit_live(&opts);
+            if let Some(cluster) = js.cluster() {
+                cluster.name_raft_groups(&mut report.raft_groups);
+            }
             let a = &js.auditor;
             a.finished.fetch_add(1, Ordering::Relaxed);
             a.last_exit_code

@@ -174,6 +174,22 @@ pub(crate) struct ClusterJs {
 }
 
 impl ClusterJs {
+    /// Names each stream group of a live audit's report by the stream it carries
+    /// (`account/stream`, from this node's view of the meta table); a group no assignment
+    /// names (a stream deleted meanwhile) stays unnamed.
+    pub(crate) fn name_raft_groups(&self, groups: &mut [crate::audit::RaftGroupReport]) {
+        let streams: BTreeMap<String, String> = self
+            .assignments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|((account, name), a)| (format!("{:016x}", a.group), format!("{account}/{name}")))
+            .collect();
+        for g in groups.iter_mut().filter(|g| g.stream.is_none()) {
+            g.stream = streams.get(&g.group).cloned();
+        }
+    }
+
     /// The runtime the cluster's tasks run on (for callers on threads of their own).
     pub(crate) fn runtime_handle(&self) -> &tokio::runtime::Handle {
         &self.runtime
