@@ -725,17 +725,27 @@ async def idle(cl, args):
     created = time.perf_counter() - started
     await nc.close()
     await asyncio.sleep(10)
-    cpu0 = [cpu_seconds(p.pid) for p in cl.procs]
-    await asyncio.sleep(args.idle_secs)
-    cpu = [(cpu_seconds(p.pid) - c) / args.idle_secs * 100 for p, c in zip(cl.procs, cpu0)]
-    rss = [rss_kib(p.pid) for p in cl.procs]
-    return {
-        "create_s": created,
-        "idle_cpu_pct_node_max": max(cpu),
-        "idle_cpu_pct_nodes_sum": sum(cpu),
-        "rss_mib_node_max": max(rss) / 1024,
-        "rss_kib_per_stream_node_max": max((r - b) / args.idle for r, b in zip(rss, base)),
-    }
+    out = {"create_s": created}
+    # --idle-windows W: W windows one after another, each reported (what idling longer costs:
+    # memory a group touches a little at a time shows only after minutes). The last window's
+    # figures are also reported under the plain names.
+    for w in range(args.idle_windows):
+        cpu0 = [cpu_seconds(p.pid) for p in cl.procs]
+        await asyncio.sleep(args.idle_secs)
+        cpu = [(cpu_seconds(p.pid) - c) / args.idle_secs * 100 for p, c in zip(cl.procs, cpu0)]
+        rss = [rss_kib(p.pid) for p in cl.procs]
+        last = {
+            "idle_cpu_pct_node_max": max(cpu),
+            "idle_cpu_pct_nodes_sum": sum(cpu),
+            "rss_mib_node_max": max(rss) / 1024,
+            "rss_kib_per_stream_node_max": max((r - b) / args.idle for r, b in zip(rss, base)),
+        }
+        if args.idle_windows > 1:
+            end = 10 + (w + 1) * args.idle_secs
+            print(f"  idle window {w + 1} (to {end:.0f} s after creation): "
+                  + "  ".join(f"{k} {v:.2f}" for k, v in last.items()), flush=True)
+    out.update(last)
+    return out
 
 
 def du_bytes(path):
@@ -902,6 +912,8 @@ def main():
     ap.add_argument("--mirror-replicas", type=int, default=3, choices=[1, 3],
                     help="1: an R1 origin on node 1 and an R1 mirror on node 2")
     ap.add_argument("--idle-secs", type=float, default=10.0)
+    ap.add_argument("--idle-windows", type=int, default=1,
+                    help="--idle: this many windows of --idle-secs, each reported")
     ap.add_argument("--idle-replicas", type=int, default=3)
     ap.add_argument("--servers", default="sealstream,default,always",
                     help="which of sealstream, default (nats-server), always (nats-server)")

@@ -2130,6 +2130,67 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
     // tenant's own account.
     live_audit(&cl, 0, "app", &["--tenant"]);
     publish_until_acked(&js, 0, "audited.x", "after the audit".into()).await;
+    raft_phase_shows_in_metrics(&cl).await;
+}
+
+/// A live audit's Raft phase shows in every node's `/metrics` while it runs: every node audits
+/// at once, paced to read a third of its last audit's bytes a second (a few seconds in all),
+/// and the test polls the three `/metrics` meanwhile.
+async fn raft_phase_shows_in_metrics(cl: &TestCluster) {
+    let metric = |text: &str, name: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    let last_read = (0..3)
+        .map(|i| {
+            let (_, text) = cl.nodes[i].server.http_get("/metrics");
+            metric(&text, "sealstream_audit_read_bytes ").expect("audit bytes metric")
+        })
+        .max()
+        .unwrap();
+    assert!(last_read > 0, "the audits above read the stores");
+    let pace = (last_read / 3).max(1).to_string();
+    let url = cl.url(0);
+    let audit = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+        .args([
+            "audit",
+            "--live",
+            "--server",
+            &url,
+            "--user",
+            "sys",
+            "--password",
+            "sys",
+            "--all-at-once",
+            "--bytes-per-sec",
+            &pace,
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let raft = "sealstream_audit_phase_bytes{phase=\"raft\",which=\"total\"} ";
+    let mut seen = [false; 3];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut audit = audit;
+    while audit.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        for (i, seen) in seen.iter_mut().enumerate() {
+            let (_, text) = cl.nodes[i].server.http_get("/metrics");
+            *seen |= metric(&text, raft).is_some_and(|total| total > 0);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = audit.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["exit_code"], 0, "{v:#}");
+    assert_eq!(
+        seen, [true; 3],
+        "every node showed its Raft phase in /metrics"
+    );
 }
 
 /// Issue 17: every node of a cluster rotates its master key while an R3 stream takes writes;

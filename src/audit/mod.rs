@@ -131,6 +131,14 @@ pub struct RaftGroupReport {
     pub key_generation: u32,
 }
 
+impl RaftGroupReport {
+    /// How a report writes a group's id: the one form the offline audit and a live server
+    /// naming its stream groups (`ClusterJs::name_raft_groups`) must agree on.
+    pub fn id_of(group: u64) -> String {
+        format!("{group:016x}")
+    }
+}
+
 /// Per-stream figures (with a key).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamReport {
@@ -1164,7 +1172,7 @@ fn raft_records(
                     directory.hosted(group_root, directory::META),
                 )])
                 .map(|(g, hosted)| RaftGroupReport {
-                    group: format!("{g:016x}"),
+                    group: RaftGroupReport::id_of(g),
                     stream: (g == directory::META).then(|| "meta".to_owned()),
                     records: audit
                         .records_by_slot

@@ -384,7 +384,7 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
             return Err(storage_err("this group keeps no snapshots"));
         };
         let file = Arc::clone(&s.file);
-        let writer = blocking(move || file.writer()).await?;
+        let writer = blocking(move || file.receiver()).await?;
         Ok(Box::new(SnapshotData::receiving(writer)))
     }
 
@@ -405,12 +405,12 @@ impl RaftStateMachine<TypeConfig> for ReplicatedMachine {
             let w = match snapshot.into_inner() {
                 Inner::Receiving(w) => w,
                 Inner::Memory(c) => {
-                    let mut w = file.writer()?;
+                    let mut w = file.receiver()?;
                     std::io::Write::write_all(&mut w, c.get_ref())?;
                     w
                 }
                 Inner::Stored(mut r) => {
-                    let mut w = file.writer()?;
+                    let mut w = file.receiver()?;
                     std::io::copy(&mut r, &mut w)?;
                     w
                 }

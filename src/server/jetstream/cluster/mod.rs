@@ -183,7 +183,12 @@ impl ClusterJs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|((account, name), a)| (format!("{:016x}", a.group), format!("{account}/{name}")))
+            .map(|((account, name), a)| {
+                (
+                    crate::audit::RaftGroupReport::id_of(a.group),
+                    format!("{account}/{name}"),
+                )
+            })
             .collect();
         for g in groups.iter_mut().filter(|g| g.stream.is_none()) {
             g.stream = streams.get(&g.group).cloned();
