@@ -598,14 +598,6 @@ fn rekey_ledger(url: &str, extra: &[&str]) -> (i32, String, String) {
     sealctl_as(url, "admin", &args)
 }
 
-/// A metric's value in `/metrics` (0 when absent).
-fn metric(s: &TestServer, name: &str) -> u64 {
-    let (_, m) = s.http_get("/metrics");
-    m.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Issue 17: a stream is re-sealed a segment at a time, off the stream's own thread: while its
 /// re-sealing is part way (some of its segments rewritten, not all), the stream acknowledges
 /// publishes — a rotation does not stop a stream for as long as its whole store takes to
@@ -651,13 +643,13 @@ async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
         tokio::task::spawn_blocking(move || rekey_ledger(&url, &["--bytes-per-sec", "1048576"]));
     // Part way: some bytes rewritten, far from all of them.
     let part_way = || {
-        let b = metric(&s, "sealstream_resealed_bytes_total");
+        let b = s.metric("sealstream_resealed_bytes_total");
         b > 0 && b < total / 2
     };
     assert!(
         support::eventually(Duration::from_secs(20), part_way).await,
         "the re-sealing never showed progress part way (bytes rewritten: {})",
-        metric(&s, "sealstream_resealed_bytes_total")
+        s.metric("sealstream_resealed_bytes_total")
     );
     let mut during = 0;
     for i in 96..106 {
@@ -675,9 +667,9 @@ async fn a_stream_acknowledges_publishes_while_it_is_part_way_re_sealed() {
         format!("{out}{err}").contains("re-sealing is running"),
         "{out}{err}"
     );
-    let rewritten = metric(&s, "sealstream_resealed_bytes_total");
+    let rewritten = s.metric("sealstream_resealed_bytes_total");
     assert!(
-        rewritten < total && metric(&s, "sealstream_reseal_running") == 1,
+        rewritten < total && s.metric("sealstream_reseal_running") == 1,
         "the publishes were acknowledged while the re-sealing was still part way \
          ({rewritten} of about {total} bytes)"
     );

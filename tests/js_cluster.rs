@@ -2137,23 +2137,14 @@ async fn every_node_of_a_cluster_audits_its_live_store_in_one_call() {
 /// at once, paced to read a third of its last audit's bytes a second (a few seconds in all),
 /// and the test polls the three `/metrics` meanwhile.
 async fn raft_phase_shows_in_metrics(cl: &TestCluster) {
-    let metric = |text: &str, name: &str| -> Option<u64> {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-    };
     let last_read = (0..3)
-        .map(|i| {
-            let (_, text) = cl.nodes[i].server.http_get("/metrics");
-            metric(&text, "sealstream_audit_read_bytes ").expect("audit bytes metric")
-        })
+        .map(|i| cl.nodes[i].server.metric("sealstream_audit_read_bytes"))
         .max()
         .unwrap();
     assert!(last_read > 0, "the audits above read the stores");
     let pace = (last_read / 3).max(1).to_string();
     let url = cl.url(0);
-    let audit = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
+    let mut audit = std::process::Command::new(env!("CARGO_BIN_EXE_sealctl"))
         .args([
             "audit",
             "--live",
@@ -2172,14 +2163,12 @@ async fn raft_phase_shows_in_metrics(cl: &TestCluster) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let raft = "sealstream_audit_phase_bytes{phase=\"raft\",which=\"total\"} ";
+    let raft = "sealstream_audit_phase_bytes{phase=\"raft\",which=\"total\"}";
     let mut seen = [false; 3];
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut audit = audit;
     while audit.try_wait().unwrap().is_none() && Instant::now() < deadline {
         for (i, seen) in seen.iter_mut().enumerate() {
-            let (_, text) = cl.nodes[i].server.http_get("/metrics");
-            *seen |= metric(&text, raft).is_some_and(|total| total > 0);
+            *seen |= cl.nodes[i].server.metric(raft) > 0;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -338,6 +338,15 @@ impl TestServer {
         http_get_at(&self.host, self.http_port.expect("monitoring port"), path)
     }
 
+    /// A sample's value in `/metrics`, `name` with its labels as the server writes them
+    /// (`sealstream_audit_phase_bytes{phase="raft",which="total"}`); 0 when absent.
+    pub fn metric(&self, name: &str) -> u64 {
+        let (_, m) = self.http_get("/metrics");
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The log so far.
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().clone()
