@@ -444,7 +444,8 @@ async def audit_live(cl, args):
     """--audit-live MIB in the R3 stream, then --audit-rounds times: a quiet window as long as
     the audit before it (30 s the first time) and a live audit, one client publishing all the
     while, each publish awaiting its PubAck. --audit-node names the node audited
-    (`$SYS.REQ.SERVER.<id>.AUDIT`; 0: every node at once, `$SYS.REQ.SERVER.PING.AUDIT`). Each
+    (`$SYS.REQ.SERVER.<id>.AUDIT`; 0: every node at once, `$SYS.REQ.SERVER.PING.AUDIT`;
+    with --audit-in-turn, one node after another as `sealctl audit --live` asks them). Each
     publish is filed under what the audited nodes were doing when it was answered (their
     /metrics, read every 50 ms): the p99 of each phase against the quiet windows'."""
     nc, js = await fill_r3(cl, args.audit_live)
@@ -504,23 +505,29 @@ async def audit_live(cl, args):
         await asyncio.sleep(quiet_s)
         started = time.perf_counter()
         body = json.dumps({"bytes_per_sec": args.audit_pace} if args.audit_pace else {}).encode()
-        inbox = sys_nc.new_inbox()
-        sub = await sys_nc.subscribe(inbox)
-        subject = ("$SYS.REQ.SERVER.PING.AUDIT" if args.audit_node == 0
-                   else f"$SYS.REQ.SERVER.{ids[f'n{args.audit_node}']}.AUDIT")
-        await sys_nc.publish(subject, body, reply=inbox)
+        if args.audit_in_turn:
+            # What `sealctl audit --live` does by default: one node after another.
+            turns = [(f"$SYS.REQ.SERVER.{ids[f'n{i + 1}']}.AUDIT", 1) for i in audited]
+        elif args.audit_node == 0:
+            turns = [("$SYS.REQ.SERVER.PING.AUDIT", len(audited))]
+        else:
+            turns = [(f"$SYS.REQ.SERVER.{ids[f'n{args.audit_node}']}.AUDIT", 1)]
         state["auditing"] = True
-        answers = 0
-        while answers < len(audited):
-            try:
-                m = await sub.next_msg(timeout=600)
-            except nats.errors.TimeoutError:
-                raise RuntimeError("no audit report within 10 minutes")
-            answers += 1
-            v = json.loads(m.data)
-            if "error" in v:
-                raise RuntimeError(f"live audit: {v}")
-        await sub.unsubscribe()
+        for subject, expected in turns:
+            inbox = sys_nc.new_inbox()
+            sub = await sys_nc.subscribe(inbox)
+            await sys_nc.publish(subject, body, reply=inbox)
+            answers = 0
+            while answers < expected:
+                try:
+                    m = await sub.next_msg(timeout=600)
+                except nats.errors.TimeoutError:
+                    raise RuntimeError("no audit report within 10 minutes")
+                answers += 1
+                v = json.loads(m.data)
+                if "error" in v:
+                    raise RuntimeError(f"live audit: {v}")
+            await sub.unsubscribe()
         quiet_s = time.perf_counter() - started
         res[f"audit_{rnd + 1}_s"] = quiet_s
     state["auditing"] = False
@@ -904,6 +911,9 @@ def main():
     ap.add_argument("--audit-rounds", type=int, default=3)
     ap.add_argument("--audit-node", type=int, default=0, choices=[0, 1, 2, 3],
                     help="--audit-live: the node audited (0: all three at once)")
+    ap.add_argument("--audit-in-turn", action="store_true",
+                    help="--audit-live: each round audits node 1, 2 and 3 one after another "
+                         "(sealctl audit --live's default)")
     ap.add_argument("--gets", type=int, default=0, help="sequential MSG.GETs on the R3 stream")
     ap.add_argument("--disk", type=int, default=0,
                     help="messages through an R3 stream capped at 10,000: store bytes per node")

@@ -584,19 +584,21 @@ impl MuxNode {
             return;
         };
         let me = self.id;
-        let mut metrics = raft.metrics();
+        // Who leads, from the server metrics: sent only when they change, so an idle group's
+        // watch sleeps through its ticks and heartbeats. The quorum's last acknowledgement is
+        // a data metric, read when this wakes.
+        let mut server = raft.server_metrics();
+        let data = raft.data_metrics();
         drop(raft);
         tokio::spawn(async move {
             let mut led = false;
             let mut reported: Option<Instant> = None;
             loop {
-                let (leads, quorum_ack_ms) = {
-                    let m = metrics.borrow();
-                    (
-                        m.current_leader == Some(me) && m.state.is_leader(),
-                        m.millis_since_quorum_ack,
-                    )
+                let leads = {
+                    let m = server.borrow_and_update();
+                    m.current_leader == Some(me) && m.state.is_leader()
                 };
+                let quorum_ack_ms = data.borrow().millis_since_quorum_ack;
                 if leads && !led {
                     became_leader();
                 }
@@ -609,15 +611,15 @@ impl MuxNode {
                     lost_quorum();
                     reported = Some(Instant::now());
                 }
-                // A leader's metrics may stand still while nobody answers it: look again
-                // each second then. Otherwise, wake on a change only.
+                // A leader looks at its quorum's acknowledgements again each second; anyone
+                // wakes when who leads changes.
                 let changed = if leads {
-                    match tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await {
+                    match tokio::time::timeout(Duration::from_secs(1), server.changed()).await {
                         Ok(r) => r,
                         Err(_) => Ok(()),
                     }
                 } else {
-                    metrics.changed().await
+                    server.changed().await
                 };
                 if changed.is_err() {
                     return;

@@ -37,10 +37,14 @@ where C: RaftTypeConfig
     },
 
     /// Result of executing a command sent from network worker.
-    Network { response: replication::Response<C> },
+    ///
+    /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+    Network { response: Box<replication::Response<C>> },
 
     /// Result of executing a command sent from state machine worker.
-    StateMachine { command_result: sm::CommandResult<C> },
+    ///
+    /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+    StateMachine { command_result: Box<sm::CommandResult<C>> },
 
     /// A tick event to wake up RaftCore to check timeout etc.
     Tick {
@@ -53,7 +57,9 @@ impl<C> Notify<C>
 where C: RaftTypeConfig
 {
     pub(crate) fn sm(command_result: sm::CommandResult<C>) -> Self {
-        Self::StateMachine { command_result }
+        Self::StateMachine {
+            command_result: Box::new(command_result),
+        }
     }
 }
 

@@ -623,11 +623,16 @@ where
         });
 
         tracing::debug!("report_metrics: {}", m.summary());
-        let res = self.tx_metrics.send(m);
-
-        if let Err(err) = res {
-            tracing::error!(error=%err, id=display(&self.id), "error reporting metrics");
-        }
+        // sealstream's patch: sent only when something changed, as the two above, so that an
+        // idle follower's watchers are not woken at every tick and heartbeat. A leader's
+        // `millis_since_quorum_ack` moves with the clock: its metrics are still sent each time.
+        self.tx_metrics.send_if_modified(|metrix| {
+            if m.ne(metrix) {
+                *metrix = m;
+                return true;
+            }
+            false
+        });
     }
 
     /// Handle the admin command `initialize`.
@@ -1151,7 +1156,7 @@ where
 
         match msg {
             RaftMsg::AppendEntries { rpc, tx } => {
-                self.handle_append_entries_request(rpc, tx);
+                self.handle_append_entries_request(*rpc, tx);
             }
             RaftMsg::RequestVote { rpc, tx } => {
                 let now = C::now();
@@ -1168,7 +1173,7 @@ where
                 self.engine.handle_begin_receiving_snapshot(tx);
             }
             RaftMsg::InstallFullSnapshot { vote, snapshot, tx } => {
-                self.engine.handle_install_full_snapshot(vote, snapshot, tx);
+                self.engine.handle_install_full_snapshot(vote, *snapshot, tx);
             }
             RaftMsg::CheckIsLeaderRequest { tx } => {
                 self.handle_check_is_leader_request(tx).await;
@@ -1329,7 +1334,7 @@ where
 
             Notify::Network { response } => {
                 //
-                match response {
+                match *response {
                     replication::Response::Progress {
                         target,
                         request_id: id,
@@ -1377,6 +1382,7 @@ where
             Notify::StateMachine { command_result } => {
                 tracing::debug!("sm::StateMachine command result: {:?}", command_result);
 
+                let command_result = *command_result;
                 let seq = command_result.command_seq;
                 let res = command_result.result?;
 

@@ -405,7 +405,15 @@ where C: RaftTypeConfig
         tracing::debug!(rpc = display(rpc.summary()), "Raft::append_entries");
 
         let (tx, rx) = C::AsyncRuntime::oneshot();
-        self.inner.call_core(RaftMsg::AppendEntries { rpc, tx }, rx).await
+        self.inner
+            .call_core(
+                RaftMsg::AppendEntries {
+                    rpc: Box::new(rpc),
+                    tx,
+                },
+                rx,
+            )
+            .await
     }
 
     /// Submit a VoteRequest (RequestVote in the spec) RPC to this Raft node.
@@ -457,7 +465,17 @@ where C: RaftTypeConfig
         tracing::info!("Raft::install_full_snapshot()");
 
         let (tx, rx) = C::AsyncRuntime::oneshot();
-        let res = self.inner.call_core(RaftMsg::InstallFullSnapshot { vote, snapshot, tx }, rx).await;
+        let res = self
+            .inner
+            .call_core(
+                RaftMsg::InstallFullSnapshot {
+                    vote,
+                    snapshot: Box::new(snapshot),
+                    tx,
+                },
+                rx,
+            )
+            .await;
         match res {
             Ok(x) => Ok(x),
             Err(e) => {

@@ -263,11 +263,11 @@ where
                         }
                         ReplicationError::HigherVote(h) => {
                             let _ = self.tx_raft_core.send(Notify::Network {
-                                response: Response::HigherVote {
+                                response: Box::new(Response::HigherVote {
                                     target: self.target,
                                     higher: h.higher,
                                     sender_vote: self.session_id.vote_ref().clone(),
-                                },
+                                }),
                             });
                             return Ok(());
                         }
@@ -276,7 +276,7 @@ where
 
                             // TODO: report this error
                             let _ = self.tx_raft_core.send(Notify::Network {
-                                response: Response::StorageError { error },
+                                response: Box::new(Response::StorageError { error }),
                             });
                             return Ok(());
                         }
@@ -517,12 +517,12 @@ where
     /// RaftCore will then submit another replication command.
     fn send_progress_error(&mut self, request_id: RequestId, err: RPCError<C::NodeId, C::Node>) {
         let _ = self.tx_raft_core.send(Notify::Network {
-            response: Response::Progress {
+            response: Box::new(Response::Progress {
                 target: self.target.clone(),
                 request_id,
                 result: Err(err.to_string()),
                 session_id: self.session_id.clone(),
-            },
+            }),
         });
     }
 
@@ -549,12 +549,12 @@ where
 
         let _ = self.tx_raft_core.send({
             Notify::Network {
-                response: Response::Progress {
+                response: Box::new(Response::Progress {
                     session_id: self.session_id.clone(),
                     request_id,
                     target: self.target.clone(),
                     result: Ok(replication_result),
-                },
+                }),
             }
         });
     }
@@ -691,6 +691,7 @@ where
                 }
             }
             Replicate::Data(d) => {
+                let d = *d;
                 // TODO: Currently there is at most 1 in flight data. But in future RaftCore may send next data
                 //       actions without waiting for the previous to finish.
                 debug_assert!(

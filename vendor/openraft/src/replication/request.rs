@@ -15,22 +15,24 @@ where C: RaftTypeConfig
     Heartbeat,
 
     /// Send a chunk of data, e.g., logs or snapshot.
-    Data(Data<C>),
+    ///
+    /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+    Data(Box<Data<C>>),
 }
 
 impl<C> Replicate<C>
 where C: RaftTypeConfig
 {
     pub(crate) fn logs(id: RequestId, log_id_range: LogIdRange<C::NodeId>) -> Self {
-        Self::Data(Data::new_logs(id, log_id_range))
+        Self::Data(Box::new(Data::new_logs(id, log_id_range)))
     }
 
     pub(crate) fn snapshot(id: RequestId, last_log_id: Option<LogIdOf<C>>) -> Self {
-        Self::Data(Data::new_snapshot(id, last_log_id))
+        Self::Data(Box::new(Data::new_snapshot(id, last_log_id)))
     }
 
     pub(crate) fn new_data(data: Data<C>) -> Self {
-        Self::Data(data)
+        Self::Data(Box::new(data))
     }
 }
 

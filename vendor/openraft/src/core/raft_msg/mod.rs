@@ -44,7 +44,8 @@ pub(crate) enum RaftMsg<C>
 where C: RaftTypeConfig
 {
     AppendEntries {
-        rpc: AppendEntriesRequest<C>,
+        /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+        rpc: Box<AppendEntriesRequest<C>>,
         tx: AppendEntriesTx<C>,
     },
 
@@ -55,7 +56,8 @@ where C: RaftTypeConfig
 
     InstallFullSnapshot {
         vote: Vote<C::NodeId>,
-        snapshot: Snapshot<C>,
+        /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+        snapshot: Box<Snapshot<C>>,
         tx: ResultSender<C, SnapshotResponse<C::NodeId>>,
     },
 

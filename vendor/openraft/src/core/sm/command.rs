@@ -65,7 +65,9 @@ where C: RaftTypeConfig
     }
 
     pub(crate) fn install_full_snapshot(snapshot: Snapshot<C>) -> Self {
-        let payload = CommandPayload::InstallFullSnapshot { snapshot };
+        let payload = CommandPayload::InstallFullSnapshot {
+            snapshot: Box::new(snapshot),
+        };
         Command::new(payload)
     }
 
@@ -99,7 +101,8 @@ where C: RaftTypeConfig
     },
 
     InstallFullSnapshot {
-        snapshot: Snapshot<C>,
+        /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
+        snapshot: Box<Snapshot<C>>,
     },
 
     /// Apply the log entries to the state machine.
