@@ -73,6 +73,8 @@ pub const PENDING_BYTES: usize = 32 * 1024 * 1024;
 /// publish on the leader (docs/PERFORMANCE.md "Replicated JetStream"). Entries not yet
 /// written are always in memory, bounded by [`PENDING_BYTES`].
 pub const CACHED_BYTES: usize = 32 * 1024 * 1024;
+/// Bytes synced between two calls that drop the segments' clean pages from the page cache.
+const DROP_SYNCED_EVERY: u64 = 4 * 1024 * 1024;
 /// The largest record body (a batch of entries larger than this is refused).
 pub const MAX_RECORD: usize = 16 * 1024 * 1024;
 /// Where [`SealedLog::set_aside_damaged`] moves a log that failed authentication.
@@ -1305,6 +1307,7 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
     let mut files: BTreeMap<u64, File> = BTreeMap::new();
     let mut extent_file: Option<ExtentFile> = None;
     let mut slow = SlowFlushes::default();
+    let mut since_dropped = 0u64;
     loop {
         let (batch, bytes_freed, dir) = {
             let mut inner = lock(&shared);
@@ -1322,6 +1325,16 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
         let result = write_batch(&dir, &mut files, &batch);
         slow.took(started.elapsed());
         if result.is_ok() {
+            // Synced pages leave the page cache a few MiB at a time (see
+            // `snapshot_file::dont_need`): entries are read again from memory
+            // ([`CACHED_BYTES`]) or, by a follower far behind or a restart, from the disk.
+            since_dropped += batch.iter().map(|p| p.bytes.len() as u64).sum::<u64>();
+            if since_dropped >= DROP_SYNCED_EVERY {
+                since_dropped = 0;
+                for file in files.values() {
+                    snapshot_file::dont_need(file, 0, 0);
+                }
+            }
             let segments: std::collections::BTreeSet<u64> =
                 batch.iter().map(|p| p.segment).collect();
             shared

@@ -3,6 +3,7 @@ use crate::raft::VoteResponse;
 use crate::replication;
 use crate::MessageSummary;
 use crate::RaftTypeConfig;
+use crate::LogId;
 use crate::Vote;
 
 /// A message coming from the internal components.
@@ -45,6 +46,14 @@ where C: RaftTypeConfig
     ///
     /// sealstream's patch: boxed, so that the channel's blocks (32 values each) stay small; see vendor/README.md.
     StateMachine { command_result: Box<sm::CommandResult<C>> },
+
+    /// sealstream's patch: a leader's own entries up to `last_log_id`, appended under `vote`,
+    /// are flushed (or failed to be); see vendor/README.md.
+    LocalFlushed {
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+        result: Result<(), std::io::Error>,
+    },
 
     /// A tick event to wake up RaftCore to check timeout etc.
     Tick {
@@ -90,6 +99,9 @@ where C: RaftTypeConfig
             }
             Self::StateMachine { command_result } => {
                 format!("StateMachine command done: {:?}", command_result)
+            }
+            Self::LocalFlushed { vote, last_log_id, result } => {
+                format!("LocalFlushed: {} under {}: {:?}", last_log_id, vote, result)
             }
             Self::Tick { i } => {
                 format!("Tick {}", i)

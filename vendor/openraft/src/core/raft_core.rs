@@ -1283,6 +1283,22 @@ where
                 }
             }
 
+            // sealstream's patch: see `Command::AppendInputEntries`.
+            Notify::LocalFlushed {
+                vote,
+                last_log_id,
+                result,
+            } => {
+                if let Err(e) = result {
+                    return Err(Fatal::StorageError(StorageIOError::write_logs(AnyError::error(e)).into()));
+                }
+                if self.does_vote_match(&vote, "LocalFlushed") {
+                    if let Ok(mut lh) = self.engine.leader_handler() {
+                        lh.replication_handler().update_local_progress(Some(last_log_id));
+                    }
+                }
+            }
+
             Notify::Tick { i } => {
                 // check every timer
 
@@ -1642,6 +1658,18 @@ where
             Command::AppendInputEntries { vote, entries } => {
                 let last_log_id = entries.last().unwrap().get_log_id().clone();
                 tracing::debug!("AppendInputEntries: {}", DisplaySlice::<_>(&entries),);
+
+                // sealstream's patch: a leader appending under its own vote does not wait for
+                // its flush here. The flush comes back as `Notify::LocalFlushed`, which counts
+                // the leader's own copy towards the quorum then; meanwhile the core goes on to
+                // replicate the entries, so the leader's fsync and the followers' overlap.
+                // Followers still wait: their answer to the leader must follow their flush.
+                // See vendor/README.md.
+                if self.engine.leader.as_ref().map(|l| &l.vote) == Some(&vote) {
+                    let callback = LogFlushed::to_core(vote, last_log_id, self.tx_notify.clone());
+                    self.log_store.append(entries, callback).await?;
+                    return Ok(None);
+                }
 
                 self.append_to_log(entries, vote, last_log_id.clone()).await?;
 

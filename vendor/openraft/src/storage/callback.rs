@@ -2,21 +2,42 @@
 
 use std::io;
 
+use tokio::sync::mpsc;
 use tokio::sync::oneshot;
 
 use crate::async_runtime::AsyncOneshotSendExt;
+use crate::core::notify::Notify;
 use crate::raft_state::io_state::log_io_id::LogIOId;
 use crate::type_config::alias::OneshotSenderOf;
 use crate::LogId;
 use crate::RaftTypeConfig;
 use crate::StorageIOError;
+use crate::Vote;
 
 /// A oneshot callback for completion of log io operation.
 pub struct LogFlushed<C>
 where C: RaftTypeConfig
 {
     log_io_id: LogIOId<C::NodeId>,
-    tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
+    tx: FlushedTo<C>,
+}
+
+/// Where a flush is reported.
+///
+/// sealstream's patch: a leader's own append is reported to its `RaftCore` as a [`Notify`]
+/// instead of being awaited, so that the leader replicates while its own flush runs; see
+/// vendor/README.md.
+enum FlushedTo<C>
+where C: RaftTypeConfig
+{
+    /// The core waits on this oneshot.
+    Waiter(OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>),
+    /// The core is told through its notification channel.
+    Core {
+        tx: mpsc::UnboundedSender<Notify<C>>,
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+    },
 }
 
 impl<C> LogFlushed<C>
@@ -26,18 +47,49 @@ where C: RaftTypeConfig
         log_io_id: LogIOId<C::NodeId>,
         tx: OneshotSenderOf<C, Result<LogIOId<C::NodeId>, io::Error>>,
     ) -> Self {
-        Self { log_io_id, tx }
+        Self {
+            log_io_id,
+            tx: FlushedTo::Waiter(tx),
+        }
+    }
+
+    /// sealstream's patch: a callback that reports the flush of a leader's own entries to its
+    /// core as [`Notify::LocalFlushed`].
+    pub(crate) fn to_core(
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+        tx: mpsc::UnboundedSender<Notify<C>>,
+    ) -> Self {
+        Self {
+            log_io_id: LogIOId::new(vote.clone(), Some(last_log_id.clone())),
+            tx: FlushedTo::Core { tx, vote, last_log_id },
+        }
     }
 
     /// Report log io completion event.
     ///
     /// It will be called when the log is successfully appended to the storage or an error occurs.
     pub fn log_io_completed(self, result: Result<(), io::Error>) {
+        let tx = match self.tx {
+            FlushedTo::Waiter(tx) => tx,
+            FlushedTo::Core { tx, vote, last_log_id } => {
+                if let Err(e) = &result {
+                    tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
+                }
+                // The core may have stopped; then nobody waits for this flush.
+                let _ = tx.send(Notify::LocalFlushed {
+                    vote,
+                    last_log_id,
+                    result,
+                });
+                return;
+            }
+        };
         let res = if let Err(e) = result {
             tracing::error!("LogFlush error: {}, while flushing upto {}", e, self.log_io_id);
-            self.tx.send(Err(e))
+            tx.send(Err(e))
         } else {
-            self.tx.send(Ok(self.log_io_id))
+            tx.send(Ok(self.log_io_id))
         };
 
         if let Err(e) = res {
