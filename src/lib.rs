@@ -22,6 +22,8 @@
 //! - [`server`]: listeners, connections, routing, monitoring, lifecycle. The only place (with
 //!   [`ctl`]) that knows about tokio.
 //! - [`ctl`]: the `sealctl` admin and load tool; talks to a server as a NATS client.
+//! - [`page_cache`]: write-once and read-once bytes (the Raft log, snapshots, a live audit's
+//!   reads) kept out of the page cache.
 //! - [`timefmt`]: Go durations and RFC 3339 times as nats-server and its clients write them.
 //!
 //! Dependencies point downwards only: `proto`, `subject` and `timefmt` use none of our other
@@ -38,6 +40,7 @@ pub mod crypto;
 pub mod ctl;
 pub mod jetstream;
 pub mod pace;
+pub mod page_cache;
 pub mod proto;
 pub mod server;
 pub mod store;

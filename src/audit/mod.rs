@@ -924,10 +924,18 @@ impl FileChecks<'_> {
         }
         // Into the thread's one buffer: a fresh allocation per file cost the audit a page
         // fault per 4 KiB it read.
+        // Read once: its pages leave the page cache after (`page_cache.rs`), but for a live
+        // stream's newest segment, which its consumers are likely reading too.
+        let hot = self.live
+            && matches!(kind, FileKind::Segment { stream, segment } if newest.get(stream) == Some(segment));
         let read = std::fs::File::open(self.root.join(relp)).and_then(|mut f| {
             use std::io::Read as _;
             out.buf.clear();
-            f.read_to_end(&mut out.buf)
+            let n = f.read_to_end(&mut out.buf);
+            if !hot {
+                crate::page_cache::dont_need(&f, 0, 0);
+            }
+            n
         });
         let bytes = match read {
             Ok(_) => std::mem::take(&mut out.buf),

@@ -1290,6 +1290,9 @@ fn read_counting(path: &Path, read: &mut dyn FnMut(u64)) -> io::Result<Vec<u8>> 
     loop {
         let n = file.read(&mut chunk)?;
         if n == 0 {
+            // Read once (at open, or by an audit): the log's own memory holds what it needs
+            // again (`page_cache.rs`).
+            crate::page_cache::dont_need(&file, 0, 0);
             return Ok(data);
         }
         data.extend_from_slice(&chunk[..n]);
@@ -1325,14 +1328,14 @@ fn run_writer(shared: Arc<Shared>, lengths: Extent) {
         let result = write_batch(&dir, &mut files, &batch);
         slow.took(started.elapsed());
         if result.is_ok() {
-            // Synced pages leave the page cache a few MiB at a time (see
-            // `snapshot_file::dont_need`): entries are read again from memory
-            // ([`CACHED_BYTES`]) or, by a follower far behind or a restart, from the disk.
+            // Synced pages leave the page cache a few MiB at a time (`page_cache.rs`):
+            // entries are read again from memory ([`CACHED_BYTES`]) or, by a follower far
+            // behind or a restart, from the disk.
             since_dropped += batch.iter().map(|p| p.bytes.len() as u64).sum::<u64>();
             if since_dropped >= DROP_SYNCED_EVERY {
                 since_dropped = 0;
                 for file in files.values() {
-                    snapshot_file::dont_need(file, 0, 0);
+                    crate::page_cache::dont_need(file, 0, 0);
                 }
             }
             let segments: std::collections::BTreeSet<u64> =

@@ -338,6 +338,10 @@ impl SnapshotFile {
             }
             read(n as u64);
         }
+        // Read once, to check it: not worth the page cache's room (`page_cache.rs`).
+        if let Source::Frames { file, .. } = &r.source {
+            crate::page_cache::dont_need(file, 0, 0);
+        }
         Ok(Some(r.meta))
     }
 
@@ -592,9 +596,17 @@ impl SnapshotWriter {
                 Writeback::Wait => {
                     self.file.sync_data()?;
                     // Synced: its pages are clean and go back to the cache's free pages.
-                    dont_need(&self.file, self.end - self.unsynced, self.unsynced);
+                    crate::page_cache::dont_need(
+                        &self.file,
+                        self.end - self.unsynced,
+                        self.unsynced,
+                    );
                 }
-                Writeback::Start => dont_need(&self.file, self.end - self.unsynced, self.unsynced),
+                Writeback::Start => crate::page_cache::dont_need(
+                    &self.file,
+                    self.end - self.unsynced,
+                    self.unsynced,
+                ),
             }
             self.unsynced = 0;
         }
@@ -649,7 +661,7 @@ impl SnapshotWriter {
         self.buf.extend_from_slice(&meta);
         self.seal_frame(KIND_LAST)?;
         self.file.sync_all()?;
-        dont_need(&self.file, 0, 0);
+        crate::page_cache::dont_need(&self.file, 0, 0);
         fs::rename(&self.tmp, &self.dest)?;
         self.finished = true;
         let dir = self.dest.parent().unwrap_or(Path::new("."));
@@ -676,29 +688,6 @@ impl Write for SnapshotWriter {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
-}
-
-/// `posix_fadvise(DONTNEED)` on `len` bytes of `file` from `offset` (`len` 0: to the end).
-/// Linux starts writing the range's dirty pages and returns at once, and drops its clean
-/// pages from the page cache. Advice only: where the system does not take it, a later sync
-/// still writes the pages, and reads still find them.
-///
-/// Why drop what was just written and synced: a write into pages the cache does not hold
-/// yet costs far more than one into pages it just gave back (measured on this project's
-/// VMs: 1 GiB written in 1 MiB calls took 0.73–1.88 s of `write` while the cache grew, and
-/// 0.27 s when every 64 MiB synced were dropped; docs/PERFORMANCE.md, stop 43). What the
-/// Raft log and snapshots write is read again only by a follower far behind or a restart.
-pub(super) fn dont_need(file: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd as _;
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
-    let _ = nix::fcntl::posix_fadvise(
-        file.as_raw_fd(),
-        offset,
-        len,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    );
 }
 
 impl Drop for SnapshotWriter {

@@ -26,7 +26,8 @@ const TICK_GRID: Duration = Duration::from_millis(25);
 /// [`TICK_GRID`]. A node hosts a group per replicated stream, each with its own tick loop; at
 /// instants of their own, 300 idle groups woke a worker thread for nearly every tick. On the
 /// grid they wake together, at most 40 times a second, and their heartbeats leave in the same
-/// frames (measured: 0.38–0.53× the context switches; docs/PERFORMANCE.md, stop 42). Each tick comes at most one grid step later than before.
+/// frames (measured: 0.38–0.53× the context switches; docs/PERFORMANCE.md, stop 42). Each
+/// tick comes at most one grid step later than before.
 fn to_grid(after: Duration) -> Duration {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     let since_epoch = EPOCH.get_or_init(std::time::Instant::now).elapsed() + after;
